@@ -1,0 +1,72 @@
+//! The admin listener: serves the counters as Prometheus text at `/metrics`. It runs on its own
+//! thread, away from the workers.
+
+use std::net::TcpListener as StdListener;
+use std::thread::JoinHandle;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::http1::parse_request;
+use crate::http1::request::header_storage;
+use crate::metrics::Metrics;
+
+/// Starts the admin thread on an already bound listener.
+pub fn spawn(
+    listener: StdListener,
+    metrics: Metrics,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("admin".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => return tracing::error!("admin runtime: {e}"),
+            };
+            rt.block_on(async move {
+                let Ok(listener) = TcpListener::from_std(listener) else {
+                    return;
+                };
+                loop {
+                    tokio::select! {
+                        r = listener.accept() => if let Ok((stream, _)) = r {
+                            tokio::spawn(answer(stream, metrics.clone()));
+                        },
+                        _ = shutdown.changed() => break,
+                    }
+                }
+            });
+        })
+}
+
+async fn answer(mut stream: tokio::net::TcpStream, metrics: Metrics) {
+    let mut buf = vec![0u8; 8192];
+    let mut filled = 0;
+    let path = loop {
+        match stream.read(&mut buf[filled..]).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => filled += n,
+        }
+        let mut storage = header_storage();
+        match parse_request(&buf[..filled], &mut storage, buf.len()) {
+            Ok(Some(head)) => break head.path.to_string(),
+            Ok(None) if filled < buf.len() => continue,
+            _ => return,
+        }
+    };
+    let (status, body) = if path == "/metrics" {
+        ("200 OK", metrics.render())
+    } else {
+        ("404 Not Found", "not found\n".to_string())
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+}

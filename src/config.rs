@@ -1,0 +1,653 @@
+//! Configuration: the TOML file format, its complete validation, and the immutable [`Config`]
+//! value the workers read. A config is either entirely valid or refused with every problem
+//! found, each with file, line, column and reason; workers never see a half-checked value.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::routing::{Router, RouterBuilder};
+
+/// The validated, immutable configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Worker threads to run (one per core by default).
+    pub workers: usize,
+    /// Addresses to accept connections on.
+    pub listeners: Vec<ListenerConfig>,
+    /// Upstream groups; routes refer to them by index.
+    pub upstreams: Vec<UpstreamGroup>,
+    /// Host and path routing.
+    pub router: Router,
+    /// Request limits and client-side timeouts.
+    pub limits: Limits,
+    /// Where the access log goes, if anywhere.
+    pub access_log: Option<PathBuf>,
+    /// Address of the admin listener (metrics), if any.
+    pub admin: Option<SocketAddr>,
+}
+
+/// One listening address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerConfig {
+    /// Address to bind.
+    pub address: SocketAddr,
+    /// Accept queue length asked of the kernel (capped by net.core.somaxconn).
+    pub backlog: u32,
+    /// Most client connections open at once on this listener, across all workers.
+    pub max_connections: usize,
+}
+
+/// A named set of upstream servers with their connection settings.
+#[derive(Debug, Clone)]
+pub struct UpstreamGroup {
+    /// Name used by routes.
+    pub name: String,
+    /// Server addresses.
+    pub servers: Vec<SocketAddr>,
+    /// Idle keep-alive connections kept per server, per worker.
+    pub keepalive: usize,
+    /// Time allowed to establish a connection.
+    pub connect_timeout: Duration,
+    /// Time allowed between two reads from the upstream.
+    pub read_timeout: Duration,
+    /// Time allowed between two writes to the upstream.
+    pub send_timeout: Duration,
+    /// How long an idle pooled connection is kept.
+    pub idle_timeout: Duration,
+}
+
+/// Client-side limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest request head accepted (431 beyond).
+    pub max_request_head: usize,
+    /// Largest buffer one request may use; bounds memory per in-flight request.
+    pub max_buffer: usize,
+    /// How long an idle keep-alive client connection is kept.
+    pub keepalive_timeout: Duration,
+    /// Time allowed to receive a whole request head once it started.
+    pub client_header_timeout: Duration,
+    /// Time allowed between two reads of a request body.
+    pub client_body_timeout: Duration,
+    /// How long shutdown waits for in-flight requests.
+    pub drain_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_request_head: 16 * 1024,
+            max_buffer: 256 * 1024,
+            keepalive_timeout: Duration::from_secs(75),
+            client_header_timeout: Duration::from_secs(60),
+            client_body_timeout: Duration::from_secs(60),
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Default accept backlog: large, so bursts queue instead of being dropped.
+pub const DEFAULT_BACKLOG: u32 = 65535;
+/// Default connection limit per listener.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 65536;
+/// Default idle keep-alive connections per upstream server per worker.
+pub const DEFAULT_UPSTREAM_KEEPALIVE: usize = 128;
+
+impl UpstreamGroup {
+    /// A group with default settings.
+    pub fn new(name: &str, servers: Vec<SocketAddr>) -> Self {
+        UpstreamGroup {
+            name: name.to_string(),
+            servers,
+            keepalive: DEFAULT_UPSTREAM_KEEPALIVE,
+            connect_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The number of CPUs this process may run on.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+impl Config {
+    /// The zero-config reverse proxy of `slipstream proxy`: every default is the fast one.
+    pub fn for_proxy(
+        listen: SocketAddr,
+        upstreams: Vec<SocketAddr>,
+        workers: Option<usize>,
+    ) -> Self {
+        let mut router = RouterBuilder::default();
+        let site = router.add_site(true);
+        router.add_route(site, "/", 0);
+        Config {
+            workers: workers.unwrap_or_else(default_workers),
+            listeners: vec![ListenerConfig {
+                address: listen,
+                backlog: DEFAULT_BACKLOG,
+                max_connections: DEFAULT_MAX_CONNECTIONS,
+            }],
+            upstreams: vec![UpstreamGroup::new("default", upstreams)],
+            router: router.build(),
+            limits: Limits::default(),
+            access_log: None,
+            admin: None,
+        }
+    }
+
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigErrors(vec![ConfigError {
+                file: path.display().to_string(),
+                line: 0,
+                column: 0,
+                message: format!("cannot read: {e}"),
+            }])
+        })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    /// Validates config text; `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Config, ConfigErrors> {
+        let mut v = Validator {
+            text,
+            file,
+            errors: Vec::new(),
+        };
+        let raw: FileConfig = match toml::from_str(text) {
+            Ok(r) => r,
+            Err(e) => {
+                let span = e.span().unwrap_or(0..0);
+                let message = suggest_nearest(e.message());
+                v.error(span.start, message);
+                return Err(ConfigErrors(v.errors));
+            }
+        };
+        let config = v.build(raw);
+        if v.errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigErrors(v.errors))
+        }
+    }
+}
+
+/// One problem in a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// File name as given.
+    pub file: String,
+    /// 1-based line (0 when the file could not be read).
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file, self.line, self.column, self.message
+        )
+    }
+}
+
+/// Every problem found in a config file.
+#[derive(Debug, Clone)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+// === The file format ===
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    workers: Option<Spanned<usize>>,
+    access_log: Option<String>,
+    admin: Option<Spanned<String>>,
+    #[serde(default)]
+    limits: FileLimits,
+    #[serde(default)]
+    listen: Vec<FileListener>,
+    #[serde(default)]
+    upstreams: BTreeMap<Spanned<String>, FileUpstream>,
+    #[serde(default)]
+    sites: Vec<FileSite>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileLimits {
+    max_request_head: Option<Spanned<Size>>,
+    max_buffer: Option<Spanned<Size>>,
+    keepalive_timeout: Option<Spanned<String>>,
+    client_header_timeout: Option<Spanned<String>>,
+    client_body_timeout: Option<Spanned<String>>,
+    drain_timeout: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileListener {
+    address: Spanned<String>,
+    backlog: Option<u32>,
+    max_connections: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileUpstream {
+    servers: Spanned<Vec<Spanned<String>>>,
+    keepalive: Option<usize>,
+    connect_timeout: Option<Spanned<String>>,
+    read_timeout: Option<Spanned<String>>,
+    send_timeout: Option<Spanned<String>>,
+    idle_timeout: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSite {
+    #[serde(default)]
+    hosts: Vec<Spanned<String>>,
+    #[serde(default)]
+    default: Option<Spanned<bool>>,
+    #[serde(default)]
+    routes: Vec<FileRoute>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRoute {
+    path: Spanned<String>,
+    upstream: Spanned<String>,
+}
+
+/// A byte size: an integer, or a string such as `"16KB"`, `"4k"`, `"1MB"`.
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+enum Size {
+    Bytes(u64),
+    Text(String),
+}
+
+// === Validation ===
+
+struct Validator<'a> {
+    text: &'a str,
+    file: &'a str,
+    errors: Vec<ConfigError>,
+}
+
+impl Validator<'_> {
+    fn error(&mut self, offset: usize, message: impl Into<String>) {
+        let (line, column) = line_column(self.text, offset);
+        self.errors.push(ConfigError {
+            file: self.file.to_string(),
+            line,
+            column,
+            message: message.into(),
+        });
+    }
+
+    fn duration(&mut self, v: &Option<Spanned<String>>, default: Duration) -> Duration {
+        let Some(s) = v else { return default };
+        match parse_duration(s.get_ref()) {
+            Some(d) => d,
+            None => {
+                self.error(
+                    s.span().start,
+                    format!(
+                        "invalid duration {:?}: use e.g. \"500ms\", \"30s\", \"5m\"",
+                        s.get_ref()
+                    ),
+                );
+                default
+            }
+        }
+    }
+
+    fn size(&mut self, v: &Option<Spanned<Size>>, default: usize) -> usize {
+        let Some(s) = v else { return default };
+        let parsed = match s.get_ref() {
+            Size::Bytes(n) => Some(*n),
+            Size::Text(t) => parse_size(t),
+        };
+        match parsed {
+            Some(n) if n > 0 && n <= (1 << 40) => n as usize,
+            _ => {
+                self.error(
+                    s.span().start,
+                    "invalid size: use bytes or e.g. \"16KB\", \"1MB\"",
+                );
+                default
+            }
+        }
+    }
+
+    fn socket_addr(&mut self, s: &Spanned<String>) -> Option<SocketAddr> {
+        match s.get_ref().to_socket_addrs().map(|mut a| a.next()) {
+            Ok(Some(a)) => Some(a),
+            _ => {
+                self.error(
+                    s.span().start,
+                    format!("invalid address {:?}: expected HOST:PORT", s.get_ref()),
+                );
+                None
+            }
+        }
+    }
+
+    fn build(&mut self, raw: FileConfig) -> Config {
+        let workers = match raw.workers {
+            Some(w) if *w.get_ref() == 0 || *w.get_ref() > 1024 => {
+                self.error(w.span().start, "workers must be between 1 and 1024");
+                1
+            }
+            Some(w) => *w.get_ref(),
+            None => default_workers(),
+        };
+        let defaults = Limits::default();
+        let limits = Limits {
+            max_request_head: self.size(&raw.limits.max_request_head, defaults.max_request_head),
+            max_buffer: self.size(&raw.limits.max_buffer, defaults.max_buffer),
+            keepalive_timeout: self
+                .duration(&raw.limits.keepalive_timeout, defaults.keepalive_timeout),
+            client_header_timeout: self.duration(
+                &raw.limits.client_header_timeout,
+                defaults.client_header_timeout,
+            ),
+            client_body_timeout: self.duration(
+                &raw.limits.client_body_timeout,
+                defaults.client_body_timeout,
+            ),
+            drain_timeout: self.duration(&raw.limits.drain_timeout, defaults.drain_timeout),
+        };
+        if limits.max_buffer < limits.max_request_head {
+            let at = raw.limits.max_buffer.as_ref().map_or(0, |s| s.span().start);
+            self.error(at, "max_buffer must be at least max_request_head");
+        }
+
+        let mut listeners = Vec::new();
+        let mut seen = HashSet::new();
+        if raw.listen.is_empty() {
+            self.error(
+                0,
+                "no [[listen]] section: at least one listener is required",
+            );
+        }
+        for l in &raw.listen {
+            if let Some(address) = self.socket_addr(&l.address) {
+                if !seen.insert(address) {
+                    self.error(
+                        l.address.span().start,
+                        format!("duplicate listener {address}"),
+                    );
+                }
+                listeners.push(ListenerConfig {
+                    address,
+                    backlog: l.backlog.unwrap_or(DEFAULT_BACKLOG),
+                    max_connections: l.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
+                });
+            }
+        }
+
+        let mut upstreams = Vec::new();
+        for (name, u) in &raw.upstreams {
+            let mut group = UpstreamGroup::new(name.get_ref(), Vec::new());
+            if u.servers.get_ref().is_empty() {
+                self.error(
+                    u.servers.span().start,
+                    format!("upstream {:?} has no servers", name.get_ref()),
+                );
+            }
+            for s in u.servers.get_ref() {
+                if let Some(a) = self.socket_addr(s) {
+                    group.servers.push(a);
+                }
+            }
+            group.keepalive = u.keepalive.unwrap_or(group.keepalive);
+            group.connect_timeout = self.duration(&u.connect_timeout, group.connect_timeout);
+            group.read_timeout = self.duration(&u.read_timeout, group.read_timeout);
+            group.send_timeout = self.duration(&u.send_timeout, group.send_timeout);
+            group.idle_timeout = self.duration(&u.idle_timeout, group.idle_timeout);
+            upstreams.push(group);
+        }
+
+        let router = self.build_router(&raw.sites, &upstreams);
+        let admin = raw.admin.as_ref().and_then(|a| self.socket_addr(a));
+        Config {
+            workers,
+            listeners,
+            upstreams,
+            router,
+            limits,
+            access_log: raw.access_log.map(PathBuf::from),
+            admin,
+        }
+    }
+
+    fn build_router(&mut self, sites: &[FileSite], upstreams: &[UpstreamGroup]) -> Router {
+        let mut builder = RouterBuilder::default();
+        let mut default_seen = false;
+        if sites.is_empty() {
+            self.error(0, "no [[sites]] section: at least one site is required");
+        }
+        for site in sites {
+            let is_default = site.default.as_ref().is_some_and(|d| *d.get_ref());
+            if is_default && default_seen {
+                let at = site.default.as_ref().map_or(0, |d| d.span().start);
+                self.error(at, "more than one site has default = true");
+            }
+            default_seen |= is_default;
+            let index = builder.add_site(is_default);
+            for host in &site.hosts {
+                if let Err(reason) = builder.add_host(index, host.get_ref()) {
+                    self.error(host.span().start, reason);
+                }
+            }
+            if site.hosts.is_empty() && !is_default {
+                let message = "site has no hosts and is not the default: nothing can reach it";
+                self.error(
+                    site.routes.first().map_or(0, |r| r.path.span().start),
+                    message,
+                );
+            }
+            for route in &site.routes {
+                if !route.path.get_ref().starts_with('/') {
+                    self.error(route.path.span().start, "route path must start with '/'");
+                }
+                match upstreams
+                    .iter()
+                    .position(|u| u.name == *route.upstream.get_ref())
+                {
+                    Some(u) => builder.add_route(index, route.path.get_ref(), u),
+                    None => {
+                        let names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+                        let hint = nearest(route.upstream.get_ref(), &names)
+                            .map(|n| format!("; did you mean {n:?}?"))
+                            .unwrap_or_default();
+                        self.error(
+                            route.upstream.span().start,
+                            format!("unknown upstream {:?}{hint}", route.upstream.get_ref()),
+                        );
+                    }
+                }
+            }
+        }
+        builder.build()
+    }
+}
+
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
+}
+
+/// Parses `"500ms"`, `"30s"`, `"5m"`, `"1h"`.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit())?;
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    match unit.trim() {
+        "ms" => Some(Duration::from_millis(n)),
+        "s" => Some(Duration::from_secs(n)),
+        "m" => Some(Duration::from_secs(n * 60)),
+        "h" => Some(Duration::from_secs(n * 3600)),
+        _ => None,
+    }
+}
+
+/// Parses `"4096"`, `"16KB"`, `"16k"`, `"1MB"`, `"1GiB"` (units are powers of 1024).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+/// Turns serde's "unknown field `x`, expected one of `a`, `b`" into a message naming the
+/// nearest valid key.
+fn suggest_nearest(message: &str) -> String {
+    let message = message.trim();
+    if !message.starts_with("unknown field") {
+        return message.to_string();
+    }
+    let names: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
+    match names.split_first() {
+        Some((unknown, valid)) if !valid.is_empty() => match nearest(unknown, valid) {
+            Some(n) => format!(
+                "unknown key `{unknown}`; did you mean `{n}`? (valid keys: {})",
+                valid.join(", ")
+            ),
+            None => format!("unknown key `{unknown}` (valid keys: {})", valid.join(", ")),
+        },
+        _ => message.to_string(),
+    }
+}
+
+/// The candidate closest to `word` by edit distance.
+fn nearest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    candidates
+        .iter()
+        .map(|c| (edit_distance(word, c), *c))
+        .min()
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + (ca != *cb) as usize).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[[listen]]
+address = "127.0.0.1:8080"
+
+[upstreams.app]
+servers = ["127.0.0.1:9000"]
+
+[[sites]]
+default = true
+routes = [{ path = "/", upstream = "app" }]
+"#;
+
+    #[test]
+    fn good_config_parses() {
+        let c = Config::parse(GOOD, "t.toml").unwrap();
+        assert_eq!(c.listeners[0].address, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(c.upstreams[0].servers.len(), 1);
+    }
+
+    #[test]
+    fn unknown_key_names_nearest() {
+        let text = GOOD.replace("servers =", "keepalive_pool = 3\nservers =");
+        let e = Config::parse(&text, "t.toml").unwrap_err();
+        assert_eq!(e.0[0].line, 6);
+        assert!(
+            e.0[0].message.contains("did you mean `keepalive`"),
+            "{}",
+            e.0[0].message
+        );
+    }
+
+    #[test]
+    fn semantic_errors_are_all_reported_with_lines() {
+        let text = GOOD
+            .replace("upstream = \"app\"", "upstream = \"apq\"")
+            .replace("127.0.0.1:9000", "nonsense");
+        let e = Config::parse(&text, "t.toml").unwrap_err();
+        assert_eq!(e.0.len(), 2, "{e}");
+        assert!(e
+            .0
+            .iter()
+            .any(|x| x.line == 6 && x.message.contains("invalid address")));
+        assert!(e
+            .0
+            .iter()
+            .any(|x| x.line == 10 && x.message.contains("did you mean \"app\"")));
+    }
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_size("16KB"), Some(16384));
+        assert_eq!(parse_size("1m"), Some(1 << 20));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration("5"), None);
+    }
+}

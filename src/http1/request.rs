@@ -1,0 +1,347 @@
+//! Request heads: parsing with the framing and smuggling rules of RFC 9112, and writing the head
+//! the proxy sends upstream.
+//!
+//! httparse does the tokenizing; everything it leaves to the caller is checked here: Content-Length
+//! and Transfer-Encoding semantics, Host rules, request-target forms. The upstream head is always
+//! written fresh from the parsed fields with CRLF line ends, never copied from the client's bytes.
+
+use std::io::Write;
+use std::net::IpAddr;
+
+use super::chunked::is_token_byte;
+use super::{is_hop_by_hop, list_elements, parse_content_length, put_field, ConnectionTokens};
+use super::{Framing, MAX_HEADERS};
+
+/// Why a request head was refused; each maps to one status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestError {
+    /// Malformed syntax or ambiguous framing: 400.
+    Malformed(&'static str),
+    /// The request line alone exceeds the head limit: 414.
+    UriTooLong,
+    /// The head exceeds the head limit or has too many fields: 431.
+    HeadTooLarge,
+    /// A transfer coding or method form the proxy does not implement: 501.
+    NotImplemented(&'static str),
+    /// An Expect value other than 100-continue: 417.
+    ExpectationFailed,
+}
+
+impl RequestError {
+    /// The status code sent for this error.
+    pub fn status(&self) -> u16 {
+        match self {
+            RequestError::Malformed(_) => 400,
+            RequestError::UriTooLong => 414,
+            RequestError::HeadTooLarge => 431,
+            RequestError::NotImplemented(_) => 501,
+            RequestError::ExpectationFailed => 417,
+        }
+    }
+
+    /// A short reason for logs.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RequestError::Malformed(r) | RequestError::NotImplemented(r) => r,
+            RequestError::UriTooLong => "request line too long",
+            RequestError::HeadTooLarge => "request head too large",
+            RequestError::ExpectationFailed => "unsupported expectation",
+        }
+    }
+}
+
+/// Storage for the header fields of one parse; lives on the caller's stack.
+pub type HeaderStorage<'b> = [httparse::Header<'b>; MAX_HEADERS];
+
+/// A new, empty [`HeaderStorage`].
+pub fn header_storage<'b>() -> HeaderStorage<'b> {
+    [httparse::EMPTY_HEADER; MAX_HEADERS]
+}
+
+/// A parsed and validated request head, borrowing the connection's read buffer.
+#[derive(Debug)]
+pub struct RequestHead<'h, 'b> {
+    /// Request method.
+    pub method: &'b str,
+    /// Target in origin form (`/path?query`), or `*` for `OPTIONS *`.
+    pub path: &'b str,
+    /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor_version: u8,
+    /// The host the request is for: the absolute-form authority, else the Host field.
+    pub host: Option<&'b [u8]>,
+    /// How the request body is delimited.
+    pub framing: Framing,
+    /// Whether the client wants the connection kept open after the response.
+    pub keep_alive: bool,
+    /// `Expect: 100-continue` was sent.
+    pub expect_continue: bool,
+    /// The Upgrade value, when the client asked to switch protocols.
+    pub upgrade: Option<&'b [u8]>,
+    /// Tokens of the Connection fields.
+    pub connection: ConnectionTokens,
+    /// All header fields as received.
+    pub headers: &'h [httparse::Header<'b>],
+    /// Length of the head in bytes, including the final empty line.
+    pub head_len: usize,
+}
+
+/// Parses a request head from the start of `buf`. `Ok(None)` means more bytes are needed;
+/// `max_head` bounds how many bytes a head may take.
+pub fn parse_request<'h, 'b>(
+    buf: &'b [u8],
+    storage: &'h mut HeaderStorage<'b>,
+    max_head: usize,
+) -> Result<Option<RequestHead<'h, 'b>>, RequestError> {
+    let mut req = httparse::Request::new(storage);
+    let status = match req.parse(buf) {
+        Ok(s) => s,
+        Err(httparse::Error::TooManyHeaders) => return Err(RequestError::HeadTooLarge),
+        Err(e) => return Err(RequestError::Malformed(httparse_reason(e))),
+    };
+    let head_len = match status {
+        httparse::Status::Complete(n) if n <= max_head => n,
+        httparse::Status::Complete(_) => return Err(RequestError::HeadTooLarge),
+        httparse::Status::Partial if buf.len() >= max_head => {
+            return Err(if buf[..max_head].contains(&b'\n') {
+                RequestError::HeadTooLarge
+            } else {
+                RequestError::UriTooLong
+            })
+        }
+        httparse::Status::Partial => return Ok(None),
+    };
+    let method = req.method.unwrap_or_default();
+    let target = req.path.unwrap_or_default();
+    let minor_version = req.version.unwrap_or(1);
+    let headers: &'h [httparse::Header<'b>] = req.headers;
+
+    let (path, authority) = split_target(method, target)?;
+    let mut host_field: Option<&'b [u8]> = None;
+    let mut content_length: Option<u64> = None;
+    let mut has_content_length = false;
+    let mut te_seen = false;
+    let mut te_chunked_last = false;
+    let mut te_chunked_count = 0;
+    let mut expect_continue = false;
+    let mut upgrade = None;
+    let mut connection = ConnectionTokens::default();
+
+    for h in headers.iter() {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("host") {
+            if host_field.is_some() {
+                return Err(RequestError::Malformed("repeated Host"));
+            }
+            if !valid_host(h.value) {
+                return Err(RequestError::Malformed("invalid Host"));
+            }
+            host_field = Some(h.value);
+        } else if name.eq_ignore_ascii_case("content-length") {
+            has_content_length = true;
+            content_length = Some(
+                parse_content_length(h.value, content_length)
+                    .ok_or(RequestError::Malformed("invalid Content-Length"))?,
+            );
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            te_seen = true;
+            for coding in list_elements(h.value) {
+                te_chunked_last = coding.eq_ignore_ascii_case(b"chunked");
+                if te_chunked_last {
+                    te_chunked_count += 1;
+                }
+            }
+        } else if name.eq_ignore_ascii_case("connection") {
+            connection.add(h.value);
+        } else if name.eq_ignore_ascii_case("expect") {
+            if h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {
+                expect_continue = true;
+            } else {
+                return Err(RequestError::ExpectationFailed);
+            }
+        } else if name.eq_ignore_ascii_case("upgrade") {
+            upgrade = Some(h.value);
+        }
+    }
+
+    let framing = if te_seen {
+        if has_content_length {
+            return Err(RequestError::Malformed(
+                "both Content-Length and Transfer-Encoding",
+            ));
+        }
+        if minor_version == 0 {
+            return Err(RequestError::Malformed("Transfer-Encoding in HTTP/1.0"));
+        }
+        if te_chunked_count > 1 || (te_chunked_count == 1 && !te_chunked_last) {
+            return Err(RequestError::Malformed("chunked is not the last coding"));
+        }
+        if te_chunked_count == 0 {
+            return Err(RequestError::NotImplemented("unsupported transfer coding"));
+        }
+        Framing::Chunked
+    } else {
+        match content_length {
+            Some(n) => Framing::Length(n),
+            None => Framing::Empty,
+        }
+    };
+
+    if minor_version == 1 && host_field.is_none() {
+        return Err(RequestError::Malformed("missing Host"));
+    }
+    let keep_alive = if minor_version == 1 {
+        !connection.close
+    } else {
+        connection.keep_alive && !connection.close
+    };
+    let upgrade = if connection.upgrade && minor_version == 1 {
+        upgrade
+    } else {
+        None
+    };
+    Ok(Some(RequestHead {
+        method,
+        path,
+        minor_version,
+        host: authority.or(host_field),
+        framing,
+        keep_alive,
+        expect_continue,
+        upgrade,
+        connection,
+        headers,
+        head_len,
+    }))
+}
+
+/// Splits a request-target into the origin-form path and, for absolute form, the authority.
+fn split_target<'b>(
+    method: &str,
+    target: &'b str,
+) -> Result<(&'b str, Option<&'b [u8]>), RequestError> {
+    if target.starts_with('/') {
+        return Ok((target, None));
+    }
+    if target == "*" && method == "OPTIONS" {
+        return Ok((target, None));
+    }
+    if method == "CONNECT" {
+        return Err(RequestError::NotImplemented("CONNECT"));
+    }
+    let lower_scheme = |s: &str| {
+        target.len() > s.len() && target.as_bytes()[..s.len()].eq_ignore_ascii_case(s.as_bytes())
+    };
+    let rest = if lower_scheme("http://") {
+        &target[7..]
+    } else if lower_scheme("https://") {
+        &target[8..]
+    } else {
+        return Err(RequestError::Malformed("invalid request target"));
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    if authority.is_empty() || !valid_host(authority.as_bytes()) {
+        return Err(RequestError::Malformed("invalid authority"));
+    }
+    let path = &rest[end..];
+    let path = if path.starts_with('/') { path } else { "/" };
+    Ok((path, Some(authority.as_bytes())))
+}
+
+/// A Host value: a reg-name, IPv4 or bracketed IPv6 literal, with an optional port.
+fn valid_host(v: &[u8]) -> bool {
+    v.iter()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'[' | b']'))
+}
+
+fn httparse_reason(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::HeaderName => "invalid header name",
+        httparse::Error::HeaderValue => "invalid header value",
+        httparse::Error::NewLine => "invalid line ending",
+        httparse::Error::Status => "invalid status",
+        httparse::Error::Token => "invalid token",
+        httparse::Error::Version => "invalid version",
+        httparse::Error::TooManyHeaders => "too many headers",
+    }
+}
+
+/// What the proxy adds to a forwarded request.
+#[derive(Debug, Clone, Copy)]
+pub struct ForwardedFor<'a> {
+    /// The client's address, appended to X-Forwarded-For.
+    pub client: IpAddr,
+    /// `http` or `https`, sent as X-Forwarded-Proto.
+    pub proto: &'a str,
+}
+
+impl RequestHead<'_, '_> {
+    /// Whether a failed attempt may be repeated on another connection (RFC 9110 9.2.2).
+    pub fn is_idempotent(&self) -> bool {
+        matches!(
+            self.method,
+            "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
+        )
+    }
+
+    /// Writes the head to send upstream: HTTP/1.1, hop-by-hop fields removed, the proxy's
+    /// X-Forwarded-* fields and the body framing added.
+    pub fn write_upstream_head(&self, out: &mut Vec<u8>, fwd: ForwardedFor<'_>) {
+        out.extend_from_slice(self.method.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.path.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        if let Some(host) = self.host {
+            put_field(out, b"Host", host);
+        }
+        for h in self.headers {
+            let name = h.name;
+            if name.eq_ignore_ascii_case("host")
+                || is_hop_by_hop(name)
+                || name.eq_ignore_ascii_case("expect")
+                || name.eq_ignore_ascii_case("x-forwarded-for")
+                || name.eq_ignore_ascii_case("x-forwarded-proto")
+                || name.eq_ignore_ascii_case("x-forwarded-host")
+                || self.connection.names(name)
+            {
+                continue;
+            }
+            put_field(out, name.as_bytes(), h.value);
+        }
+        // X-Forwarded-For: the values the client sent, in order, then the client's address.
+        out.extend_from_slice(b"X-Forwarded-For: ");
+        for h in self.headers {
+            if h.name.eq_ignore_ascii_case("x-forwarded-for") {
+                out.extend_from_slice(h.value.trim_ascii());
+                out.extend_from_slice(b", ");
+            }
+        }
+        let _ = write!(out, "{}\r\n", fwd.client);
+        put_field(out, b"X-Forwarded-Proto", fwd.proto.as_bytes());
+        if let Some(host) = self.host {
+            put_field(out, b"X-Forwarded-Host", host);
+        }
+        match self.framing {
+            Framing::Length(n) => {
+                out.extend_from_slice(b"Content-Length: ");
+                super::put_decimal(out, n);
+                out.extend_from_slice(b"\r\n");
+            }
+            Framing::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+            Framing::Empty | Framing::UntilClose => {}
+        }
+        if let Some(up) = self.upgrade {
+            out.extend_from_slice(b"Connection: upgrade\r\n");
+            put_field(out, b"Upgrade", up);
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// True if `name` is a syntactically valid field name (used by tests and trailers).
+pub fn is_field_name(name: &[u8]) -> bool {
+    !name.is_empty() && name.iter().all(|b| is_token_byte(*b))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,278 @@
+//! Response heads: parsing what an upstream sent, deciding how its body is framed for the
+//! client, and writing the head the client receives.
+
+use super::{is_hop_by_hop, list_elements, parse_content_length, put_decimal, put_field};
+use super::{ConnectionTokens, Framing, MAX_HEADERS};
+
+/// Why an upstream response head was refused (the client gets 502).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseError {
+    /// Not a valid HTTP/1.x response head, or ambiguous framing.
+    Malformed(&'static str),
+    /// The head is larger than the proxy's head limit.
+    TooLarge,
+}
+
+impl std::fmt::Display for ResponseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResponseError::Malformed(r) => f.write_str(r),
+            ResponseError::TooLarge => f.write_str("response head too large"),
+        }
+    }
+}
+
+/// How the body is carried from the upstream framing to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relay {
+    /// Bytes are forwarded as they are (length-delimited, chunked to HTTP/1.1, or read-until-close
+    /// to a client that will also be closed).
+    Pass,
+    /// A read-until-close body is re-framed as chunked so an HTTP/1.1 client can keep its
+    /// connection.
+    EncodeChunked,
+    /// A chunked body goes to an HTTP/1.0 client without its framing, ended by close.
+    DecodeChunked,
+}
+
+/// A parsed upstream response head, borrowing the upstream read buffer.
+#[derive(Debug)]
+pub struct ResponseHead<'h, 'b> {
+    /// Status code.
+    pub status: u16,
+    /// Reason phrase as sent.
+    pub reason: &'b str,
+    /// How the body is delimited (already [`Framing::Empty`] for HEAD, 1xx, 204 and 304).
+    pub framing: Framing,
+    /// The Content-Length the upstream declared, passed on for HEAD and 304.
+    pub declared_length: Option<u64>,
+    /// Whether the upstream connection may be reused after this response.
+    pub reusable: bool,
+    /// Tokens of the Connection fields.
+    pub connection: ConnectionTokens,
+    /// All header fields as received.
+    pub headers: &'h [httparse::Header<'b>],
+    /// Length of the head in bytes.
+    pub head_len: usize,
+}
+
+/// Parses a response head at the start of `buf`; `Ok(None)` means more bytes are needed.
+pub fn parse_response<'h, 'b>(
+    buf: &'b [u8],
+    storage: &'h mut [httparse::Header<'b>; MAX_HEADERS],
+    max_head: usize,
+    request_was_head: bool,
+) -> Result<Option<ResponseHead<'h, 'b>>, ResponseError> {
+    let mut res = httparse::Response::new(storage);
+    let status = httparse::ParserConfig::default()
+        .allow_spaces_after_header_name_in_responses(true)
+        .parse_response(&mut res, buf);
+    let head_len = match status {
+        Ok(httparse::Status::Complete(n)) if n <= max_head => n,
+        Ok(httparse::Status::Complete(_)) => return Err(ResponseError::TooLarge),
+        Ok(httparse::Status::Partial) if buf.len() >= max_head => {
+            return Err(ResponseError::TooLarge)
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(ResponseError::TooLarge),
+        Err(_) => return Err(ResponseError::Malformed("malformed response head")),
+    };
+    let status = res.code.unwrap_or(0);
+    let minor_version = res.version.unwrap_or(1);
+    let reason = res.reason.unwrap_or("");
+    let headers: &'h [httparse::Header<'b>] = res.headers;
+
+    let mut content_length = None;
+    let mut has_content_length = false;
+    let mut te_seen = false;
+    let mut chunked_last = false;
+    let mut chunked_count = 0;
+    let mut connection = ConnectionTokens::default();
+    for h in headers.iter() {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            has_content_length = true;
+            content_length = Some(
+                parse_content_length(h.value, content_length)
+                    .ok_or(ResponseError::Malformed("invalid Content-Length"))?,
+            );
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            te_seen = true;
+            for coding in list_elements(h.value) {
+                chunked_last = coding.eq_ignore_ascii_case(b"chunked");
+                chunked_count += chunked_last as u32;
+            }
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            connection.add(h.value);
+        }
+    }
+    if te_seen && has_content_length {
+        return Err(ResponseError::Malformed(
+            "both Content-Length and Transfer-Encoding",
+        ));
+    }
+    if te_seen && chunked_count > 1 {
+        return Err(ResponseError::Malformed("chunked applied twice"));
+    }
+
+    let bodyless =
+        request_was_head || (100..200).contains(&status) || status == 204 || status == 304;
+    let framing = if bodyless {
+        Framing::Empty
+    } else if te_seen && chunked_last {
+        Framing::Chunked
+    } else if te_seen {
+        Framing::UntilClose
+    } else {
+        match content_length {
+            Some(n) => Framing::Length(n),
+            None => Framing::UntilClose,
+        }
+    };
+    let upstream_keeps = if minor_version == 1 {
+        !connection.close
+    } else {
+        connection.keep_alive && !connection.close
+    };
+    Ok(Some(ResponseHead {
+        status,
+        reason,
+        framing,
+        declared_length: content_length,
+        reusable: upstream_keeps && framing != Framing::UntilClose && status != 101,
+        connection,
+        headers,
+        head_len,
+    }))
+}
+
+impl ResponseHead<'_, '_> {
+    /// An interim (1xx) response other than 101.
+    pub fn is_interim(&self) -> bool {
+        (100..200).contains(&self.status) && self.status != 101
+    }
+
+    /// How to carry this body to a client speaking HTTP/1.`client_minor`.
+    pub fn relay(&self, client_minor: u8) -> Relay {
+        match (self.framing, client_minor) {
+            (Framing::Chunked, 0) => Relay::DecodeChunked,
+            (Framing::UntilClose, 1) => Relay::EncodeChunked,
+            _ => Relay::Pass,
+        }
+    }
+
+    /// Whether the client connection must close after this body because its end is signalled
+    /// only by closing.
+    pub fn ends_by_close(&self, relay: Relay) -> bool {
+        matches!(
+            (self.framing, relay),
+            (Framing::UntilClose, Relay::Pass) | (_, Relay::DecodeChunked)
+        )
+    }
+
+    /// Writes the head the client receives. `keep_alive` says whether the client connection stays
+    /// open afterwards; `client_minor` is the client's HTTP minor version.
+    pub fn write_client_head(
+        &self,
+        out: &mut Vec<u8>,
+        relay: Relay,
+        keep_alive: bool,
+        client_minor: u8,
+    ) {
+        out.extend_from_slice(b"HTTP/1.1 ");
+        put_decimal(out, self.status as u64);
+        out.push(b' ');
+        out.extend_from_slice(self.reason.as_bytes());
+        out.extend_from_slice(b"\r\n");
+        let mut upgrade = None;
+        for h in self.headers {
+            if h.name.eq_ignore_ascii_case("upgrade") {
+                upgrade = Some(h.value);
+            }
+            if is_hop_by_hop(h.name) || self.connection.names(h.name) {
+                continue;
+            }
+            put_field(out, h.name.as_bytes(), h.value);
+        }
+        if self.status == 101 {
+            out.extend_from_slice(b"Connection: upgrade\r\n");
+            if let Some(u) = upgrade {
+                put_field(out, b"Upgrade", u);
+            }
+            out.extend_from_slice(b"\r\n");
+            return;
+        }
+        if self.is_interim() {
+            out.extend_from_slice(b"\r\n");
+            return;
+        }
+        match (self.framing, relay) {
+            (Framing::Length(n), _) => put_length(out, n),
+            (Framing::Chunked, Relay::Pass) | (Framing::UntilClose, Relay::EncodeChunked) => {
+                out.extend_from_slice(b"Transfer-Encoding: chunked\r\n")
+            }
+            (Framing::Empty, _) if self.status != 204 => {
+                if let Some(n) = self.declared_length {
+                    put_length(out, n);
+                }
+            }
+            _ => {}
+        }
+        if !keep_alive {
+            out.extend_from_slice(b"Connection: close\r\n");
+        } else if client_minor == 0 {
+            out.extend_from_slice(b"Connection: keep-alive\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+fn put_length(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(b"Content-Length: ");
+    put_decimal(out, n);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes a complete response generated by the proxy itself (errors, 404s).
+pub fn write_simple_response(out: &mut Vec<u8>, status: u16, keep_alive: bool, head_only: bool) {
+    let reason = reason_phrase(status);
+    let body_len = reason.len() + 5;
+    out.extend_from_slice(b"HTTP/1.1 ");
+    put_decimal(out, status as u64);
+    out.push(b' ');
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(
+        b"\r\nServer: slipstream\r\nContent-Type: text/plain\r\nContent-Length: ",
+    );
+    put_decimal(out, body_len as u64);
+    out.extend_from_slice(if keep_alive {
+        b"\r\n\r\n".as_slice()
+    } else {
+        b"\r\nConnection: close\r\n\r\n".as_slice()
+    });
+    if !head_only {
+        put_decimal(out, status as u64);
+        out.push(b' ');
+        out.extend_from_slice(reason.as_bytes());
+        out.push(b'\n');
+    }
+}
+
+/// The standard reason phrase for the statuses the proxy generates.
+pub fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        417 => "Expectation Failed",
+        431 => "Request Header Fields Too Large",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Error",
+    }
+}

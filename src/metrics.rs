@@ -1,0 +1,158 @@
+//! Named counters for every trap the proxy can fall into. Each worker owns one shard and bumps it
+//! with relaxed atomics that no other thread writes, so counting costs no contention; readers (the
+//! admin endpoint, `doctor`) sum the shards.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Every counter the proxy keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter {
+    /// Client connections accepted.
+    ConnectionsAccepted,
+    /// Client connections closed.
+    ConnectionsClosed,
+    /// Times a worker stopped accepting because it was at its connection limit.
+    AcceptPaused,
+    /// accept(2) failures (EMFILE and friends).
+    AcceptErrors,
+    /// Requests whose head was read.
+    Requests,
+    /// Requests refused as malformed or too large (4xx from the proxy itself).
+    BadRequests,
+    /// Requests matching no route (404).
+    NoRoute,
+    /// Responses sent with a 2xx/3xx status.
+    ResponsesOk,
+    /// Responses sent with a 4xx status.
+    Responses4xx,
+    /// Responses sent with a 5xx status.
+    Responses5xx,
+    /// Upstream could not be reached or answered badly (502).
+    BadGateway,
+    /// Upstream did not answer in time (504).
+    GatewayTimeout,
+    /// Client closed before its response was complete (logged as 499).
+    ClientClosed,
+    /// Client timed out sending a head or body.
+    ClientTimeouts,
+    /// New upstream connections opened.
+    UpstreamConnects,
+    /// Requests sent on a pooled keep-alive upstream connection.
+    UpstreamReused,
+    /// Upstream connection attempts that failed.
+    UpstreamConnectErrors,
+    /// Connects that failed with EADDRNOTAVAIL: ephemeral ports exhausted.
+    UpstreamPortsExhausted,
+    /// Requests retried on a fresh connection after a pooled one failed.
+    UpstreamRetries,
+    /// Pooled connections found closed by the upstream and discarded.
+    UpstreamStaleDiscarded,
+}
+
+impl Counter {
+    /// All counters, in exposition order.
+    pub const ALL: [Counter; 20] = [
+        Counter::ConnectionsAccepted,
+        Counter::ConnectionsClosed,
+        Counter::AcceptPaused,
+        Counter::AcceptErrors,
+        Counter::Requests,
+        Counter::BadRequests,
+        Counter::NoRoute,
+        Counter::ResponsesOk,
+        Counter::Responses4xx,
+        Counter::Responses5xx,
+        Counter::BadGateway,
+        Counter::GatewayTimeout,
+        Counter::ClientClosed,
+        Counter::ClientTimeouts,
+        Counter::UpstreamConnects,
+        Counter::UpstreamReused,
+        Counter::UpstreamConnectErrors,
+        Counter::UpstreamPortsExhausted,
+        Counter::UpstreamRetries,
+        Counter::UpstreamStaleDiscarded,
+    ];
+
+    /// The exposed metric name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::ConnectionsAccepted => "slipstream_connections_accepted_total",
+            Counter::ConnectionsClosed => "slipstream_connections_closed_total",
+            Counter::AcceptPaused => "slipstream_accept_paused_at_connection_limit_total",
+            Counter::AcceptErrors => "slipstream_accept_errors_total",
+            Counter::Requests => "slipstream_requests_total",
+            Counter::BadRequests => "slipstream_bad_requests_total",
+            Counter::NoRoute => "slipstream_no_route_total",
+            Counter::ResponsesOk => "slipstream_responses_ok_total",
+            Counter::Responses4xx => "slipstream_responses_4xx_total",
+            Counter::Responses5xx => "slipstream_responses_5xx_total",
+            Counter::BadGateway => "slipstream_upstream_bad_gateway_total",
+            Counter::GatewayTimeout => "slipstream_upstream_timeouts_total",
+            Counter::ClientClosed => "slipstream_client_closed_early_total",
+            Counter::ClientTimeouts => "slipstream_client_timeouts_total",
+            Counter::UpstreamConnects => "slipstream_upstream_connects_total",
+            Counter::UpstreamReused => "slipstream_upstream_reused_total",
+            Counter::UpstreamConnectErrors => "slipstream_upstream_connect_errors_total",
+            Counter::UpstreamPortsExhausted => "slipstream_upstream_ports_exhausted_total",
+            Counter::UpstreamRetries => "slipstream_upstream_retries_total",
+            Counter::UpstreamStaleDiscarded => "slipstream_upstream_stale_discarded_total",
+        }
+    }
+}
+
+/// One worker's counters.
+#[derive(Debug, Default)]
+pub struct Shard {
+    values: [AtomicU64; Counter::ALL.len()],
+}
+
+impl Shard {
+    /// Adds one.
+    #[inline]
+    pub fn inc(&self, c: Counter) {
+        self.values[c as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Current value of this shard's counter.
+    pub fn get(&self, c: Counter) -> u64 {
+        self.values[c as usize].load(Ordering::Relaxed)
+    }
+}
+
+/// All shards of the process; cloned handles share them.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    shards: Arc<Mutex<Vec<Arc<Shard>>>>,
+}
+
+impl Metrics {
+    /// A new shard for a worker (taken once per worker at start, never on the request path).
+    pub fn new_shard(&self) -> Arc<Shard> {
+        let shard = Arc::new(Shard::default());
+        self.shards.lock().unwrap().push(shard.clone());
+        shard
+    }
+
+    /// The sum of a counter over all workers.
+    pub fn total(&self, c: Counter) -> u64 {
+        self.shards.lock().unwrap().iter().map(|s| s.get(c)).sum()
+    }
+
+    /// Prometheus text exposition of every counter.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for c in Counter::ALL {
+            let _ = writeln!(
+                out,
+                "# TYPE {} counter\n{} {}",
+                c.name(),
+                c.name(),
+                self.total(c)
+            );
+        }
+        out
+    }
+}

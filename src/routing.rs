@@ -1,0 +1,180 @@
+//! Request routing: a site chosen by Host (exact name, then the longest `*.suffix` wildcard, then
+//! the default site), then a route chosen by the longest matching path prefix.
+//!
+//! Host lookup is a hash lookup per label boundary, so its cost does not grow with the number of
+//! names configured.
+
+use std::collections::HashMap;
+
+/// The routing table of one config.
+#[derive(Debug, Clone, Default)]
+pub struct Router {
+    sites: Vec<Site>,
+    exact: HashMap<String, usize>,
+    /// Wildcard suffixes, stored with their leading dot (`.example.com`).
+    wildcard: HashMap<String, usize>,
+    default: Option<usize>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Site {
+    /// Sorted longest prefix first.
+    routes: Vec<Route>,
+}
+
+#[derive(Debug, Clone)]
+struct Route {
+    prefix: String,
+    upstream: usize,
+}
+
+impl Router {
+    /// The upstream group index for a request, or `None` (404).
+    pub fn route(&self, host: Option<&[u8]>, path: &str) -> Option<usize> {
+        let site = self.site_for(host)?;
+        self.sites[site]
+            .routes
+            .iter()
+            .find(|r| path.starts_with(r.prefix.as_str()))
+            .map(|r| r.upstream)
+    }
+
+    fn site_for(&self, host: Option<&[u8]>) -> Option<usize> {
+        let Some(host) = host else {
+            return self.default;
+        };
+        let mut name = [0u8; 256];
+        let Some(name) = normalize_host(host, &mut name) else {
+            return self.default;
+        };
+        if let Some(i) = self.exact.get(name) {
+            return Some(*i);
+        }
+        // Longest wildcard first: try each suffix starting at a dot.
+        for (i, _) in name.match_indices('.') {
+            if let Some(s) = self.wildcard.get(&name[i..]) {
+                return Some(*s);
+            }
+        }
+        self.default
+    }
+}
+
+/// Lower-cases a Host value and strips its port and a trailing dot, into `out`.
+fn normalize_host<'o>(host: &[u8], out: &'o mut [u8; 256]) -> Option<&'o str> {
+    let host = if host.first() == Some(&b'[') {
+        let end = host.iter().position(|b| *b == b']')?;
+        &host[..=end]
+    } else {
+        match host.iter().rposition(|b| *b == b':') {
+            Some(colon) => &host[..colon],
+            None => host,
+        }
+    };
+    let host = host.strip_suffix(b".").unwrap_or(host);
+    if host.len() > out.len() {
+        return None;
+    }
+    for (o, b) in out.iter_mut().zip(host) {
+        *o = b.to_ascii_lowercase();
+    }
+    std::str::from_utf8(&out[..host.len()]).ok()
+}
+
+/// Builds a [`Router`] while a config is validated.
+#[derive(Debug, Default)]
+pub struct RouterBuilder {
+    router: Router,
+}
+
+impl RouterBuilder {
+    /// Adds a site; returns its index.
+    pub fn add_site(&mut self, is_default: bool) -> usize {
+        let index = self.router.sites.len();
+        self.router.sites.push(Site::default());
+        if is_default {
+            self.router.default = Some(index);
+        }
+        index
+    }
+
+    /// Adds a host name (`example.com` or `*.example.com`) to a site.
+    pub fn add_host(&mut self, site: usize, name: &str) -> Result<(), String> {
+        let lower = name.trim_end_matches('.').to_ascii_lowercase();
+        let (map, key) = match lower.strip_prefix('*') {
+            Some(suffix) if suffix.starts_with('.') && suffix.len() > 1 => {
+                (&mut self.router.wildcard, suffix.to_string())
+            }
+            Some(_) => return Err(format!("invalid wildcard {name:?}: use \"*.example.com\"")),
+            None if lower.is_empty() || lower.contains(['*', '/', ' ', ':']) => {
+                return Err(format!("invalid host name {name:?}"))
+            }
+            None => (&mut self.router.exact, lower),
+        };
+        match map.insert(key, site) {
+            Some(_) => Err(format!("host {name:?} is listed twice")),
+            None => Ok(()),
+        }
+    }
+
+    /// Adds a route by path prefix to a site.
+    pub fn add_route(&mut self, site: usize, prefix: &str, upstream: usize) {
+        self.router.sites[site].routes.push(Route {
+            prefix: prefix.to_string(),
+            upstream,
+        });
+    }
+
+    /// Finishes the router; the first site is the default when none was marked.
+    pub fn build(mut self) -> Router {
+        for site in &mut self.router.sites {
+            site.routes
+                .sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+        }
+        if self.router.default.is_none() && !self.router.sites.is_empty() {
+            self.router.default = Some(0);
+        }
+        self.router
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn router() -> Router {
+        let mut b = RouterBuilder::default();
+        let a = b.add_site(false);
+        b.add_host(a, "api.example.com").unwrap();
+        b.add_route(a, "/", 0);
+        b.add_route(a, "/v2/", 1);
+        let w = b.add_site(false);
+        b.add_host(w, "*.example.com").unwrap();
+        b.add_route(w, "/", 2);
+        let d = b.add_site(true);
+        b.add_route(d, "/static/", 3);
+        b.build()
+    }
+
+    #[test]
+    fn exact_wildcard_default_and_longest_prefix() {
+        let r = router();
+        assert_eq!(r.route(Some(b"API.example.com:8080"), "/v2/x"), Some(1));
+        assert_eq!(r.route(Some(b"api.example.com."), "/v1"), Some(0));
+        assert_eq!(r.route(Some(b"www.example.com"), "/"), Some(2));
+        assert_eq!(r.route(Some(b"a.b.example.com"), "/"), Some(2));
+        assert_eq!(r.route(Some(b"example.com"), "/static/a"), Some(3));
+        assert_eq!(r.route(Some(b"other"), "/"), None);
+        assert_eq!(r.route(None, "/static/"), Some(3));
+    }
+
+    #[test]
+    fn rejects_bad_names() {
+        let mut b = RouterBuilder::default();
+        let s = b.add_site(false);
+        assert!(b.add_host(s, "*example.com").is_err());
+        assert!(b.add_host(s, "a b").is_err());
+        b.add_host(s, "x.com").unwrap();
+        assert!(b.add_host(s, "X.com").is_err());
+    }
+}

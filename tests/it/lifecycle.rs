@@ -1,0 +1,333 @@
+//! The process around the request path: the CLI, config errors, SIGHUP reload, SIGTERM drain,
+//! the connection limit, the access log and the admin metrics.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use slipstream::metrics::Counter;
+
+use crate::support::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_slipstream");
+
+fn temp_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("slipstream-it-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// The binary running in the background, with its stderr collected.
+struct Running {
+    child: Child,
+    addr: SocketAddr,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Running {
+    fn start(args: &[&str]) -> Running {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(rest.split(' ').next().unwrap().to_string());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("proxy did not report its address")
+            .parse()
+            .unwrap();
+        Running { child, addr, log }
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn logged(&self, needle: &str) -> bool {
+        self.log.lock().unwrap().iter().any(|l| l.contains(needle))
+    }
+
+    fn get(&self, host: &str, path: &str) -> Vec<u8> {
+        exchange_until_close(
+            self.addr,
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn routed_config(listen: &str, first: SocketAddr, second: SocketAddr, route_to: &str) -> String {
+    format!(
+        r#"workers = 1
+
+[[listen]]
+address = "{listen}"
+
+[upstreams.first]
+servers = ["{first}"]
+
+[upstreams.second]
+servers = ["{second}"]
+
+[[sites]]
+default = true
+routes = [{{ path = "/", upstream = "{route_to}" }}]
+"#
+    )
+}
+
+#[test]
+fn check_reports_every_error_with_file_line_and_reason() {
+    let path = temp_path("bad.toml");
+    std::fs::write(
+        &path,
+        "workers = 1\n\n[[listen]]\naddress = \"127.0.0.1:0\"\n\n[upstreams.app]\nservers = [\"not-an-address\"]\nconect_timeout = \"1s\"\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "{}:8:1: unknown key `conect_timeout`; did you mean `connect_timeout`?",
+            path.display()
+        )),
+        "{err}"
+    );
+
+    std::fs::write(
+        &path,
+        "[[listen]]\naddress = \"127.0.0.1:0\"\n\n[upstreams.app]\nservers = [\"not-an-address\"]\nconnect_timeout = \"soon\"\n\n[[sites]]\nroutes = [{ path = \"/\", upstream = \"ap\" }]\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let p = path.display();
+    assert!(
+        err.contains(&format!("{p}:5:12: invalid address \"not-an-address\"")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{p}:6:19: invalid duration \"soon\"")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{p}:9:"))
+            && err.contains("unknown upstream \"ap\"; did you mean \"app\"?"),
+        "{err}"
+    );
+
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/slipstream.toml");
+    let out = Command::new(BIN)
+        .args(["check", "--config", example])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn sighup_reloads_and_a_bad_config_keeps_the_old_one_serving() {
+    let first = Upstream::ok(b"first");
+    let second = Upstream::ok(b"second");
+    let path = temp_path("reload.toml");
+    std::fs::write(
+        &path,
+        routed_config("127.0.0.1:0", first.addr, second.addr, "first"),
+    )
+    .unwrap();
+    let running = Running::start(&["run", "--config", path.to_str().unwrap()]);
+    assert!(running.get("a", "/").ends_with(b"first"));
+
+    // A broken config is refused, logged with its line, and the old config keeps serving.
+    std::fs::write(&path, "[[listen]]\naddress = \"127.0.0.1:0\"\nbogus = 1\n").unwrap();
+    running.signal("-HUP");
+    assert!(eventually(|| running.logged("reload refused")));
+    assert!(running.logged("reload.toml:3:1"));
+    assert!(running.get("a", "/").ends_with(b"first"));
+
+    // A good config takes effect, on the same listener.
+    std::fs::write(
+        &path,
+        routed_config("127.0.0.1:0", first.addr, second.addr, "second"),
+    )
+    .unwrap();
+    running.signal("-HUP");
+    assert!(eventually(|| running.get("a", "/").ends_with(b"second")));
+}
+
+#[test]
+fn sigterm_finishes_in_flight_requests_then_exits_zero() {
+    let slow = Upstream::start(|_| {
+        Reply::Delay(
+            Duration::from_millis(800),
+            Box::new(Reply::Bytes(response(200, b"finished"))),
+        )
+    });
+    let mut running = Running::start(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &slow.addr.to_string(),
+        "--workers",
+        "2",
+    ]);
+    let mut s = connect(running.addr);
+    s.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    assert!(eventually(|| !slow.seen().is_empty()));
+    running.signal("-TERM");
+    let r = read_response(&mut BufReader::new(s), false).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"finished");
+    assert_eq!(r.header("connection"), Some("close"));
+    let status = running.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    // The listener is gone.
+    assert!(std::net::TcpStream::connect(running.addr).is_err());
+}
+
+#[test]
+fn connection_limit_pauses_accepting_and_counts_it() {
+    let up = Upstream::ok(b"ok");
+    let config = simple_config(up.addr, "").replace(
+        "address = \"127.0.0.1:0\"",
+        "address = \"127.0.0.1:0\"\nmax_connections = 1",
+    );
+    let proxy = proxy(&config);
+    let addr = proxy.local_addrs()[0];
+    let first = connect(addr);
+    let mut w = first.try_clone().unwrap();
+    let mut reader = BufReader::new(first);
+    w.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut reader, false).unwrap().status, 200);
+
+    // The second connection waits in the backlog: no answer while the first is open.
+    let mut second = connect(addr);
+    second
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    second
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 64];
+    assert!(
+        second.read(&mut buf).is_err(),
+        "second connection was served over the limit"
+    );
+    assert!(proxy.metrics().total(Counter::AcceptPaused) >= 1);
+
+    // Closing the first lets the second in.
+    drop(w);
+    drop(reader);
+    second
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut out = Vec::new();
+    second.read_to_end(&mut out).unwrap();
+    assert_eq!(status_of(&out), 200);
+    proxy.shutdown();
+}
+
+#[test]
+fn client_gone_before_the_response_is_logged_as_499() {
+    let slow = Upstream::start(|_| {
+        Reply::Delay(
+            Duration::from_millis(600),
+            Box::new(Reply::Bytes(response(200, b"late"))),
+        )
+    });
+    let log = temp_path("access-499.log");
+    let _ = std::fs::remove_file(&log);
+    let proxy = proxy(&simple_config(slow.addr, "").replace(
+        "workers = 1",
+        &format!("workers = 1\naccess_log = {:?}", log.display().to_string()),
+    ));
+    let mut s = connect(proxy.local_addrs()[0]);
+    s.write_all(b"GET /abandoned HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    assert!(eventually(|| !slow.seen().is_empty()));
+    drop(s);
+    assert!(eventually(
+        || proxy.metrics().total(Counter::ClientClosed) == 1
+    ));
+    let raw = exchange_until_close(
+        proxy.local_addrs()[0],
+        b"GET /done HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status_of(&raw), 200);
+    proxy.shutdown();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("/abandoned"))
+        .expect(&text);
+    assert!(line.contains("\"GET /abandoned HTTP/1.1\" 499 "), "{line}");
+    let line = text.lines().find(|l| l.contains("/done")).expect(&text);
+    assert!(line.contains("\" 200 4 "), "{line}");
+}
+
+#[test]
+fn admin_endpoint_serves_named_counters() {
+    let up = Upstream::ok(b"ok");
+    let proxy = proxy(
+        &simple_config(up.addr, "").replace("workers = 1", "workers = 2\nadmin = \"127.0.0.1:0\""),
+    );
+    for _ in 0..3 {
+        exchange_until_close(
+            proxy.local_addrs()[0],
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        );
+    }
+    let admin = proxy.admin_addr().unwrap();
+    let mut res = http_client()
+        .get(&format!("http://{admin}/metrics"))
+        .call()
+        .unwrap();
+    let text = res.body_mut().read_to_string().unwrap();
+    assert!(text.contains("slipstream_requests_total 3"), "{text}");
+    assert!(text.contains("slipstream_upstream_ports_exhausted_total 0"));
+    assert!(text.contains("slipstream_accept_paused_at_connection_limit_total 0"));
+    proxy.shutdown();
+}

@@ -1,0 +1,475 @@
+//! HTTP/1.1 proxying through real sockets: bodies, keep-alive, pipelining, chunked, errors,
+//! headers and routing.
+
+use std::io::{BufReader, Read, Write};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use crate::support::*;
+
+#[test]
+fn body_of_91k_is_byte_exact_through_a_real_client() {
+    let body: &'static [u8] = Box::leak(
+        (0..93184u64)
+            .map(pattern_byte)
+            .collect::<Vec<u8>>()
+            .into_boxed_slice(),
+    );
+    let up = Upstream::ok(body);
+    let proxy = simple_proxy(up.addr);
+    let url = format!("http://{}/page.html", proxy.local_addrs()[0]);
+    let mut res = http_client().get(&url).call().unwrap();
+    assert_eq!(res.status(), 200);
+    let got = res.body_mut().read_to_vec().unwrap();
+    assert_eq!(got.len(), body.len());
+    assert!(got == body);
+    proxy.shutdown();
+}
+
+#[test]
+fn body_of_100mb_is_byte_exact() {
+    const LEN: u64 = 100 * 1024 * 1024;
+    let up = Upstream::start(|_| Reply::Pattern {
+        head: format!("HTTP/1.1 200 OK\r\nContent-Length: {LEN}\r\n\r\n").into_bytes(),
+        len: LEN,
+    });
+    let proxy = simple_proxy(up.addr);
+    let url = format!("http://{}/big", proxy.local_addrs()[0]);
+    let mut res = http_client().get(&url).call().unwrap();
+    let mut reader = res.body_mut().as_reader();
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut got, mut hash, mut want) = (0u64, Sha256::new(), Sha256::new());
+    let mut expected = vec![0u8; 1 << 20];
+    loop {
+        let n = reader.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        hash.update(&buf[..n]);
+        fill_pattern(&mut expected[..n], got);
+        want.update(&expected[..n]);
+        got += n as u64;
+    }
+    assert_eq!(got, LEN);
+    assert_eq!(hash.finalize(), want.finalize());
+    proxy.shutdown();
+}
+
+#[test]
+fn hundred_keep_alive_requests_use_one_upstream_connection() {
+    let up = Upstream::ok(b"hello");
+    let proxy = simple_proxy(up.addr);
+    let s = connect(proxy.local_addrs()[0]);
+    let mut reader = BufReader::new(s.try_clone().unwrap());
+    let mut w = s;
+    for i in 0..100 {
+        write!(w, "GET /n/{i} HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        let r = read_response(&mut reader, false).unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, b"hello");
+    }
+    assert_eq!(up.seen().len(), 100);
+    assert_eq!(up.connections(), 1);
+    // A second client reuses the pooled connection too.
+    let mut res = http_client()
+        .get(&format!("http://{}/again", proxy.local_addrs()[0]))
+        .call()
+        .unwrap();
+    assert_eq!(res.body_mut().read_to_string().unwrap(), "hello");
+    assert_eq!(up.connections(), 1);
+    proxy.shutdown();
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let up = Upstream::start(|req| Reply::Bytes(response(200, req.path().as_bytes())));
+    let proxy = simple_proxy(up.addr);
+    let mut s = connect(proxy.local_addrs()[0]);
+    s.write_all(
+        b"GET /one HTTP/1.1\r\nHost: a\r\n\r\nPOST /two HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabcGET /three HTTP/1.1\r\nHost: a\r\n\r\n",
+    )
+    .unwrap();
+    let mut reader = BufReader::new(s);
+    for want in ["/one", "/two", "/three"] {
+        let r = read_response(&mut reader, false).unwrap();
+        assert_eq!(r.body, want.as_bytes());
+    }
+    let seen = up.seen();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[1].body, b"abc");
+    proxy.shutdown();
+}
+
+#[test]
+fn chunked_request_body_streams_to_the_upstream() {
+    let up = Upstream::start(|req| Reply::Bytes(response(200, &req.body)));
+    let proxy = simple_proxy(up.addr);
+    let mut s = connect(proxy.local_addrs()[0]);
+    s.write_all(
+        b"POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    s.write_all(b"6;ext=1\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut BufReader::new(s), false).unwrap();
+    assert_eq!(r.body, b"hello world");
+    let seen = up.seen();
+    assert_eq!(seen[0].header("transfer-encoding"), Some("chunked"));
+    assert_eq!(seen[0].body, b"hello world");
+    proxy.shutdown();
+}
+
+#[test]
+fn large_request_body_with_content_length_streams_with_backpressure() {
+    let up = Upstream::start(|req| {
+        Reply::Bytes(response(200, format!("{}", req.body.len()).as_bytes()))
+    });
+    let proxy = simple_proxy(up.addr);
+    let body: Vec<u8> = (0..3_000_000u64).map(pattern_byte).collect();
+    let mut res = http_client()
+        .post(&format!("http://{}/upload", proxy.local_addrs()[0]))
+        .send(&body[..])
+        .unwrap();
+    assert_eq!(res.body_mut().read_to_string().unwrap(), "3000000");
+    assert!(up.seen()[0].body == body);
+    proxy.shutdown();
+}
+
+#[test]
+fn chunked_response_passes_through_and_close_delimited_is_reframed() {
+    let up = Upstream::start(|req| {
+        match req.path() {
+        "/chunked" => Reply::Bytes(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n".to_vec(),
+        ),
+        _ => Reply::BytesThenClose(b"HTTP/1.1 200 OK\r\n\r\nuntil close".to_vec()),
+    }
+    });
+    let proxy = simple_proxy(up.addr);
+    let s = connect(proxy.local_addrs()[0]);
+    let mut w = s.try_clone().unwrap();
+    let mut reader = BufReader::new(s);
+    w.write_all(b"GET /chunked HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut reader, false).unwrap();
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(r.body, b"abcdefg");
+    // The close-delimited body is re-framed as chunked and the client connection stays open.
+    w.write_all(b"GET /close HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut reader, false).unwrap();
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(r.body, b"until close");
+    w.write_all(b"GET /chunked HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut reader, false).unwrap().body, b"abcdefg");
+    // An HTTP/1.0 client gets the chunked body without framing, ended by close.
+    let raw = exchange_until_close(proxy.local_addrs()[0], b"GET /chunked HTTP/1.0\r\n\r\n");
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.ends_with("\r\n\r\nabcdefg"), "{text}");
+    assert!(!text.to_ascii_lowercase().contains("transfer-encoding"));
+    proxy.shutdown();
+}
+
+#[test]
+fn http10_with_and_without_keep_alive() {
+    let up = Upstream::ok(b"ten");
+    let proxy = simple_proxy(up.addr);
+    let addr = proxy.local_addrs()[0];
+    let raw = exchange_until_close(addr, b"GET / HTTP/1.0\r\n\r\n");
+    assert_eq!(status_of(&raw), 200);
+    assert!(raw.ends_with(b"ten"));
+    let s = connect(addr);
+    let mut w = s.try_clone().unwrap();
+    let mut reader = BufReader::new(s);
+    for _ in 0..2 {
+        w.write_all(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            .unwrap();
+        let r = read_response(&mut reader, false).unwrap();
+        assert_eq!(r.header("connection"), Some("keep-alive"));
+        assert_eq!(r.body, b"ten");
+    }
+    // Upstream always gets HTTP/1.1.
+    assert!(up.seen().iter().all(|s| s.line.ends_with("HTTP/1.1")));
+    proxy.shutdown();
+}
+
+#[test]
+fn expect_100_continue_is_answered_before_the_body() {
+    let up = Upstream::start(|req| Reply::Bytes(response(200, &req.body)));
+    let proxy = simple_proxy(up.addr);
+    let s = connect(proxy.local_addrs()[0]);
+    let mut w = s.try_clone().unwrap();
+    let mut reader = BufReader::new(s);
+    w.write_all(b"PUT /x HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+        .unwrap();
+    let interim = read_response(&mut reader, false).unwrap();
+    assert_eq!(interim.status, 100);
+    w.write_all(b"data").unwrap();
+    let r = read_response(&mut reader, false).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"data");
+    assert_eq!(up.seen()[0].header("expect"), None);
+    proxy.shutdown();
+}
+
+#[test]
+fn head_204_304_and_1xx_have_no_bodies() {
+    let up = Upstream::start(|req| match req.path() {
+        "/204" => Reply::Bytes(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec()),
+        "/304" => Reply::Bytes(b"HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n".to_vec()),
+        "/103" => Reply::Bytes(
+            [
+                b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\n".as_slice(),
+                &response(200, b"after hints"),
+            ]
+            .concat(),
+        ),
+        _ => Reply::Bytes(b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n".to_vec()),
+    });
+    let proxy = simple_proxy(up.addr);
+    let s = connect(proxy.local_addrs()[0]);
+    let mut w = s.try_clone().unwrap();
+    let mut reader = BufReader::new(s);
+    w.write_all(b"HEAD /h HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    let r = read_response(&mut reader, true).unwrap();
+    assert_eq!(r.header("content-length"), Some("1234"));
+    for path in ["/204", "/304"] {
+        write!(w, "GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        let r = read_response(&mut reader, false).unwrap();
+        assert_eq!(r.status.to_string(), path[1..]);
+        assert_eq!(r.header("content-length"), None);
+    }
+    w.write_all(b"GET /103 HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let hints = read_response(&mut reader, false).unwrap();
+    assert_eq!(hints.status, 103);
+    assert_eq!(hints.header("link"), Some("</s.css>"));
+    let r = read_response(&mut reader, false).unwrap();
+    assert_eq!(r.body, b"after hints");
+    // The connection is still in sync after all of that.
+    w.write_all(b"GET /204 HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut reader, false).unwrap().status, 204);
+    proxy.shutdown();
+}
+
+#[test]
+fn hop_by_hop_headers_are_removed_and_forwarded_headers_set() {
+    let up = Upstream::start(|_| {
+        Reply::Bytes(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: x-secret\r\nX-Secret: s\r\nKeep-Alive: timeout=5\r\nX-Kept: k\r\n\r\nok"
+                .to_vec(),
+        )
+    });
+    let proxy = simple_proxy(up.addr);
+    let s = connect(proxy.local_addrs()[0]);
+    let mut w = s.try_clone().unwrap();
+    w.write_all(
+        b"GET /h HTTP/1.1\r\nHost: Example.COM:8080\r\nConnection: keep-alive, X-Private\r\nX-Private: p\r\nKeep-Alive: 300\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\nUpgrade: websocket\r\nX-Forwarded-For: 192.0.2.1\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: evil\r\nX-Custom: yes\r\n\r\n",
+    )
+    .unwrap();
+    let r = read_response(&mut BufReader::new(s), false).unwrap();
+    assert_eq!(r.header("x-kept"), Some("k"));
+    for gone in ["x-secret", "keep-alive", "connection"] {
+        assert_eq!(r.header(gone), None, "{gone} leaked to the client");
+    }
+    let seen = &up.seen()[0];
+    for gone in [
+        "connection",
+        "x-private",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "upgrade",
+    ] {
+        assert_eq!(seen.header(gone), None, "{gone} leaked upstream");
+    }
+    assert_eq!(seen.header("host"), Some("Example.COM:8080"));
+    assert_eq!(seen.header("x-forwarded-for"), Some("192.0.2.1, 127.0.0.1"));
+    assert_eq!(seen.header("x-forwarded-proto"), Some("http"));
+    assert_eq!(seen.header("x-forwarded-host"), Some("Example.COM:8080"));
+    assert_eq!(seen.header("x-custom"), Some("yes"));
+    // The head was rewritten with CRLF line ends.
+    let raw = String::from_utf8(seen.raw.clone()).unwrap();
+    assert!(raw.split("\r\n").all(|l| !l.contains('\n')));
+    proxy.shutdown();
+}
+
+#[test]
+fn upstream_down_is_502_and_stall_is_504() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let proxy = simple_proxy(closed);
+    let raw = exchange_until_close(proxy.local_addrs()[0], b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(status_of(&raw), 502);
+    assert_eq!(
+        proxy
+            .metrics()
+            .total(slipstream::metrics::Counter::UpstreamConnectErrors),
+        1
+    );
+    proxy.shutdown();
+
+    let up = Upstream::start(|_| {
+        Reply::Delay(
+            Duration::from_secs(5),
+            Box::new(Reply::Bytes(response(200, b"late"))),
+        )
+    });
+    let proxy = crate::support::proxy(&simple_config(up.addr, "read_timeout = \"300ms\""));
+    let raw = exchange_until_close(proxy.local_addrs()[0], b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(status_of(&raw), 504);
+    proxy.shutdown();
+}
+
+#[test]
+fn stale_pooled_connection_is_replaced_and_idempotent_request_retried() {
+    // The upstream answers the first request on each connection and silently drops the second.
+    let up = Upstream::start(|req| {
+        if req.connection % 2 == 0 && req.path() == "/second" {
+            Reply::Close
+        } else {
+            Reply::Bytes(response(200, req.path().as_bytes()))
+        }
+    });
+    let proxy = simple_proxy(up.addr);
+    let url = |p: &str| format!("http://{}{p}", proxy.local_addrs()[0]);
+    let client = http_client();
+    assert_eq!(
+        client
+            .get(&url("/first"))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap(),
+        "/first"
+    );
+    // The pooled connection fails before any response byte: GET is retried on a new one.
+    let mut res = client.get(&url("/second")).call().unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.body_mut().read_to_string().unwrap(), "/second");
+    assert_eq!(up.connections(), 2);
+    assert_eq!(
+        proxy
+            .metrics()
+            .total(slipstream::metrics::Counter::UpstreamRetries),
+        1
+    );
+
+    // An upstream that closes its idle connections is noticed before reuse.
+    let up = Upstream::start(|req| Reply::BytesThenClose(response(200, req.path().as_bytes())));
+    let proxy2 = simple_proxy(up.addr);
+    for i in 0..3 {
+        let u = format!("http://{}/c{i}", proxy2.local_addrs()[0]);
+        let mut r = http_client().get(&u).call().unwrap();
+        assert_eq!(r.body_mut().read_to_string().unwrap(), format!("/c{i}"));
+    }
+    assert_eq!(up.connections(), 3);
+    proxy.shutdown();
+    proxy2.shutdown();
+}
+
+#[test]
+fn non_idempotent_request_is_not_retried() {
+    let up = Upstream::start(|req| {
+        if req.connection == 0 && req.path() == "/post" {
+            Reply::Close
+        } else {
+            Reply::Bytes(response(200, b"ok"))
+        }
+    });
+    let proxy = simple_proxy(up.addr);
+    let addr = proxy.local_addrs()[0];
+    let s = connect(addr);
+    let mut w = s.try_clone().unwrap();
+    let mut reader = BufReader::new(s);
+    w.write_all(b"GET /warm HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut reader, false).unwrap().status, 200);
+    w.write_all(b"POST /post HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx")
+        .unwrap();
+    assert_eq!(read_response(&mut reader, false).unwrap().status, 502);
+    assert_eq!(up.seen().iter().filter(|s| s.path() == "/post").count(), 1);
+    proxy.shutdown();
+}
+
+#[test]
+fn routes_by_host_and_longest_prefix() {
+    let a = Upstream::ok(b"A");
+    let b = Upstream::ok(b"B");
+    let c = Upstream::ok(b"C");
+    let proxy = proxy(&format!(
+        r#"
+workers = 2
+[[listen]]
+address = "127.0.0.1:0"
+[upstreams.a]
+servers = ["{}"]
+[upstreams.b]
+servers = ["{}"]
+[upstreams.c]
+servers = ["{}"]
+[[sites]]
+hosts = ["api.example.com"]
+routes = [{{ path = "/", upstream = "a" }}, {{ path = "/v2/", upstream = "b" }}]
+[[sites]]
+hosts = ["*.example.org"]
+routes = [{{ path = "/", upstream = "c" }}]
+[[sites]]
+hosts = ["static.example.com"]
+routes = [{{ path = "/only/", upstream = "b" }}]
+"#,
+        a.addr, b.addr, c.addr
+    ));
+    let addr = proxy.local_addrs()[0];
+    let get = |host: &str, path: &str| {
+        let raw = exchange_until_close(
+            addr,
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        (status_of(&raw), raw.last().copied())
+    };
+    assert_eq!(get("api.example.com", "/v1/x"), (200, Some(b'A')));
+    assert_eq!(get("API.example.com:80", "/v2/x"), (200, Some(b'B')));
+    assert_eq!(get("www.example.org", "/"), (200, Some(b'C')));
+    assert_eq!(get("static.example.com", "/only/x"), (200, Some(b'B')));
+    assert_eq!(get("static.example.com", "/other").0, 404);
+    // No default site marked: the first site is the default.
+    assert_eq!(get("unknown.net", "/").1, Some(b'A'));
+    proxy.shutdown();
+}
+
+#[test]
+fn upgrade_switches_to_a_tunnel_only_after_101() {
+    let up = Upstream::start(|req| {
+        if req.header("upgrade") == Some("echo") {
+            Reply::Bytes(b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\ntunnel-hello".to_vec())
+        } else {
+            Reply::Bytes(response(200, b"plain"))
+        }
+    });
+    let proxy = simple_proxy(up.addr);
+    let mut s = connect(proxy.local_addrs()[0]);
+    s.write_all(b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+        .unwrap();
+    let mut buf = vec![0u8; 256];
+    let mut got = Vec::new();
+    while !got.ends_with(b"tunnel-hello") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 101"));
+    assert!(text.contains("Upgrade: echo"));
+    let seen = &up.seen()[0];
+    assert_eq!(seen.header("connection"), Some("upgrade"));
+    assert_eq!(seen.header("upgrade"), Some("echo"));
+    proxy.shutdown();
+}

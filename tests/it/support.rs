@@ -1,0 +1,395 @@
+//! Test harness: the proxy started in-process from inline TOML on 127.0.0.1:0, scriptable mock
+//! upstreams that record the exact bytes they receive, and raw-socket clients.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use slipstream::{Config, Server};
+
+/// A request as the mock upstream saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// Request line, e.g. `GET / HTTP/1.1`.
+    pub line: String,
+    /// Header fields in order, names as sent.
+    pub headers: Vec<(String, String)>,
+    /// The body with framing removed.
+    pub body: Vec<u8>,
+    /// The exact bytes of the head and body as received.
+    pub raw: Vec<u8>,
+    /// Which upstream connection (0-based) carried it.
+    pub connection: usize,
+}
+
+impl Seen {
+    /// First value of a header, by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Path of the request line.
+    pub fn path(&self) -> &str {
+        self.line.split(' ').nth(1).unwrap_or("")
+    }
+}
+
+/// What the mock upstream does with a request.
+pub enum Reply {
+    /// Write these bytes and keep the connection.
+    Bytes(Vec<u8>),
+    /// Write these bytes, then close.
+    BytesThenClose(Vec<u8>),
+    /// Write a head, then `len` bytes of the test pattern, keeping the connection.
+    Pattern { head: Vec<u8>, len: u64 },
+    /// Wait this long, then answer.
+    Delay(Duration, Box<Reply>),
+    /// Close without answering.
+    Close,
+}
+
+type Handler = dyn Fn(&Seen) -> Reply + Send + Sync;
+
+/// A mock upstream server on an ephemeral port.
+pub struct Upstream {
+    /// Its address.
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    raw: Arc<Mutex<Vec<u8>>>,
+    connections: Arc<AtomicUsize>,
+}
+
+impl Upstream {
+    /// Starts a server answering every request with `handler`.
+    pub fn start(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let raw = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let handler: Arc<Handler> = Arc::new(handler);
+        let (s, r, c) = (seen.clone(), raw.clone(), connections.clone());
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let id = c.fetch_add(1, Ordering::SeqCst);
+                let (s, r, h) = (s.clone(), r.clone(), handler.clone());
+                thread::spawn(move || serve_mock(stream, id, s, r, h));
+            }
+        });
+        Upstream {
+            addr,
+            seen,
+            raw,
+            connections,
+        }
+    }
+
+    /// Answers every request with 200 and `body`.
+    pub fn ok(body: &'static [u8]) -> Upstream {
+        Upstream::start(move |_| Reply::Bytes(response(200, body)))
+    }
+
+    /// Requests received so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Every byte received on every connection.
+    pub fn raw(&self) -> Vec<u8> {
+        self.raw.lock().unwrap().clone()
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+/// A plain `200`-style response with Content-Length.
+pub fn response(status: u16, body: &[u8]) -> Vec<u8> {
+    let mut r = format!(
+        "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nX-Upstream: mock\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(body);
+    r
+}
+
+/// Byte `i` of the deterministic test pattern.
+pub fn pattern_byte(i: u64) -> u8 {
+    (i.wrapping_mul(2654435761) >> 13) as u8
+}
+
+/// Fills `buf` with the pattern starting at offset `from`.
+pub fn fill_pattern(buf: &mut [u8], from: u64) {
+    for (k, b) in buf.iter_mut().enumerate() {
+        *b = pattern_byte(from + k as u64);
+    }
+}
+
+fn serve_mock(
+    stream: TcpStream,
+    id: usize,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    raw: Arc<Mutex<Vec<u8>>>,
+    handler: Arc<Handler>,
+) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let Some(req) = read_request(&mut reader, id) else {
+            return;
+        };
+        raw.lock().unwrap().extend_from_slice(&req.raw);
+        seen.lock().unwrap().push(req.clone());
+        let mut reply = handler(&req);
+        loop {
+            match reply {
+                Reply::Delay(d, next) => {
+                    thread::sleep(d);
+                    reply = *next;
+                }
+                Reply::Bytes(b) => {
+                    if writer.write_all(&b).is_err() {
+                        return;
+                    }
+                    break;
+                }
+                Reply::BytesThenClose(b) => {
+                    let _ = writer.write_all(&b);
+                    let _ = writer.shutdown(Shutdown::Both);
+                    return;
+                }
+                Reply::Pattern { head, len } => {
+                    if writer.write_all(&head).is_err() {
+                        return;
+                    }
+                    let mut chunk = vec![0u8; 256 * 1024];
+                    let mut off = 0u64;
+                    while off < len {
+                        let n = (len - off).min(chunk.len() as u64) as usize;
+                        fill_pattern(&mut chunk[..n], off);
+                        if writer.write_all(&chunk[..n]).is_err() {
+                            return;
+                        }
+                        off += n as u64;
+                    }
+                    break;
+                }
+                Reply::Close => {
+                    let _ = writer.shutdown(Shutdown::Both);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Reads one request (head and body, CL or chunked) from a mock upstream connection.
+fn read_request(reader: &mut BufReader<TcpStream>, connection: usize) -> Option<Seen> {
+    let mut raw = Vec::new();
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    raw.extend_from_slice(line.as_bytes());
+    let request_line = line.trim_end().to_string();
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).ok()? == 0 {
+            return None;
+        }
+        raw.extend_from_slice(h.as_bytes());
+        let t = h.trim_end();
+        if t.is_empty() {
+            break;
+        }
+        let (n, v) = t.split_once(':')?;
+        headers.push((n.to_string(), v.trim().to_string()));
+    }
+    let find = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _): &&(String, String)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let mut body = Vec::new();
+    if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).ok()?;
+            raw.extend_from_slice(size.as_bytes());
+            let n = usize::from_str_radix(size.trim().split(';').next()?, 16).ok()?;
+            let mut chunk = vec![0u8; n + 2];
+            reader.read_exact(&mut chunk).ok()?;
+            raw.extend_from_slice(&chunk);
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+    } else if let Some(n) = find("content-length") {
+        let n: usize = n.parse().ok()?;
+        body = vec![0u8; n];
+        reader.read_exact(&mut body).ok()?;
+        raw.extend_from_slice(&body);
+    }
+    Some(Seen {
+        line: request_line,
+        headers,
+        body,
+        raw,
+        connection,
+    })
+}
+
+/// Starts the proxy from TOML text; `{upstream}` is replaced by the mock's address.
+pub fn proxy(toml: &str) -> Server {
+    let config = Config::parse(toml, "test.toml").unwrap_or_else(|e| panic!("{e}"));
+    Server::start(config).unwrap()
+}
+
+/// A one-worker proxy with one listener and a single route to `upstream`.
+pub fn simple_proxy(upstream: SocketAddr) -> Server {
+    proxy(&simple_config(upstream, ""))
+}
+
+/// The TOML of [`simple_proxy`], with `extra` appended to the upstream section.
+pub fn simple_config(upstream: SocketAddr, extra: &str) -> String {
+    format!(
+        r#"
+workers = 1
+[[listen]]
+address = "127.0.0.1:0"
+[upstreams.app]
+servers = ["{upstream}"]
+{extra}
+[[sites]]
+default = true
+routes = [{{ path = "/", upstream = "app" }}]
+"#
+    )
+}
+
+/// Connects a raw client with a read timeout.
+pub fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// Sends raw bytes and reads until the proxy closes the connection.
+pub fn exchange_until_close(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
+    let mut s = connect(addr);
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+/// A response read off a raw connection.
+#[derive(Debug)]
+pub struct RawResponse {
+    /// Status code.
+    pub status: u16,
+    /// Header fields.
+    pub headers: Vec<(String, String)>,
+    /// Body with framing removed.
+    pub body: Vec<u8>,
+}
+
+impl RawResponse {
+    /// First value of a header, by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads one response from a connection (interim 1xx responses are returned too). `head` says
+/// the request was HEAD, so no body follows.
+pub fn read_response(reader: &mut impl BufRead, head: bool) -> Option<RawResponse> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let status: u16 = line.split(' ').nth(1)?.parse().ok()?;
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        reader.read_line(&mut h).ok()?;
+        let t = h.trim_end();
+        if t.is_empty() {
+            break;
+        }
+        let (n, v) = t.split_once(':')?;
+        headers.push((n.to_string(), v.trim().to_string()));
+    }
+    let r = RawResponse {
+        status,
+        headers,
+        body: Vec::new(),
+    };
+    if head || (100..200).contains(&status) || status == 204 || status == 304 {
+        return Some(r);
+    }
+    let mut r = r;
+    if r.header("transfer-encoding") == Some("chunked") {
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).ok()?;
+            let n = usize::from_str_radix(size.trim(), 16).ok()?;
+            let mut chunk = vec![0u8; n + 2];
+            reader.read_exact(&mut chunk).ok()?;
+            if n == 0 {
+                break;
+            }
+            r.body.extend_from_slice(&chunk[..n]);
+        }
+    } else if let Some(n) = r.header("content-length") {
+        let mut body = vec![0u8; n.parse().ok()?];
+        reader.read_exact(&mut body).ok()?;
+        r.body = body;
+    } else {
+        reader.read_to_end(&mut r.body).ok()?;
+    }
+    Some(r)
+}
+
+/// Status code at the start of a raw response.
+pub fn status_of(raw: &[u8]) -> u16 {
+    std::str::from_utf8(raw.get(9..12).unwrap_or_default())
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A ureq agent that returns error statuses as responses.
+pub fn http_client() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// Polls `cond` for up to five seconds.
+pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..100 {
+        if cond() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
