@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::routing::{Router, RouterBuilder};
+use crate::routing::{RouteTarget, Router, RouterBuilder};
 
 /// The validated, immutable configuration.
 #[derive(Debug, Clone)]
@@ -77,6 +77,8 @@ pub struct Limits {
     pub client_body_timeout: Duration,
     /// How long shutdown waits for in-flight requests.
     pub drain_timeout: Duration,
+    /// Move body bytes beyond the first buffer with splice(2) instead of read/write.
+    pub zero_copy: bool,
 }
 
 impl Default for Limits {
@@ -88,6 +90,7 @@ impl Default for Limits {
             client_header_timeout: Duration::from_secs(60),
             client_body_timeout: Duration::from_secs(60),
             drain_timeout: Duration::from_secs(30),
+            zero_copy: true,
         }
     }
 }
@@ -130,7 +133,7 @@ impl Config {
     ) -> Self {
         let mut router = RouterBuilder::default();
         let site = router.add_site(true);
-        router.add_route(site, "/", 0);
+        router.add_route(site, "/", RouteTarget::to(0));
         Config {
             workers: workers.unwrap_or_else(default_workers),
             listeners: vec![ListenerConfig {
@@ -252,6 +255,7 @@ struct FileLimits {
     client_header_timeout: Option<Spanned<String>>,
     client_body_timeout: Option<Spanned<String>>,
     drain_timeout: Option<Spanned<String>>,
+    zero_copy: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -289,6 +293,7 @@ struct FileSite {
 struct FileRoute {
     path: Spanned<String>,
     upstream: Spanned<String>,
+    buffer_response: Option<Spanned<Size>>,
 }
 
 /// A byte size: an integer, or a string such as `"16KB"`, `"4k"`, `"1MB"`.
@@ -390,6 +395,7 @@ impl Validator<'_> {
                 defaults.client_body_timeout,
             ),
             drain_timeout: self.duration(&raw.limits.drain_timeout, defaults.drain_timeout),
+            zero_copy: raw.limits.zero_copy.unwrap_or(defaults.zero_copy),
         };
         if limits.max_buffer < limits.max_request_head {
             let at = raw.limits.max_buffer.as_ref().map_or(0, |s| s.span().start);
@@ -485,11 +491,21 @@ impl Validator<'_> {
                 if !route.path.get_ref().starts_with('/') {
                     self.error(route.path.span().start, "route path must start with '/'");
                 }
+                let buffer_response = route
+                    .buffer_response
+                    .as_ref()
+                    .map(|_| self.size(&route.buffer_response, 0));
                 match upstreams
                     .iter()
                     .position(|u| u.name == *route.upstream.get_ref())
                 {
-                    Some(u) => builder.add_route(index, route.path.get_ref(), u),
+                    Some(upstream) => {
+                        let target = RouteTarget {
+                            upstream,
+                            buffer_response,
+                        };
+                        builder.add_route(index, route.path.get_ref(), target)
+                    }
                     None => {
                         let names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
                         let hint = nearest(route.upstream.get_ref(), &names)

@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 
 use crate::http1::response::Relay;
 use crate::http1::BodyReader;
+use crate::splice::{self, PipePool, SpliceError, SPLICE_MIN};
 
 /// Smallest read buffer handed out.
 pub const MIN_BUFFER: usize = 16 * 1024;
@@ -112,6 +113,8 @@ pub struct ResponseBody<'a> {
     pub read_timeout: Duration,
     /// Client write timeout.
     pub send_timeout: Duration,
+    /// Pipes for zero-copy transfer of body bytes beyond the first buffer, when enabled.
+    pub pipes: Option<&'a PipePool>,
 }
 
 /// How a relayed response ended.
@@ -138,7 +141,10 @@ pub async fn relay_response(r: ResponseBody<'_>) -> Result<Relayed, RelayError> 
         max_buffer,
         read_timeout,
         send_timeout,
+        pipes,
     } = r;
+    // Splicing needs the bytes unchanged on the way.
+    let mut pipes = pipes.filter(|_| relay == Relay::Pass);
     let mut head = Some(head_out);
     let mut out_start = head_len;
     let mut scanned = head_len;
@@ -167,7 +173,9 @@ pub async fn relay_response(r: ResponseBody<'_>) -> Result<Relayed, RelayError> 
         if !complete {
             let pending = head.is_some() || scanned > out_start || !decoded.is_empty();
             let room = buf.len() < max_buffer;
-            if !pending || (room && (wait_whole || ready_now(upstream).await)) {
+            // With a long opaque run ahead, flush now and splice the rest instead of copying it.
+            let splice_next = pipes.is_some() && reader.opaque_len() >= SPLICE_MIN;
+            if !pending || (room && !splice_next && (wait_whole || ready_now(upstream).await)) {
                 match read_some(upstream, buf, max_buffer, read_timeout).await {
                     Ok(0) if matches!(reader, BodyReader::UntilClose) => eof = true,
                     Ok(0) => return Err(RelayError::Upstream(io::ErrorKind::UnexpectedEof.into())),
@@ -214,6 +222,32 @@ pub async fn relay_response(r: ResponseBody<'_>) -> Result<Relayed, RelayError> 
                 clean_end: !extra && !eof,
             });
         }
+        if let Some(pool) = pipes {
+            let opaque = reader.opaque_len();
+            if opaque >= SPLICE_MIN {
+                let spliced =
+                    splice_run(pool, upstream, client, opaque, read_timeout, send_timeout).await;
+                match spliced {
+                    Ok((moved, end)) => {
+                        reader.skip(moved.min(opaque));
+                        sent += moved;
+                        if end && !matches!(reader, BodyReader::UntilClose) {
+                            return Err(RelayError::Upstream(io::ErrorKind::UnexpectedEof.into()));
+                        }
+                        if end || reader.is_done() {
+                            return Ok(Relayed {
+                                body_bytes: sent,
+                                clean_end: !end,
+                            });
+                        }
+                    }
+                    Err(SpliceError::Unsupported) => pipes = None,
+                    Err(SpliceError::Source(e)) => return Err(RelayError::Upstream(e)),
+                    Err(SpliceError::SourceTimeout) => return Err(RelayError::UpstreamTimeout),
+                    Err(SpliceError::Destination(e)) => return Err(RelayError::Client(e)),
+                }
+            }
+        }
         buf.clear();
         decoded.clear();
         out_start = 0;
@@ -246,6 +280,49 @@ fn format_hex(n: usize, out: &mut [u8; 20]) -> usize {
     len
 }
 
+/// Reads a response body whole into `buf` (which already holds `head_len` bytes of head and the
+/// first body bytes), up to `limit` bytes in all. `Some(end)` when the body ends at `end` within
+/// the limit; `None` when it is larger (what was read stays in `buf`, to be streamed).
+pub async fn read_whole(
+    upstream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    head_len: usize,
+    framing: crate::http1::Framing,
+    limit: usize,
+    read_timeout: Duration,
+) -> Result<Option<usize>, RelayError> {
+    if let crate::http1::Framing::Length(n) = framing {
+        if head_len as u64 + n > limit as u64 {
+            return Ok(None);
+        }
+    }
+    if framing == crate::http1::Framing::UntilClose {
+        return Ok(None);
+    }
+    let mut reader = BodyReader::new(framing);
+    let mut scanned = head_len;
+    loop {
+        let taken = reader.feed(&buf[scanned..]).map_err(|e| {
+            RelayError::Upstream(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+        })?;
+        scanned += taken;
+        if reader.is_done() {
+            return Ok(Some(scanned));
+        }
+        if buf.len() >= limit {
+            return Ok(None);
+        }
+        match read_some(upstream, buf, limit, read_timeout).await {
+            Ok(0) => return Err(RelayError::Upstream(io::ErrorKind::UnexpectedEof.into())),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                return Err(RelayError::UpstreamTimeout)
+            }
+            Err(e) => return Err(RelayError::Upstream(e)),
+        }
+    }
+}
+
 /// A request body still to be read from the client and sent upstream.
 pub struct RequestBody<'a> {
     /// Client connection.
@@ -262,12 +339,40 @@ pub struct RequestBody<'a> {
     pub read_timeout: Duration,
     /// Time allowed for an upstream write.
     pub send_timeout: Duration,
+    /// Pipes for zero-copy transfer, when enabled.
+    pub pipes: Option<&'a PipePool>,
 }
 
 /// Streams the rest of a request body to the upstream, one buffer at a time.
 pub async fn relay_request_body(r: RequestBody<'_>) -> Result<(), RelayError> {
     let max = r.max_buffer.min(64 * 1024);
+    let mut pipes = r.pipes;
     while !r.reader.is_done() {
+        if let Some(pool) = pipes {
+            let opaque = r.reader.opaque_len();
+            if opaque >= SPLICE_MIN {
+                let spliced = splice_run(
+                    pool,
+                    r.client,
+                    r.upstream,
+                    opaque,
+                    r.read_timeout,
+                    r.send_timeout,
+                )
+                .await;
+                match spliced {
+                    Ok((_, true)) => {
+                        return Err(RelayError::Client(io::ErrorKind::UnexpectedEof.into()))
+                    }
+                    Ok((moved, false)) => r.reader.skip(moved),
+                    Err(SpliceError::Unsupported) => pipes = None,
+                    Err(SpliceError::Source(e)) => return Err(RelayError::Client(e)),
+                    Err(SpliceError::SourceTimeout) => return Err(RelayError::ClientTimeout),
+                    Err(SpliceError::Destination(e)) => return Err(RelayError::Upstream(e)),
+                }
+                continue;
+            }
+        }
         match read_some(r.client, r.buf, max, r.read_timeout).await {
             Ok(0) => return Err(RelayError::Client(io::ErrorKind::UnexpectedEof.into())),
             Ok(_) => {}
@@ -281,6 +386,26 @@ pub async fn relay_request_body(r: RequestBody<'_>) -> Result<(), RelayError> {
         r.buf.drain(..body);
     }
     Ok(())
+}
+
+/// Splices up to `len` bytes through a pooled pipe; the pipe goes back only if it is empty.
+async fn splice_run(
+    pipes: &PipePool,
+    from: &TcpStream,
+    to: &TcpStream,
+    len: u64,
+    read_timeout: Duration,
+    send_timeout: Duration,
+) -> Result<(u64, bool), SpliceError> {
+    let Ok(pipe) = pipes.take() else {
+        // No pipe to be had (descriptor limit): copy instead.
+        return Err(SpliceError::Unsupported);
+    };
+    let result = splice::transfer(from, to, &pipe, len, read_timeout, send_timeout).await;
+    if result.is_ok() {
+        pipes.give(pipe);
+    }
+    result
 }
 
 /// Passes bytes both ways until either side closes (after a 101 Switching Protocols).

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod routing;
 pub mod runtime;
+pub mod splice;
 pub mod upstream;
 pub mod worker;
 

@@ -20,6 +20,7 @@ use crate::http1::request::{header_storage, ForwardedFor, RequestError, RequestH
 use crate::http1::response::{write_simple_response, Relay};
 use crate::http1::{parse_request, parse_response, BodyReader, Framing};
 use crate::metrics::Counter;
+use crate::routing::RouteTarget;
 use crate::upstream::{self, ConnectError};
 use crate::worker::Worker;
 
@@ -39,7 +40,9 @@ pub async fn serve(worker: Rc<Worker>, stream: TcpStream, peer: SocketAddr) {
         if !client.wait_for_request(&config, &mut shutdown).await {
             break;
         }
-        let keep_alive = handle_request(&worker, &config, &mut client).await;
+        // Boxed: the request's state lives only while a request is in flight, so an idle
+        // keep-alive connection's task stays small.
+        let keep_alive = Box::pin(handle_request(&worker, &config, &mut client)).await;
         if let Some(buf) = client.buf.take() {
             if buf.is_empty() {
                 worker.buffers.give(buf, config.limits.max_buffer);
@@ -105,7 +108,7 @@ struct Prepared {
     upgrade: bool,
     idempotent: bool,
     is_head: bool,
-    group: Option<usize>,
+    route: Option<RouteTarget>,
     log: Option<LogFields>,
 }
 
@@ -117,9 +120,9 @@ struct LogFields {
 
 impl Prepared {
     fn new(head: &RequestHead<'_, '_>, config: &Config, peer: SocketAddr, log: bool) -> Prepared {
-        let group = config.router.route(head.host, head.path);
+        let route = config.router.route(head.host, head.path);
         let mut upstream_head = Vec::with_capacity(head.head_len + 128);
-        if group.is_some() {
+        if route.is_some() {
             head.write_upstream_head(
                 &mut upstream_head,
                 ForwardedFor {
@@ -138,7 +141,7 @@ impl Prepared {
             upgrade: head.upgrade.is_some(),
             idempotent: head.is_idempotent(),
             is_head: head.method == "HEAD",
-            group,
+            route,
             log: log.then(|| LogFields {
                 method: head.method.to_string(),
                 path: head.path.to_string(),
@@ -154,8 +157,6 @@ struct Outcome {
     body_bytes: u64,
     upstream: Option<SocketAddr>,
     keep_alive: bool,
-    /// The upstream connection ended cleanly and may go back to the pool.
-    reuse_upstream: bool,
 }
 
 impl Outcome {
@@ -165,7 +166,6 @@ impl Outcome {
             body_bytes: 0,
             upstream: None,
             keep_alive,
-            reuse_upstream: false,
         }
     }
 
@@ -175,7 +175,6 @@ impl Outcome {
             body_bytes: 0,
             upstream: server,
             keep_alive: false,
-            reuse_upstream: false,
         }
     }
 }
@@ -235,7 +234,7 @@ async fn handle_request(worker: &Worker, config: &Config, client: &mut Client) -
     worker.counters.inc(Counter::Requests);
     let started = worker.log.enabled().then(Instant::now);
 
-    let outcome = match prepared.group {
+    let outcome = match prepared.route {
         None => {
             worker.counters.inc(Counter::NoRoute);
             // A body we did not read would be parsed as the next request: close instead.
@@ -246,11 +245,11 @@ async fn handle_request(worker: &Worker, config: &Config, client: &mut Client) -
             buf.drain(..prepared.head_len.min(buf.len()));
             Outcome::local(404, keep)
         }
-        Some(group) => {
+        Some(route) => {
             exchange(
                 worker,
                 config,
-                &config.upstreams[group],
+                &config.upstreams[route.upstream],
                 client,
                 &mut buf,
                 &prepared,
@@ -318,7 +317,7 @@ async fn exchange(
     let mut retried = false;
     let mut force_new = false;
 
-    let (server, mut up, mut ubuf) = loop {
+    let (server, up, mut ubuf) = loop {
         let (server, mut up, reused) = match acquire(worker, group, force_new).await {
             Ok(c) => c,
             Err(status) => {
@@ -365,6 +364,7 @@ async fn exchange(
                 max_buffer: limits.max_buffer,
                 read_timeout: limits.client_body_timeout,
                 send_timeout: group.send_timeout,
+                pipes: limits.zero_copy.then_some(&worker.pipes),
             })
             .await;
             match relayed {
@@ -385,9 +385,8 @@ async fn exchange(
                 }
             }
         }
-        let mut ubuf = worker
-            .buffers
-            .take(worker.response_buffer_hint(server, limits.max_buffer));
+        let hint = worker.response_buffer_hint(server, limits.max_buffer, limits.zero_copy);
+        let mut ubuf = worker.buffers.take(hint);
         match read_response_start(&mut up, &mut ubuf, &client.stream, group, limits.max_buffer)
             .await
         {
@@ -417,16 +416,9 @@ async fn exchange(
         // The request is fully sent; what follows it in the buffer is the next request.
         buf.drain(..initial_end.min(buf.len()));
     }
-    let outcome = respond_from_upstream(
-        worker, config, group, client, buf, p, server, &mut up, &mut ubuf,
-    )
-    .await;
+    let outcome =
+        respond_from_upstream(worker, config, group, client, buf, p, server, up, &mut ubuf).await;
     worker.buffers.give(ubuf, limits.max_buffer);
-    if outcome.reuse_upstream {
-        worker
-            .upstreams
-            .give(server, up, group.keepalive, group.idle_timeout);
-    }
     outcome
 }
 
@@ -533,7 +525,7 @@ async fn respond_from_upstream(
     pending_client: &mut Vec<u8>,
     p: &Prepared,
     server: SocketAddr,
-    up: &mut TcpStream,
+    mut up: TcpStream,
     ubuf: &mut Vec<u8>,
 ) -> Outcome {
     let limits = &config.limits;
@@ -549,7 +541,8 @@ async fn respond_from_upstream(
             Ok(Some(h)) => h,
             Ok(None) => {
                 drop(parsed);
-                match read_response_start(up, ubuf, &client.stream, group, limits.max_buffer).await
+                match read_response_start(&mut up, ubuf, &client.stream, group, limits.max_buffer)
+                    .await
                 {
                     Ok(()) => continue,
                     Err(HeadWait::ClientGone) => return client_gone(worker, server),
@@ -584,7 +577,8 @@ async fn respond_from_upstream(
             }
             ubuf.drain(..head_len);
             if !has_head_end(ubuf) {
-                match read_response_start(up, ubuf, &client.stream, group, limits.max_buffer).await
+                match read_response_start(&mut up, ubuf, &client.stream, group, limits.max_buffer)
+                    .await
                 {
                     Ok(()) => {}
                     Err(HeadWait::ClientGone) => return client_gone(worker, server),
@@ -616,14 +610,14 @@ async fn respond_from_upstream(
                 return client_gone(worker, server);
             }
             // Bytes the client sent after its request head belong to the new protocol.
-            if forward::write_all(up, &[pending_client], group.send_timeout)
+            if forward::write_all(&mut up, &[pending_client], group.send_timeout)
                 .await
                 .is_err()
             {
                 return Outcome::failed(101, Some(server));
             }
             pending_client.clear();
-            forward::tunnel(&mut client.stream, up).await;
+            forward::tunnel(&mut client.stream, &mut up).await;
             return Outcome::failed(101, Some(server));
         }
 
@@ -636,6 +630,45 @@ async fn respond_from_upstream(
         let framing = head.framing;
         let reusable = head.reusable;
         drop(head);
+
+        let buffer_response = p.route.and_then(|r| r.buffer_response);
+        if let Some(limit) = buffer_response.filter(|_| relay == Relay::Pass) {
+            let whole =
+                forward::read_whole(&mut up, ubuf, head_len, framing, limit, group.read_timeout);
+            match whole.await {
+                Ok(Some(end)) => {
+                    // The whole response is in memory: the upstream connection goes back to the
+                    // pool before a slow client has read a byte of it.
+                    if reusable && end == ubuf.len() {
+                        worker
+                            .upstreams
+                            .give(server, up, group.keepalive, group.idle_timeout);
+                    }
+                    let body = &ubuf[head_len..end];
+                    let parts = [head_out.as_slice(), body];
+                    let timeout = limits.client_body_timeout;
+                    if forward::write_all(&mut client.stream, &parts, timeout)
+                        .await
+                        .is_err()
+                    {
+                        return client_gone(worker, server);
+                    }
+                    return Outcome {
+                        status,
+                        body_bytes: body.len() as u64,
+                        upstream: Some(server),
+                        keep_alive,
+                    };
+                }
+                Ok(None) => {} // Larger than the buffer: it streams.
+                Err(RelayError::UpstreamTimeout) => {
+                    return fail_before_response(worker, config, client, p, 504, Some(server)).await
+                }
+                Err(_) => {
+                    return fail_before_response(worker, config, client, p, 502, Some(server)).await
+                }
+            }
+        }
 
         let wait_whole = match framing {
             Framing::Length(n) => {
@@ -653,7 +686,7 @@ async fn respond_from_upstream(
         };
         let received = ubuf.len();
         let result = forward::relay_response(ResponseBody {
-            upstream: up,
+            upstream: &mut up,
             client: &mut client.stream,
             buf: ubuf,
             head_len,
@@ -664,6 +697,7 @@ async fn respond_from_upstream(
             max_buffer: limits.max_buffer,
             read_timeout: group.read_timeout,
             send_timeout: limits.client_body_timeout,
+            pipes: limits.zero_copy.then_some(&worker.pipes),
         })
         .await;
         return match result {
@@ -673,12 +707,16 @@ async fn respond_from_upstream(
                 } else {
                     worker.note_response_size(server, received);
                 }
+                if reusable && relayed.clean_end {
+                    worker
+                        .upstreams
+                        .give(server, up, group.keepalive, group.idle_timeout);
+                }
                 Outcome {
                     status,
                     body_bytes: relayed.body_bytes,
                     upstream: Some(server),
                     keep_alive,
-                    reuse_upstream: reusable && relayed.clean_end,
                 }
             }
             Err(RelayError::Client(_)) => client_gone(worker, server),
@@ -717,4 +755,35 @@ async fn fail_before_response(
 fn client_gone(worker: &Worker, server: SocketAddr) -> Outcome {
     worker.counters.inc(Counter::ClientClosed);
     Outcome::failed(499, Some(server))
+}
+
+#[cfg(test)]
+mod tests {
+    /// An idle keep-alive connection is one task waiting in `serve`; its state must stay small
+    /// (the per-request state is boxed and freed between requests).
+    #[test]
+    fn idle_connection_state_is_small() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let s = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+                .await
+                .unwrap();
+            let addr = "127.0.0.1:1".parse().unwrap();
+            let config = crate::config::Config::for_proxy(addr, vec![addr], Some(1));
+            let shared = std::sync::Arc::new(crate::runtime::SharedConfig::for_test(config));
+            let (_tx, rx) = tokio::sync::watch::channel(false);
+            let access_log = crate::access_log::AccessLog::disabled();
+            let worker = crate::worker::Worker::new(0, shared, Default::default(), access_log, rx);
+            let serve = super::serve(std::rc::Rc::new(worker), s, addr);
+            assert!(
+                std::mem::size_of_val(&serve) <= 1024,
+                "{}",
+                std::mem::size_of_val(&serve)
+            );
+        });
+    }
 }

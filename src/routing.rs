@@ -25,18 +25,38 @@ struct Site {
 #[derive(Debug, Clone)]
 struct Route {
     prefix: String,
-    upstream: usize,
+    target: RouteTarget,
+}
+
+/// Where a route sends requests, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteTarget {
+    /// Index of the upstream group.
+    pub upstream: usize,
+    /// Read responses up to this size whole into memory, so the upstream connection is freed
+    /// before a slow client has read them.
+    pub buffer_response: Option<usize>,
+}
+
+impl RouteTarget {
+    /// A plain route to an upstream group.
+    pub fn to(upstream: usize) -> RouteTarget {
+        RouteTarget {
+            upstream,
+            buffer_response: None,
+        }
+    }
 }
 
 impl Router {
-    /// The upstream group index for a request, or `None` (404).
-    pub fn route(&self, host: Option<&[u8]>, path: &str) -> Option<usize> {
+    /// The route target for a request, or `None` (404).
+    pub fn route(&self, host: Option<&[u8]>, path: &str) -> Option<RouteTarget> {
         let site = self.site_for(host)?;
         self.sites[site]
             .routes
             .iter()
             .find(|r| path.starts_with(r.prefix.as_str()))
-            .map(|r| r.upstream)
+            .map(|r| r.target)
     }
 
     fn site_for(&self, host: Option<&[u8]>) -> Option<usize> {
@@ -118,10 +138,10 @@ impl RouterBuilder {
     }
 
     /// Adds a route by path prefix to a site.
-    pub fn add_route(&mut self, site: usize, prefix: &str, upstream: usize) {
+    pub fn add_route(&mut self, site: usize, prefix: &str, target: RouteTarget) {
         self.router.sites[site].routes.push(Route {
             prefix: prefix.to_string(),
-            upstream,
+            target,
         });
     }
 
@@ -146,26 +166,44 @@ mod tests {
         let mut b = RouterBuilder::default();
         let a = b.add_site(false);
         b.add_host(a, "api.example.com").unwrap();
-        b.add_route(a, "/", 0);
-        b.add_route(a, "/v2/", 1);
+        b.add_route(a, "/", RouteTarget::to(0));
+        b.add_route(a, "/v2/", RouteTarget::to(1));
         let w = b.add_site(false);
         b.add_host(w, "*.example.com").unwrap();
-        b.add_route(w, "/", 2);
+        b.add_route(w, "/", RouteTarget::to(2));
         let d = b.add_site(true);
-        b.add_route(d, "/static/", 3);
+        b.add_route(d, "/static/", RouteTarget::to(3));
         b.build()
     }
 
     #[test]
     fn exact_wildcard_default_and_longest_prefix() {
         let r = router();
-        assert_eq!(r.route(Some(b"API.example.com:8080"), "/v2/x"), Some(1));
-        assert_eq!(r.route(Some(b"api.example.com."), "/v1"), Some(0));
-        assert_eq!(r.route(Some(b"www.example.com"), "/"), Some(2));
-        assert_eq!(r.route(Some(b"a.b.example.com"), "/"), Some(2));
-        assert_eq!(r.route(Some(b"example.com"), "/static/a"), Some(3));
+        assert_eq!(
+            r.route(Some(b"API.example.com:8080"), "/v2/x")
+                .map(|t| t.upstream),
+            Some(1)
+        );
+        assert_eq!(
+            r.route(Some(b"api.example.com."), "/v1")
+                .map(|t| t.upstream),
+            Some(0)
+        );
+        assert_eq!(
+            r.route(Some(b"www.example.com"), "/").map(|t| t.upstream),
+            Some(2)
+        );
+        assert_eq!(
+            r.route(Some(b"a.b.example.com"), "/").map(|t| t.upstream),
+            Some(2)
+        );
+        assert_eq!(
+            r.route(Some(b"example.com"), "/static/a")
+                .map(|t| t.upstream),
+            Some(3)
+        );
         assert_eq!(r.route(Some(b"other"), "/"), None);
-        assert_eq!(r.route(None, "/static/"), Some(3));
+        assert_eq!(r.route(None, "/static/").map(|t| t.upstream), Some(3));
     }
 
     #[test]

@@ -31,6 +31,14 @@ pub struct SharedConfig {
 }
 
 impl SharedConfig {
+    /// A shared config outside a running server (tests).
+    pub fn for_test(config: Config) -> SharedConfig {
+        SharedConfig {
+            generation: AtomicU64::new(0),
+            current: ArcSwap::from_pointee(config),
+        }
+    }
+
     /// The generation and a copy of the config it names.
     pub fn snapshot(&self) -> (u64, Config) {
         let generation = self.generation.load(Ordering::Acquire);

@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::forward::MIN_BUFFER;
 use crate::metrics::Shard;
 use crate::runtime::SharedConfig;
+use crate::splice::PipePool;
 use crate::upstream::UpstreamPool;
 
 /// One worker's state.
@@ -31,6 +32,8 @@ pub struct Worker {
     pub buffers: BufferPool,
     /// Idle upstream connections.
     pub upstreams: UpstreamPool,
+    /// Empty pipes for zero-copy body transfer.
+    pub pipes: PipePool,
     /// Round-robin cursor.
     pub balance: RoundRobin,
     /// This worker's counters.
@@ -58,12 +61,14 @@ impl Worker {
         shutdown: watch::Receiver<bool>,
     ) -> Worker {
         let (generation, config) = shared.snapshot();
+        let pipe_size = config.limits.max_buffer.max(256 * 1024);
         Worker {
             id,
             shared,
             config: RefCell::new((generation, Rc::new(config))),
             buffers: BufferPool::default(),
             upstreams: UpstreamPool::default(),
+            pipes: PipePool::new(pipe_size),
             balance: RoundRobin::starting_at(id),
             counters,
             log,
@@ -86,14 +91,19 @@ impl Worker {
         current.1.clone()
     }
 
-    /// Buffer size to start reading a response from `server` with.
-    pub fn response_buffer_hint(&self, server: SocketAddr, max: usize) -> usize {
+    /// Buffer size to start reading a response from `server` with: the size of its last
+    /// response, unless that did not fit the buffer and was spliced (then the buffer only needs
+    /// the head and the first bytes).
+    pub fn response_buffer_hint(&self, server: SocketAddr, max: usize, zero_copy: bool) -> usize {
         let last = self
             .response_size
             .borrow()
             .get(&server)
             .copied()
             .unwrap_or(0);
+        if zero_copy && last > max {
+            return MIN_BUFFER;
+        }
         (last + 512).clamp(MIN_BUFFER, max)
     }
 

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Question: what does each proxy cost per request, against the same origin, in the same run?
+#
+# wrk -> proxy -> nginx origin serving 0 B, 1 KB and 91 KB files, all on loopback. Proxies:
+#   slipstream      `slipstream proxy` with defaults (one worker, for fairness on 2 cores)
+#   nginx-default   the field report's config (upstream keepalive, HTTP/1.1 upstream, unbuffered
+#                   access log) with nginx's default proxy buffers (8 x 4k)
+#   nginx-tuned     the same with the report's fix: proxy_buffers 4 128k, buffered access log
+#   haproxy         mode http, one thread, keep-alive and connection reuse (its defaults)
+# Columns: req/s, ratio to direct, p50, p99 (wrk --latency), proxy CPU microseconds per request
+# (sum of the proxy's threads' schedstat run time), proxy syscalls per request (perf stat -e
+# raw_syscalls:sys_enter on the proxy's processes during the same run).
+#
+# Usage: bench/compare.sh [seconds per run, default 10] [connections, default 50]
+# Installs nginx, haproxy, wrk and perf with apt-get when missing (needs root).
+set -euo pipefail
+DURATION=${1:-10}
+CONNS=${2:-50}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORK=${BENCH_DIR:-/tmp/slipstream-bench}
+ORIGIN=18000 SLIP=18001 NGX_DEF=18002 NGX_TUNED=18003 HAP=18004
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need nginx || ! need haproxy || ! need wrk || ! need perf; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light haproxy wrk linux-perf >/dev/null
+fi
+(cd "$ROOT" && cargo build --release -q)
+
+rm -rf "$WORK" && mkdir -p "$WORK/www" "$WORK/logs"
+: > "$WORK/www/0b"
+head -c 1024 /dev/zero | tr '\0' 'a' > "$WORK/www/1k"
+head -c 93184 /dev/urandom | base64 -w 100 | head -c 93184 > "$WORK/www/91k"
+
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+nginx_conf() { # name port extra-http extra-location
+    cat > "$WORK/$1.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $WORK/$1.pid;
+error_log $WORK/logs/$1-error.log;
+events { worker_connections 4096; }
+http {
+    log_format main '\$remote_addr - \$remote_user [\$time_local] "\$request" '
+                    '\$status \$body_bytes_sent "\$http_referer" '
+                    '"\$http_user_agent" "\$http_x_forwarded_for"';
+    keepalive_requests 1000000;
+    $3
+    upstream origin { server 127.0.0.1:$ORIGIN; keepalive 1000; }
+    server {
+        listen 127.0.0.1:$2 reuseport;
+        location / {
+            proxy_set_header Host \$host;
+            proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            $4
+        }
+    }
+}
+EOF
+}
+
+# The origin: nginx serving files, one worker, no log.
+cat > "$WORK/origin.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $WORK/origin.pid;
+error_log $WORK/logs/origin-error.log;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    sendfile on;
+    server { listen 127.0.0.1:$ORIGIN reuseport; root $WORK/www; }
+}
+EOF
+nginx_conf nginx-default $NGX_DEF "access_log $WORK/logs/default-access.log main;" ""
+nginx_conf nginx-tuned $NGX_TUNED "access_log $WORK/logs/tuned-access.log main buffer=64k flush=1s;" "proxy_buffers 4 128k;"
+cat > "$WORK/haproxy.cfg" <<EOF
+global
+    nbthread 1
+    maxconn 4000
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    option forwardfor
+frontend fe
+    bind 127.0.0.1:$HAP
+    default_backend be
+backend be
+    server origin 127.0.0.1:$ORIGIN maxconn 1000
+EOF
+
+nginx -c "$WORK/origin.conf" & PIDS+=($!)
+nginx -c "$WORK/nginx-default.conf" & PIDS+=($!)
+nginx -c "$WORK/nginx-tuned.conf" & PIDS+=($!)
+haproxy -f "$WORK/haproxy.cfg" -db & PIDS+=($!)
+"$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP --upstream 127.0.0.1:$ORIGIN --workers 1 2>"$WORK/logs/slipstream.log" & PIDS+=($!)
+SLIP_PID=$!
+sleep 1
+
+# The processes doing the proxying for a port (nginx: master and worker; the master is idle).
+proxy_pids() {
+    case $1 in
+        $SLIP) echo "$SLIP_PID" ;;
+        *) ss -ltnpH "sport = :$1" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u | tr '\n' ' ' ;;
+    esac
+}
+# Sum of run time in nanoseconds of every thread of the given processes.
+cpu_ns() {
+    local total=0 p t
+    for p in "$@"; do
+        for t in /proc/"$p"/task/*/schedstat; do
+            total=$((total + $(cut -d' ' -f1 "$t")))
+        done
+    done
+    echo "$total"
+}
+# wrk's latency figure in microseconds.
+to_us() { awk '{v=$1; if (v ~ /us$/) {sub(/us/,"",v); print v} else if (v ~ /ms$/) {sub(/ms/,"",v); print v*1000} else if (v ~ /s$/) {sub(/s/,"",v); print v*1000000} else print v}'; }
+
+run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
+    local port=$1 path=$2 pids="" before after
+    wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port/$path" >/dev/null  # warm pools and buffers
+    if [ "$port" != "$ORIGIN" ]; then
+        pids=$(proxy_pids "$port")
+        # shellcheck disable=SC2086
+        perf stat -e raw_syscalls:sys_enter -x, -o "$WORK/perf.txt" -p "$(echo $pids | tr ' ' ',')" -- sleep "$DURATION" 2>/dev/null &
+        local perf_pid=$!
+        # shellcheck disable=SC2086
+        before=$(cpu_ns $pids)
+    fi
+    wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$port/$path" > "$WORK/wrk.txt"
+    local rps reqs p50 p99
+    rps=$(awk '/Requests\/sec/ {print $2}' "$WORK/wrk.txt")
+    reqs=$(awk '/requests in/ {print $1}' "$WORK/wrk.txt")
+    p50=$(awk '$1=="50%" {print $2}' "$WORK/wrk.txt" | to_us)
+    p99=$(awk '$1=="99%" {print $2}' "$WORK/wrk.txt" | to_us)
+    if [ "$port" = "$ORIGIN" ]; then
+        echo "$rps $p50 $p99 - -"
+        return
+    fi
+    # shellcheck disable=SC2086
+    after=$(cpu_ns $pids)
+    wait "$perf_pid" || true
+    local sys
+    sys=$(awk -F, '/raw_syscalls:sys_enter/ {print $1}' "$WORK/perf.txt")
+    # perf counts over exactly DURATION seconds; wrk's run is the same length, started together.
+    awk -v rps="$rps" -v p50="$p50" -v p99="$p99" -v cpu=$((after - before)) -v n="$reqs" -v sys="${sys:-0}" \
+        'BEGIN { printf "%s %s %s %.1f %.1f\n", rps, p50, p99, cpu/1000/n, sys/n }'
+}
+
+printf '\nwrk -t1 -c%s -d%ss through each proxy to an nginx origin; one worker per proxy; %s cores\n' "$CONNS" "$DURATION" "$(nproc)"
+for size in 0b 1k 91k; do
+    printf '\n### %s response\n\n' "$size"
+    printf '| %-14s | %9s | %8s | %8s | %8s | %9s | %9s |\n' proxy 'req/s' 'vs direct' 'p50 us' 'p99 us' 'CPU us/req' 'syscalls/req'
+    printf '|%s|\n' '----------------|-----------|----------|----------|----------|-----------|-----------'
+    direct=""
+    for target in direct:$ORIGIN slipstream:$SLIP nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED haproxy:$HAP; do
+        name=${target%%:*} port=${target##*:}
+        read -r rps p50 p99 cpu sys < <(run "$port" "$size")
+        [ -z "$direct" ] && direct=$rps
+        ratio=$(awk -v a="$rps" -v b="$direct" 'BEGIN { printf "%.2f", a/b }')
+        printf '| %-14s | %9.0f | %8s | %8.0f | %8.0f | %9s | %9s |\n' "$name" "$rps" "$ratio" "$p50" "$p99" "$cpu" "$sys"
+    done
+done
