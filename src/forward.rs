@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 
 use crate::http1::response::Relay;
 use crate::http1::BodyReader;
+use crate::metrics::{Counter, Shard};
 use crate::splice::{self, PipePool, SpliceError, SPLICE_MIN};
 
 /// Smallest read buffer handed out.
@@ -115,6 +116,8 @@ pub struct ResponseBody<'a> {
     pub send_timeout: Duration,
     /// Pipes for zero-copy transfer of body bytes beyond the first buffer, when enabled.
     pub pipes: Option<&'a PipePool>,
+    /// The worker's counters.
+    pub counters: &'a Shard,
 }
 
 /// How a relayed response ended.
@@ -142,6 +145,7 @@ pub async fn relay_response(r: ResponseBody<'_>) -> Result<Relayed, RelayError> 
         read_timeout,
         send_timeout,
         pipes,
+        counters,
     } = r;
     // Splicing needs the bytes unchanged on the way.
     let mut pipes = pipes.filter(|_| relay == Relay::Pass);
@@ -225,8 +229,16 @@ pub async fn relay_response(r: ResponseBody<'_>) -> Result<Relayed, RelayError> 
         if let Some(pool) = pipes {
             let opaque = reader.opaque_len();
             if opaque >= SPLICE_MIN {
-                let spliced =
-                    splice_run(pool, upstream, client, opaque, read_timeout, send_timeout).await;
+                let spliced = splice_run(
+                    pool,
+                    counters,
+                    upstream,
+                    client,
+                    opaque,
+                    read_timeout,
+                    send_timeout,
+                )
+                .await;
                 match spliced {
                     Ok((moved, end)) => {
                         reader.skip(moved.min(opaque));
@@ -341,6 +353,8 @@ pub struct RequestBody<'a> {
     pub send_timeout: Duration,
     /// Pipes for zero-copy transfer, when enabled.
     pub pipes: Option<&'a PipePool>,
+    /// The worker's counters.
+    pub counters: &'a Shard,
 }
 
 /// Streams the rest of a request body to the upstream, one buffer at a time.
@@ -353,6 +367,7 @@ pub async fn relay_request_body(r: RequestBody<'_>) -> Result<(), RelayError> {
             if opaque >= SPLICE_MIN {
                 let spliced = splice_run(
                     pool,
+                    r.counters,
                     r.client,
                     r.upstream,
                     opaque,
@@ -391,6 +406,7 @@ pub async fn relay_request_body(r: RequestBody<'_>) -> Result<(), RelayError> {
 /// Splices up to `len` bytes through a pooled pipe; the pipe goes back only if it is empty.
 async fn splice_run(
     pipes: &PipePool,
+    counters: &Shard,
     from: &TcpStream,
     to: &TcpStream,
     len: u64,
@@ -402,7 +418,8 @@ async fn splice_run(
         return Err(SpliceError::Unsupported);
     };
     let result = splice::transfer(from, to, &pipe, len, read_timeout, send_timeout).await;
-    if result.is_ok() {
+    if let Ok((moved, _)) = result {
+        counters.add(Counter::SplicedBytes, moved);
         pipes.give(pipe);
     }
     result

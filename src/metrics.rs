@@ -49,11 +49,13 @@ pub enum Counter {
     UpstreamRetries,
     /// Pooled connections found closed by the upstream and discarded.
     UpstreamStaleDiscarded,
+    /// Body bytes moved with splice(2), never entering user space.
+    SplicedBytes,
 }
 
 impl Counter {
     /// All counters, in exposition order.
-    pub const ALL: [Counter; 20] = [
+    pub const ALL: [Counter; 21] = [
         Counter::ConnectionsAccepted,
         Counter::ConnectionsClosed,
         Counter::AcceptPaused,
@@ -74,6 +76,7 @@ impl Counter {
         Counter::UpstreamPortsExhausted,
         Counter::UpstreamRetries,
         Counter::UpstreamStaleDiscarded,
+        Counter::SplicedBytes,
     ];
 
     /// The exposed metric name.
@@ -99,6 +102,7 @@ impl Counter {
             Counter::UpstreamPortsExhausted => "slipstream_upstream_ports_exhausted_total",
             Counter::UpstreamRetries => "slipstream_upstream_retries_total",
             Counter::UpstreamStaleDiscarded => "slipstream_upstream_stale_discarded_total",
+            Counter::SplicedBytes => "slipstream_spliced_bytes_total",
         }
     }
 }
@@ -114,6 +118,12 @@ impl Shard {
     #[inline]
     pub fn inc(&self, c: Counter) {
         self.values[c as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds `n`.
+    #[inline]
+    pub fn add(&self, c: Counter, n: u64) {
+        self.values[c as usize].fetch_add(n, Ordering::Relaxed);
     }
 
     /// Current value of this shard's counter.

@@ -365,6 +365,7 @@ async fn exchange(
                 read_timeout: limits.client_body_timeout,
                 send_timeout: group.send_timeout,
                 pipes: limits.zero_copy.then_some(&worker.pipes),
+                counters: &worker.counters,
             })
             .await;
             match relayed {
@@ -698,6 +699,7 @@ async fn respond_from_upstream(
             read_timeout: group.read_timeout,
             send_timeout: limits.client_body_timeout,
             pipes: limits.zero_copy.then_some(&worker.pipes),
+            counters: &worker.counters,
         })
         .await;
         return match result {

@@ -4,8 +4,6 @@
 use std::io::{BufReader, Read, Write};
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
 use crate::support::*;
 
 #[test]
@@ -38,21 +36,10 @@ fn body_of_100mb_is_byte_exact() {
     let url = format!("http://{}/big", proxy.local_addrs()[0]);
     let mut res = http_client().get(&url).call().unwrap();
     let mut reader = res.body_mut().as_reader();
-    let mut buf = vec![0u8; 1 << 20];
-    let (mut got, mut hash, mut want) = (0u64, Sha256::new(), Sha256::new());
-    let mut expected = vec![0u8; 1 << 20];
-    loop {
-        let n = reader.read(&mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        hash.update(&buf[..n]);
-        fill_pattern(&mut expected[..n], got);
-        want.update(&expected[..n]);
-        got += n as u64;
-    }
-    assert_eq!(got, LEN);
-    assert_eq!(hash.finalize(), want.finalize());
+    assert_eq!(hash_exactly(&mut reader, LEN), pattern_hash(LEN));
+    let mut rest = Vec::new();
+    reader.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
     proxy.shutdown();
 }
 

@@ -3,6 +3,8 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -63,6 +65,8 @@ pub struct Upstream {
     seen: Arc<Mutex<Vec<Seen>>>,
     raw: Arc<Mutex<Vec<u8>>>,
     connections: Arc<AtomicUsize>,
+    /// Body bytes written by `Reply::Pattern` so far, over all connections.
+    pub written: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Upstream {
@@ -73,14 +77,20 @@ impl Upstream {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let raw = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));
+        let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let handler: Arc<Handler> = Arc::new(handler);
-        let (s, r, c) = (seen.clone(), raw.clone(), connections.clone());
+        let (s, r, c, w) = (
+            seen.clone(),
+            raw.clone(),
+            connections.clone(),
+            written.clone(),
+        );
         thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
                 let id = c.fetch_add(1, Ordering::SeqCst);
-                let (s, r, h) = (s.clone(), r.clone(), handler.clone());
-                thread::spawn(move || serve_mock(stream, id, s, r, h));
+                let (s, r, h, w) = (s.clone(), r.clone(), handler.clone(), w.clone());
+                thread::spawn(move || serve_mock(stream, id, s, r, h, w));
             }
         });
         Upstream {
@@ -88,6 +98,7 @@ impl Upstream {
             seen,
             raw,
             connections,
+            written,
         }
     }
 
@@ -123,16 +134,65 @@ pub fn response(status: u16, body: &[u8]) -> Vec<u8> {
     r
 }
 
-/// Byte `i` of the deterministic test pattern.
+/// Byte `i` of a small deterministic pattern.
 pub fn pattern_byte(i: u64) -> u8 {
     (i.wrapping_mul(2654435761) >> 13) as u8
 }
 
-/// Fills `buf` with the pattern starting at offset `from`.
+const BLOCK: usize = 64 * 1024;
+
+/// The test stream: 64 KiB blocks of a fixed pattern, each stamped with its index in its first
+/// 8 bytes, so a lost, repeated or reordered block changes the hash. Fast to generate.
 pub fn fill_pattern(buf: &mut [u8], from: u64) {
-    for (k, b) in buf.iter_mut().enumerate() {
-        *b = pattern_byte(from + k as u64);
+    static BASE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let base = BASE.get_or_init(|| (0..BLOCK as u64).map(pattern_byte).collect());
+    let mut done = 0;
+    while done < buf.len() {
+        let pos = from + done as u64;
+        let block = pos / BLOCK as u64;
+        let offset = (pos % BLOCK as u64) as usize;
+        let n = (BLOCK - offset).min(buf.len() - done);
+        let out = &mut buf[done..done + n];
+        out.copy_from_slice(&base[offset..offset + n]);
+        let stamp = block.to_le_bytes();
+        for (i, b) in out
+            .iter_mut()
+            .enumerate()
+            .take(8usize.saturating_sub(offset))
+        {
+            *b = stamp[offset + i];
+        }
+        done += n;
     }
+}
+
+/// The xxh3-128 hash of the first `len` bytes of the test stream.
+pub fn pattern_hash(len: u64) -> u128 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = 0;
+    while pos < len {
+        let n = (len - pos).min(buf.len() as u64) as usize;
+        fill_pattern(&mut buf[..n], pos);
+        h.update(&buf[..n]);
+        pos += n as u64;
+    }
+    h.digest128()
+}
+
+/// Reads exactly `len` bytes and returns their xxh3-128 hash.
+pub fn hash_exactly(reader: &mut impl Read, len: u64) -> u128 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut got = 0;
+    while got < len {
+        let want = (len - got).min(buf.len() as u64) as usize;
+        let n = reader.read(&mut buf[..want]).unwrap();
+        assert!(n > 0, "stream ended after {got} of {len} bytes");
+        h.update(&buf[..n]);
+        got += n as u64;
+    }
+    h.digest128()
 }
 
 fn serve_mock(
@@ -141,6 +201,7 @@ fn serve_mock(
     seen: Arc<Mutex<Vec<Seen>>>,
     raw: Arc<Mutex<Vec<u8>>>,
     handler: Arc<Handler>,
+    written: Arc<std::sync::atomic::AtomicU64>,
 ) {
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
@@ -181,6 +242,7 @@ fn serve_mock(
                             return;
                         }
                         off += n as u64;
+                        written.fetch_add(n as u64, Ordering::SeqCst);
                     }
                     break;
                 }
@@ -392,4 +454,114 @@ pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
         thread::sleep(Duration::from_millis(50));
     }
     false
+}
+
+/// The built binary.
+pub const BIN: &str = env!("CARGO_BIN_EXE_slipstream");
+
+/// A path in this test run's temporary folder.
+pub fn temp_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("slipstream-it-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// The binary running in the background, with its stderr collected.
+pub struct Running {
+    /// The process.
+    pub child: Child,
+    /// Its first listener.
+    pub addr: SocketAddr,
+    /// Its admin listener, when configured.
+    pub admin: Option<SocketAddr>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Running {
+    /// See the test that uses it.
+    pub fn start(args: &[&str]) -> Running {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split("admin listening on ").nth(1) {
+                    let _ = tx.send(format!("admin {}", rest.split(' ').next().unwrap()));
+                } else if let Some(rest) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(rest.split(' ').next().unwrap().to_string());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let Ok(addr) = rx.recv_timeout(Duration::from_secs(10)) else {
+            std::thread::sleep(Duration::from_millis(100));
+            panic!("proxy did not start: {:?}", log.lock().unwrap());
+        };
+        let addr = addr.parse().unwrap();
+        // The admin address, if any, is logged right after the listeners.
+        let admin = rx
+            .recv_timeout(Duration::from_millis(300))
+            .ok()
+            .and_then(|a| a.strip_prefix("admin ").map(|a| a.parse().unwrap()));
+        Running {
+            child,
+            addr,
+            admin,
+            log,
+        }
+    }
+
+    /// See the test that uses it.
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// See the test that uses it.
+    pub fn logged(&self, needle: &str) -> bool {
+        self.log.lock().unwrap().iter().any(|l| l.contains(needle))
+    }
+
+    /// See the test that uses it.
+    pub fn get(&self, host: &str, path: &str) -> Vec<u8> {
+        exchange_until_close(
+            self.addr,
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Running {
+    /// A field of /proc/PID/status, in kB (VmRSS, VmHWM).
+    pub fn status_kb(&self, field: &str) -> u64 {
+        let text = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = text.lines().find(|l| l.starts_with(field)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    /// Bytes this process caused to be written to storage (/proc/PID/io write_bytes).
+    pub fn disk_write_bytes(&self) -> u64 {
+        let text = std::fs::read_to_string(format!("/proc/{}/io", self.child.id())).unwrap();
+        let line = text.lines().find(|l| l.starts_with("write_bytes")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
 }
