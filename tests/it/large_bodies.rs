@@ -61,6 +61,7 @@ fn download_gib(zero_copy: bool) {
         len: GIB,
     });
     let proxy = run_proxy(up.addr, zero_copy, &format!("download-{zero_copy}.toml"));
+    let disk_before = proxy.disk_write_bytes();
     let mut s = connect(proxy.addr);
     s.write_all(b"GET /file HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
@@ -76,7 +77,11 @@ fn download_gib(zero_copy: bool) {
     assert_path(&proxy, zero_copy, GIB);
     let peak = proxy.status_kb("VmHWM");
     assert!(peak < RSS_BOUND_KB, "proxy peak RSS {peak} kB");
-    assert_eq!(proxy.disk_write_bytes(), 0);
+    let written = proxy.disk_write_bytes() - disk_before;
+    assert_eq!(
+        written, 0,
+        "proxy wrote {written} bytes to disk during the transfer"
+    );
 }
 
 #[test]
@@ -131,6 +136,7 @@ fn upload_gib(zero_copy: bool) {
         zero_copy,
         &format!("upload-{zero_copy}.toml"),
     );
+    let disk_before = proxy.disk_write_bytes();
     let s = connect(proxy.addr);
     let mut w = s.try_clone().unwrap();
     let sender = std::thread::spawn(move || {
@@ -157,7 +163,11 @@ fn upload_gib(zero_copy: bool) {
     assert_path(&proxy, zero_copy, GIB);
     let peak = proxy.status_kb("VmHWM");
     assert!(peak < RSS_BOUND_KB, "proxy peak RSS {peak} kB");
-    assert_eq!(proxy.disk_write_bytes(), 0);
+    let written = proxy.disk_write_bytes() - disk_before;
+    assert_eq!(
+        written, 0,
+        "proxy wrote {written} bytes to disk during the transfer"
+    );
 }
 
 #[test]
@@ -180,6 +190,7 @@ fn slow_client_throttles_the_upstream_instead_of_buffering() {
     for zero_copy in [true, false] {
         let proxy = run_proxy(up.addr, zero_copy, &format!("slow-{zero_copy}.toml"));
         let before = up.written.load(std::sync::atomic::Ordering::SeqCst);
+        let disk_before = proxy.disk_write_bytes();
         let mut s = connect(proxy.addr);
         s.write_all(b"GET /file HTTP/1.1\r\nHost: a\r\n\r\n")
             .unwrap();
@@ -200,7 +211,11 @@ fn slow_client_throttles_the_upstream_instead_of_buffering() {
         );
         let peak = proxy.status_kb("VmHWM");
         assert!(peak < RSS_BOUND_KB, "proxy peak RSS {peak} kB");
-        assert_eq!(proxy.disk_write_bytes(), 0);
+        let written = proxy.disk_write_bytes() - disk_before;
+        assert_eq!(
+            written, 0,
+            "proxy wrote {written} bytes to disk during the transfer"
+        );
     }
 }
 
