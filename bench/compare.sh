@@ -20,11 +20,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-bench}
 ORIGIN=18000 SLIP=18001 NGX_DEF=18002 NGX_TUNED=18003 HAP=18004
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need nginx || ! need haproxy || ! need wrk || ! need perf; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light haproxy wrk linux-perf >/dev/null
-fi
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+bench_install
 (cd "$ROOT" && cargo build --release -q)
 
 rm -rf "$WORK" && mkdir -p "$WORK/www" "$WORK/logs"
@@ -110,18 +108,8 @@ sleep 1
 proxy_pids() {
     case $1 in
         $SLIP) echo "$SLIP_PID" ;;
-        *) ss -ltnpH "sport = :$1" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u | tr '\n' ' ' ;;
+        *) listener_pids "$1" ;;
     esac
-}
-# Sum of run time in nanoseconds of every thread of the given processes.
-cpu_ns() {
-    local total=0 p t
-    for p in "$@"; do
-        for t in /proc/"$p"/task/*/schedstat; do
-            total=$((total + $(cut -d' ' -f1 "$t")))
-        done
-    done
-    echo "$total"
 }
 # wrk's latency figure in microseconds.
 to_us() { awk '{v=$1; if (v ~ /us$/) {sub(/us/,"",v); print v} else if (v ~ /ms$/) {sub(/ms/,"",v); print v*1000} else if (v ~ /s$/) {sub(/s/,"",v); print v*1000000} else print v}'; }

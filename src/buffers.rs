@@ -26,7 +26,7 @@ impl BufferPool {
     /// Returns a buffer for reuse; buffers beyond `max_capacity` are freed.
     pub fn give(&self, mut buf: Vec<u8>, max_capacity: usize) {
         let mut free = self.free.borrow_mut();
-        if free.len() < MAX_POOLED && buf.capacity() <= max_capacity {
+        if free.len() < MAX_POOLED && buf.capacity() > 0 && buf.capacity() <= max_capacity {
             buf.clear();
             free.push(buf);
         }

@@ -229,6 +229,9 @@ pub async fn relay_response(r: ResponseBody<'_>) -> Result<Relayed, RelayError> 
         if let Some(pool) = pipes {
             let opaque = reader.opaque_len();
             if opaque >= SPLICE_MIN {
+                // The buffer is not needed while bytes bypass user space: a long, slow download
+                // holds no buffer memory.
+                *buf = Vec::new();
                 let spliced = splice_run(
                     pool,
                     counters,

@@ -417,6 +417,10 @@ async fn exchange(
         // The request is fully sent; what follows it in the buffer is the next request.
         buf.drain(..initial_end.min(buf.len()));
     }
+    if buf.is_empty() {
+        // Nothing pipelined: the read buffer goes back to the pool for the whole response.
+        worker.buffers.give(std::mem::take(buf), limits.max_buffer);
+    }
     let outcome =
         respond_from_upstream(worker, config, group, client, buf, p, server, up, &mut ubuf).await;
     worker.buffers.give(ubuf, limits.max_buffer);

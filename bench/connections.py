@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Opens many connections to a proxy and reports its resident memory.
+
+idle PORT N PID:            N keep-alive connections, one small request each, then idle.
+slow PORT N PID SECONDS:    N downloads of /big, each read at 16 KiB per second for SECONDS.
+Prints the proxy's VmRSS before, after (peak for slow) and the growth per connection.
+"""
+import asyncio
+import resource
+import sys
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+async def open_conn(port, path, sem):
+    async with sem:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+        await writer.drain()
+        return reader, writer
+
+
+async def read_small_response(reader):
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    await reader.readexactly(length)
+
+
+async def idle(port, n, pid):
+    before = rss_kb(pid)
+    sem = asyncio.Semaphore(500)
+    conns = await asyncio.gather(*(open_conn(port, "/0b", sem) for _ in range(n)))
+    await asyncio.gather(*(read_small_response(r) for r, _ in conns))
+    await asyncio.sleep(2)
+    after = rss_kb(pid)
+    print(f"idle keep-alive connections: {n}; proxy RSS {before} kB -> {after} kB; "
+          f"{(after - before) * 1024 / n:.0f} bytes per idle connection")
+    for _, w in conns:
+        w.close()
+
+
+async def slow(port, n, pid, seconds):
+    before = rss_kb(pid)
+    sem = asyncio.Semaphore(500)
+    conns = await asyncio.gather(*(open_conn(port, "/big", sem) for _ in range(n)))
+    peak = before
+    got = 0
+    for _ in range(seconds):
+        for r, _ in conns:
+            try:
+                got += len(await asyncio.wait_for(r.read(16384), 0.001))
+            except asyncio.TimeoutError:
+                pass
+        peak = max(peak, rss_kb(pid))
+        await asyncio.sleep(1)
+    print(f"slow downloads: {n} for {seconds}s, {got >> 20} MiB delivered; proxy RSS {before} kB "
+          f"-> peak {peak} kB; {(peak - before) * 1024 / n:.0f} bytes per download")
+    for _, w in conns:
+        w.close()
+
+
+def main():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    mode, port, n, pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    if mode == "idle":
+        asyncio.run(idle(port, n, pid))
+    else:
+        asyncio.run(slow(port, n, pid, int(sys.argv[5])))
+
+
+main()

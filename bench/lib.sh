@@ -1,0 +1,48 @@
+# Shared helpers for the bench scripts (sourced, not run).
+
+# Installs nginx, haproxy, wrk, perf and curl with apt-get when one is missing (needs root).
+bench_install() {
+    local missing=""
+    for tool in nginx haproxy wrk perf curl; do
+        command -v "$tool" >/dev/null 2>&1 || missing=1
+    done
+    if [ -n "$missing" ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light haproxy wrk linux-perf curl >/dev/null
+    fi
+}
+
+# Sum of on-CPU time in nanoseconds of every thread of the given processes.
+cpu_ns() {
+    local total=0 p t
+    for p in "$@"; do
+        for t in /proc/"$p"/task/*/schedstat; do
+            total=$((total + $(cut -d' ' -f1 "$t")))
+        done
+    done
+    echo "$total"
+}
+
+# Sum over the given processes of a /proc/PID/status field in kB (VmHWM, VmRSS).
+status_kb() {
+    local field=$1 total=0 p
+    shift
+    for p in "$@"; do
+        total=$((total + $(awk -v f="$field:" '$1==f {print $2}' /proc/"$p"/status)))
+    done
+    echo "$total"
+}
+
+# Sum over the given processes of bytes sent to storage (/proc/PID/io write_bytes).
+disk_write_bytes() {
+    local total=0 p
+    for p in "$@"; do
+        total=$((total + $(awk '$1=="write_bytes:" {print $2}' /proc/"$p"/io)))
+    done
+    echo "$total"
+}
+
+# PIDs of the processes listening on a local TCP port.
+listener_pids() {
+    ss -ltnpH "sport = :$1" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u | tr '\n' ' '
+}
