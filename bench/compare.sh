@@ -12,6 +12,7 @@
 # raw_syscalls:sys_enter on the proxy's processes during the same run).
 #
 # Usage: bench/compare.sh [seconds per run, default 10] [connections, default 50]
+# SIZES="91k" or PROXIES="slipstream nginx-tuned" in the environment narrow the run.
 # Installs nginx, haproxy, wrk and perf with apt-get when missing (needs root).
 set -euo pipefail
 DURATION=${1:-10}
@@ -146,13 +147,17 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
 }
 
 printf '\nwrk -t1 -c%s -d%ss through each proxy to an nginx origin; one worker per proxy; %s cores\n' "$CONNS" "$DURATION" "$(nproc)"
-for size in 0b 1k 91k; do
+for size in ${SIZES:-0b 1k 91k}; do
     printf '\n### %s response\n\n' "$size"
     printf '| %-14s | %9s | %8s | %8s | %8s | %9s | %9s |\n' proxy 'req/s' 'vs direct' 'p50 us' 'p99 us' 'CPU us/req' 'syscalls/req'
     printf '|%s|\n' '----------------|-----------|----------|----------|----------|-----------|-----------'
     direct=""
     for target in direct:$ORIGIN slipstream:$SLIP nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED haproxy:$HAP; do
         name=${target%%:*} port=${target##*:}
+        case " direct ${PROXIES:-slipstream nginx-default nginx-tuned haproxy} " in
+            *" $name "*) ;;
+            *) continue ;;
+        esac
         read -r rps p50 p99 cpu sys < <(run "$port" "$size")
         [ -z "$direct" ] && direct=$rps
         ratio=$(awk -v a="$rps" -v b="$direct" 'BEGIN { printf "%.2f", a/b }')

@@ -207,6 +207,26 @@ mod tests {
     }
 
     #[test]
+    fn ten_thousand_names_route_by_hash() {
+        let mut b = RouterBuilder::default();
+        for i in 0..10_000 {
+            let site = b.add_site(false);
+            b.add_host(site, &format!("host{i}.example.com")).unwrap();
+            b.add_host(site, &format!("*.zone{i}.example.net")).unwrap();
+            b.add_route(site, "/", RouteTarget::to(i));
+        }
+        let r = b.build();
+        assert_eq!(r.exact.len(), 10_000);
+        assert_eq!(r.wildcard.len(), 10_000);
+        let route = |h: &str| r.route(Some(h.as_bytes()), "/").map(|t| t.upstream);
+        assert_eq!(route("host7777.example.com"), Some(7777));
+        assert_eq!(route("a.b.zone4242.example.net"), Some(4242));
+        assert_eq!(route("HOST9999.EXAMPLE.COM:443"), Some(9999));
+        // Unknown names fall to the default (the first site).
+        assert_eq!(route("nowhere.example.org"), Some(0));
+    }
+
+    #[test]
     fn rejects_bad_names() {
         let mut b = RouterBuilder::default();
         let s = b.add_site(false);
