@@ -64,20 +64,7 @@ http {
 EOF
 }
 
-# The origin: nginx serving files, one worker, no log.
-cat > "$WORK/origin.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $WORK/origin.pid;
-error_log $WORK/logs/origin-error.log;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    keepalive_requests 1000000;
-    sendfile on;
-    server { listen 127.0.0.1:$ORIGIN reuseport; root $WORK/www; }
-}
-EOF
+write_origin_conf "$WORK/origin.conf" $ORIGIN "$WORK/www"
 nginx_conf nginx-default $NGX_DEF "access_log $WORK/logs/default-access.log main;" ""
 nginx_conf nginx-tuned $NGX_TUNED "access_log $WORK/logs/tuned-access.log main buffer=64k flush=1s;" "proxy_buffers 4 128k;"
 cat > "$WORK/haproxy.cfg" <<EOF

@@ -23,15 +23,7 @@ bench_install
 rm -rf "$WORK" && mkdir -p "$WORK/www"
 : > "$WORK/www/0b"
 head -c $((100 * 1024 * 1024)) /dev/urandom > "$WORK/www/big"
-cat > "$WORK/origin.conf" <<CONF
-worker_processes 1;
-worker_rlimit_nofile 20000;
-daemon off;
-pid $WORK/origin.pid;
-error_log $WORK/origin-error.log;
-events { worker_connections 16000; }
-http { access_log off; sendfile on; server { listen 127.0.0.1:$ORIGIN backlog=4096; root $WORK/www; } }
-CONF
+write_origin_conf "$WORK/origin.conf" $ORIGIN "$WORK/www" 16000
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT

@@ -55,14 +55,7 @@ http {
 }
 EOF
 }
-cat > "$WORK/origin.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $WORK/origin.pid;
-error_log $WORK/logs/origin-error.log;
-events { worker_connections 4096; }
-http { access_log off; sendfile on; server { listen 127.0.0.1:$ORIGIN; root $WORK/www; } }
-EOF
+write_origin_conf "$WORK/origin.conf" $ORIGIN "$WORK/www"
 nginx_proxy_conf nginx-default $NGX_DEF ""
 nginx_proxy_conf nginx-buffering-off $NGX_OFF "proxy_buffering off;"
 cat > "$WORK/slip-copy.toml" <<EOF

@@ -46,3 +46,22 @@ disk_write_bytes() {
 listener_pids() {
     ss -ltnpH "sport = :$1" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u | tr '\n' ' '
 }
+
+# Writes an nginx origin config to FILE: one worker, no access log, sendfile, serving ROOT on
+# 127.0.0.1:PORT. Its pid and error log go beside FILE.
+write_origin_conf() { # file port root [worker_connections]
+    cat > "$1" <<EOF
+worker_processes 1;
+worker_rlimit_nofile 20000;
+daemon off;
+pid $1.pid;
+error_log $1.error.log;
+events { worker_connections ${4:-4096}; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    sendfile on;
+    server { listen 127.0.0.1:$2 reuseport backlog=4096; root $3; }
+}
+EOF
+}

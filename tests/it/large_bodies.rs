@@ -42,6 +42,17 @@ fn spliced_bytes(proxy: &Running) -> u64 {
     line.split(' ').nth(1).unwrap().parse().unwrap()
 }
 
+/// Peak memory stayed under the bound and nothing went to disk since `disk_before`.
+fn assert_bounded(proxy: &Running, disk_before: u64) {
+    let peak = proxy.status_kb("VmHWM");
+    assert!(peak < RSS_BOUND_KB, "proxy peak RSS {peak} kB");
+    let written = proxy.disk_write_bytes() - disk_before;
+    assert_eq!(
+        written, 0,
+        "proxy wrote {written} bytes to disk during the transfer"
+    );
+}
+
 /// Checks which path moved the body: splice for (nearly) all of it, or not at all.
 fn assert_path(proxy: &Running, zero_copy: bool, len: u64) {
     let spliced = spliced_bytes(proxy);
@@ -75,13 +86,7 @@ fn download_gib(zero_copy: bool) {
     }
     assert_eq!(hash_exactly(&mut reader, GIB), pattern_hash(GIB));
     assert_path(&proxy, zero_copy, GIB);
-    let peak = proxy.status_kb("VmHWM");
-    assert!(peak < RSS_BOUND_KB, "proxy peak RSS {peak} kB");
-    let written = proxy.disk_write_bytes() - disk_before;
-    assert_eq!(
-        written, 0,
-        "proxy wrote {written} bytes to disk during the transfer"
-    );
+    assert_bounded(&proxy, disk_before);
 }
 
 #[test]
@@ -161,13 +166,7 @@ fn upload_gib(zero_copy: bool) {
         format!("{:032x}", pattern_hash(GIB))
     );
     assert_path(&proxy, zero_copy, GIB);
-    let peak = proxy.status_kb("VmHWM");
-    assert!(peak < RSS_BOUND_KB, "proxy peak RSS {peak} kB");
-    let written = proxy.disk_write_bytes() - disk_before;
-    assert_eq!(
-        written, 0,
-        "proxy wrote {written} bytes to disk during the transfer"
-    );
+    assert_bounded(&proxy, disk_before);
 }
 
 #[test]
@@ -209,13 +208,7 @@ fn slow_client_throttles_the_upstream_instead_of_buffering() {
             "upstream ran {} MiB ahead",
             (sent - read) >> 20
         );
-        let peak = proxy.status_kb("VmHWM");
-        assert!(peak < RSS_BOUND_KB, "proxy peak RSS {peak} kB");
-        let written = proxy.disk_write_bytes() - disk_before;
-        assert_eq!(
-            written, 0,
-            "proxy wrote {written} bytes to disk during the transfer"
-        );
+        assert_bounded(&proxy, disk_before);
     }
 }
 

@@ -30,6 +30,17 @@ routes = [{{ path = "/", upstream = "{route_to}" }}]
     )
 }
 
+/// Runs `slipstream check` on a file that must be refused; returns what it printed.
+fn check_fails(path: &std::path::Path) -> String {
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn check_reports_every_error_with_file_line_and_reason() {
     let path = temp_path("bad.toml");
@@ -38,13 +49,7 @@ fn check_reports_every_error_with_file_line_and_reason() {
         "workers = 1\n\n[[listen]]\naddress = \"127.0.0.1:0\"\n\n[upstreams.app]\nservers = [\"not-an-address\"]\nconect_timeout = \"1s\"\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = check_fails(&path);
     assert!(
         err.contains(&format!(
             "{}:8:1: unknown key `conect_timeout`; did you mean `connect_timeout`?",
@@ -58,13 +63,7 @@ fn check_reports_every_error_with_file_line_and_reason() {
         "[[listen]]\naddress = \"127.0.0.1:0\"\n\n[upstreams.app]\nservers = [\"not-an-address\"]\nconnect_timeout = \"soon\"\n\n[[sites]]\nroutes = [{ path = \"/\", upstream = \"ap\" }]\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = check_fails(&path);
     let p = path.display();
     assert!(
         err.contains(&format!("{p}:5:12: invalid address \"not-an-address\"")),
