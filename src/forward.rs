@@ -130,8 +130,12 @@ pub struct Relayed {
     pub clean_end: bool,
 }
 
-/// Sends the head and carries the body to the client.
-pub async fn relay_response(r: ResponseBody<'_>) -> Result<Relayed, RelayError> {
+/// Sends the head and carries the body to the client. `head_sent` tells, on error, whether the
+/// client may have received anything (if not, it can still get an error status).
+pub async fn relay_response(
+    r: ResponseBody<'_>,
+    head_sent: &mut bool,
+) -> Result<Relayed, RelayError> {
     let ResponseBody {
         upstream,
         client,
@@ -209,6 +213,7 @@ pub async fn relay_response(r: ResponseBody<'_>) -> Result<Relayed, RelayError> 
         } else {
             &[]
         };
+        *head_sent = true;
         let parts = [
             head.take().unwrap_or_default(),
             prefix,

@@ -690,7 +690,8 @@ async fn respond_from_upstream(
             _ => false,
         };
         let received = ubuf.len();
-        let result = forward::relay_response(ResponseBody {
+        let mut head_sent = false;
+        let body = ResponseBody {
             upstream: &mut up,
             client: &mut client.stream,
             buf: ubuf,
@@ -704,8 +705,8 @@ async fn respond_from_upstream(
             send_timeout: limits.client_body_timeout,
             pipes: limits.zero_copy.then_some(&worker.pipes),
             counters: &worker.counters,
-        })
-        .await;
+        };
+        let result = forward::relay_response(body, &mut head_sent).await;
         return match result {
             Ok(relayed) => {
                 if let Framing::Length(n) = framing {
@@ -726,6 +727,16 @@ async fn respond_from_upstream(
                 }
             }
             Err(RelayError::Client(_)) => client_gone(worker, server),
+            Err(e) if !head_sent => {
+                // Nothing reached the client yet: it still gets an error status.
+                tracing::warn!(%server, "upstream failed before the response was sent: {e:?}");
+                let status = if matches!(e, RelayError::UpstreamTimeout) {
+                    504
+                } else {
+                    502
+                };
+                fail_before_response(worker, config, client, p, status, Some(server)).await
+            }
             Err(e) => {
                 // The status line is already sent: all we can do is close without a clean end.
                 tracing::warn!(%server, "upstream failed mid-response: {e:?}");

@@ -157,3 +157,95 @@ mod tests {
         assert_eq!(v, b"0 18446744073709551615");
     }
 }
+
+/// Hostile input: mutations of valid messages must never panic the codec, and whatever it
+/// accepts must be self-consistent.
+#[cfg(test)]
+mod fuzz {
+    use super::request::{header_storage, parse_request};
+    use super::{parse_response, BodyReader, ChunkedReader, Framing};
+
+    /// xorshift64*: a fixed sequence, so a failure reproduces.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545F4914F6CDD1D)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    const SEEDS: [&[u8]; 4] = [
+        b"GET /a?b HTTP/1.1\r\nHost: example.com\r\nContent-Length: 5\r\n\r\nhello",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n0\r\nT: v\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n0\r\n\r\n",
+    ];
+    const SPICE: &[u8] = b"\r\n:; \t,0aF-\x00\x7f\xff";
+
+    fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
+        let mut v = seed.to_vec();
+        for _ in 0..1 + rng.below(4) {
+            let at = rng.below(v.len() + 1);
+            match rng.below(4) {
+                0 if at < v.len() => v[at] = SPICE[rng.below(SPICE.len())],
+                1 => v.insert(at, SPICE[rng.below(SPICE.len())]),
+                2 if at < v.len() => {
+                    v.remove(at);
+                }
+                _ => v.truncate(at),
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn mutated_messages_never_panic_and_stay_consistent() {
+        let mut rng = Rng(0x9E3779B97F4A7C15);
+        let (mut requests, mut responses, mut refused) = (0, 0, 0);
+        for round in 0..50_000 {
+            let input = mutate(&mut rng, SEEDS[round % SEEDS.len()]);
+            let mut storage = header_storage();
+            let parsed = parse_request(&input, &mut storage, 8192);
+            refused += parsed.is_err() as u32;
+            if let Ok(Some(head)) = parsed {
+                requests += 1;
+                assert!(head.head_len <= input.len());
+                let mut out = Vec::new();
+                let fwd = super::request::ForwardedFor {
+                    client: "127.0.0.1".parse().unwrap(),
+                    proto: "http",
+                };
+                head.write_upstream_head(&mut out, fwd);
+                // The forwarded head has only CRLF line ends and one blank line, at its end.
+                assert!(out.ends_with(b"\r\n\r\n"));
+                let body_start = out.len();
+                assert_eq!(
+                    out.windows(4).position(|w| w == b"\r\n\r\n"),
+                    Some(body_start - 4)
+                );
+                assert!(!out.windows(2).any(|w| w[1] == b'\n' && w[0] != b'\r'));
+                let mut reader = BodyReader::new(head.framing);
+                if let Ok(n) = reader.feed(&input[head.head_len..]) {
+                    assert!(n <= input.len() - head.head_len);
+                }
+            }
+            let mut storage = header_storage();
+            if let Ok(Some(head)) = parse_response(&input, &mut storage, 8192, false) {
+                responses += 1;
+                let mut out = Vec::new();
+                head.write_client_head(&mut out, head.relay(1), true, 1);
+                assert!(out.ends_with(b"\r\n\r\n"));
+                if head.framing == Framing::Chunked {
+                    let _ = ChunkedReader::new().feed(&input[head.head_len..], |_| {});
+                }
+            }
+        }
+        // Both outcomes were exercised many times.
+        assert!(requests > 1000 && responses > 1000 && refused > 1000);
+    }
+}

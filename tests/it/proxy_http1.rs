@@ -460,3 +460,74 @@ fn upgrade_switches_to_a_tunnel_only_after_101() {
     assert_eq!(seen.header("upgrade"), Some("echo"));
     proxy.shutdown();
 }
+
+#[test]
+fn malformed_or_truncated_upstream_responses() {
+    let up = Upstream::start(|req| match req.path() {
+        "/garbage" => Reply::BytesThenClose(b"NOT HTTP AT ALL\r\n\r\n".to_vec()),
+        "/cl-te" => Reply::BytesThenClose(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+                .to_vec(),
+        ),
+        "/two-lengths" => Reply::BytesThenClose(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!".to_vec(),
+        ),
+        "/truncated" => Reply::BytesThenClose(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part".to_vec(),
+        ),
+        "/truncated-big" => Reply::BytesThenClose(
+            [
+                b"HTTP/1.1 200 OK\r\nContent-Length: 4000000\r\n\r\n".as_slice(),
+                &[b'x'; 1_000_000],
+            ]
+            .concat(),
+        ),
+        "/bad-chunk" => Reply::BytesThenClose(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"
+                .to_vec(),
+        ),
+        _ => Reply::Bytes(response(200, b"fine")),
+    });
+    let proxy = simple_proxy(up.addr);
+    let addr = proxy.local_addrs()[0];
+    // Failures found before anything reached the client become 502, even mid-body when the
+    // whole response was being collected.
+    for path in [
+        "/garbage",
+        "/cl-te",
+        "/two-lengths",
+        "/truncated",
+        "/bad-chunk",
+    ] {
+        let raw = exchange_until_close(
+            addr,
+            format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(
+            status_of(&raw),
+            502,
+            "{path}: {}",
+            String::from_utf8_lossy(&raw)
+        );
+    }
+    // Once the head is sent the status cannot change: the client sees the connection close
+    // before the declared end, never a complete-looking response.
+    let raw = exchange_until_close(addr, b"GET /truncated-big HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(status_of(&raw), 200);
+    let body_start = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let body = raw.len() - body_start;
+    assert!(body > 0 && body < 4_000_000, "{body} body bytes");
+    // The proxy is unharmed.
+    let raw = exchange_until_close(
+        addr,
+        b"GET /ok HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert!(raw.ends_with(b"fine"));
+    assert!(
+        proxy
+            .metrics()
+            .total(slipstream::metrics::Counter::BadGateway)
+            >= 4
+    );
+    proxy.shutdown();
+}
