@@ -203,29 +203,21 @@ async fn handle_request(worker: &Worker, config: &Config, client: &mut Client) -
             }
         }
         let room = limits.max_request_head + 1;
-        let read = tokio::time::timeout_at(
-            head_deadline,
-            forward::read_some(
-                &mut client.stream,
-                &mut buf,
-                room,
-                limits.client_header_timeout,
-            ),
-        )
-        .await;
-        match read {
-            Ok(Ok(n)) if n > 0 => {}
-            Ok(_) => {
-                // Closed or failed before a whole head arrived.
-                client.buf = Some(buf);
-                return false;
-            }
-            Err(_) => {
+        // The whole head must arrive by the deadline, however it is split into reads.
+        let left = head_deadline.saturating_duration_since(tokio::time::Instant::now());
+        match forward::read_some(&mut client.stream, &mut buf, room, left).await {
+            Ok(n) if n > 0 => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
                 worker.counters.inc(Counter::ClientTimeouts);
                 if !buf.is_empty() {
                     client.respond(408, false, false, config).await;
                 }
                 buf.clear();
+                client.buf = Some(buf);
+                return false;
+            }
+            _ => {
+                // Closed or failed before a whole head arrived.
                 client.buf = Some(buf);
                 return false;
             }

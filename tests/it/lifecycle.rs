@@ -256,3 +256,33 @@ fn admin_endpoint_serves_named_counters() {
     assert!(text.contains("slipstream_accept_paused_at_connection_limit_total 0"));
     proxy.shutdown();
 }
+
+#[test]
+fn slow_heads_get_408_and_idle_keep_alive_connections_close() {
+    let up = Upstream::ok(b"ok");
+    let config = simple_config(up.addr, "").replace(
+        "workers = 1",
+        "workers = 1\n[limits]\nclient_header_timeout = \"300ms\"\nkeepalive_timeout = \"300ms\"",
+    );
+    let proxy = proxy(&config);
+    let addr = proxy.local_addrs()[0];
+    // Slowloris: a head that never completes is answered 408 and the connection closed.
+    let mut s = connect(addr);
+    s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nX-Slow: ")
+        .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    assert_eq!(status_of(&out), 408);
+    assert!(up.seen().is_empty());
+    // An idle keep-alive connection is closed after keepalive_timeout, without a response.
+    let s = connect(addr);
+    let mut w = s.try_clone().unwrap();
+    let mut reader = BufReader::new(s);
+    w.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut reader, false).unwrap().status, 200);
+    let mut rest = Vec::new();
+    reader.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    assert_eq!(proxy.metrics().total(Counter::ClientTimeouts), 1);
+    proxy.shutdown();
+}
