@@ -51,11 +51,13 @@ pub enum Counter {
     UpstreamStaleDiscarded,
     /// Body bytes moved with splice(2), never entering user space.
     SplicedBytes,
+    /// Responses read whole under `buffer_response`, freeing the upstream connection early.
+    BufferedResponses,
 }
 
 impl Counter {
     /// All counters, in exposition order.
-    pub const ALL: [Counter; 21] = [
+    pub const ALL: [Counter; 22] = [
         Counter::ConnectionsAccepted,
         Counter::ConnectionsClosed,
         Counter::AcceptPaused,
@@ -77,6 +79,7 @@ impl Counter {
         Counter::UpstreamRetries,
         Counter::UpstreamStaleDiscarded,
         Counter::SplicedBytes,
+        Counter::BufferedResponses,
     ];
 
     /// The exposed metric name.
@@ -103,6 +106,7 @@ impl Counter {
             Counter::UpstreamRetries => "slipstream_upstream_retries_total",
             Counter::UpstreamStaleDiscarded => "slipstream_upstream_stale_discarded_total",
             Counter::SplicedBytes => "slipstream_spliced_bytes_total",
+            Counter::BufferedResponses => "slipstream_buffered_responses_total",
         }
     }
 }

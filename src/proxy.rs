@@ -636,6 +636,7 @@ async fn respond_from_upstream(
                 Ok(Some(end)) => {
                     // The whole response is in memory: the upstream connection goes back to the
                     // pool before a slow client has read a byte of it.
+                    worker.counters.inc(Counter::BufferedResponses);
                     if reusable && end == ubuf.len() {
                         worker
                             .upstreams

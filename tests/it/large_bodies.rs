@@ -258,10 +258,12 @@ fn buffer_response_frees_the_upstream_connection_before_a_slow_client_reads() {
     let mut slow = connect(addr);
     slow.write_all(b"GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
-    assert!(eventually(|| up
-        .written
-        .load(std::sync::atomic::Ordering::SeqCst)
-        == LEN));
+    let buffered = || {
+        proxy
+            .metrics()
+            .total(slipstream::metrics::Counter::BufferedResponses)
+    };
+    assert!(eventually(|| buffered() == 1));
     // The whole body was read into memory, so the connection is back in the pool: the next
     // request reuses it instead of opening a second one.
     let raw = exchange_until_close(
