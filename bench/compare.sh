@@ -12,7 +12,8 @@
 # raw_syscalls:sys_enter on the proxy's processes during the same run).
 #
 # Usage: bench/compare.sh [seconds per run, default 10] [connections, default 50]
-# SIZES="91k" or PROXIES="slipstream nginx-tuned" in the environment narrow the run.
+# SIZES="91k" or PROXIES="slipstream nginx-tuned" in the environment narrow the run; ROUNDS=N
+# (default 2) repeats each cell N times, alternating the order of the proxies, and prints means.
 # Installs nginx, haproxy, wrk and perf with apt-get when missing (needs root).
 set -euo pipefail
 DURATION=${1:-10}
@@ -133,21 +134,37 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
         'BEGIN { printf "%s %s %s %.1f %.1f\n", rps, p50, p99, cpu/1000/n, sys/n }'
 }
 
+ROUNDS=${ROUNDS:-2}
+TARGETS=(direct:$ORIGIN slipstream:$SLIP nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED haproxy:$HAP)
+selected() { case " direct ${PROXIES:-slipstream nginx-default nginx-tuned haproxy} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
 printf '\nwrk -t1 -c%s -d%ss through each proxy to an nginx origin; one worker per proxy; %s cores\n' "$CONNS" "$DURATION" "$(nproc)"
+printf 'Each cell is the mean of %s rounds; rounds alternate the order of the proxies.\n' "$ROUNDS"
 for size in ${SIZES:-0b 1k 91k}; do
     printf '\n### %s response\n\n' "$size"
     printf '| %-14s | %9s | %8s | %8s | %8s | %9s | %9s |\n' proxy 'req/s' 'vs direct' 'p50 us' 'p99 us' 'CPU us/req' 'syscalls/req'
     printf '|%s|\n' '----------------|-----------|----------|----------|----------|-----------|-----------'
-    direct=""
-    for target in direct:$ORIGIN slipstream:$SLIP nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED haproxy:$HAP; do
-        name=${target%%:*} port=${target##*:}
-        case " direct ${PROXIES:-slipstream nginx-default nginx-tuned haproxy} " in
-            *" $name "*) ;;
-            *) continue ;;
-        esac
-        read -r rps p50 p99 cpu sys < <(run "$port" "$size")
-        [ -z "$direct" ] && direct=$rps
-        ratio=$(awk -v a="$rps" -v b="$direct" 'BEGIN { printf "%.2f", a/b }')
-        printf '| %-14s | %9.0f | %8s | %8.0f | %8.0f | %9s | %9s |\n' "$name" "$rps" "$ratio" "$p50" "$p99" "$cpu" "$sys"
+    : > "$WORK/results"
+    for round in $(seq 1 "$ROUNDS"); do
+        order=("${TARGETS[@]}")
+        if [ $((round % 2)) -eq 0 ]; then
+            order=("${TARGETS[0]}"); for ((i = ${#TARGETS[@]} - 1; i > 0; i--)); do order+=("${TARGETS[$i]}"); done
+        fi
+        for target in "${order[@]}"; do
+            name=${target%%:*} port=${target##*:}
+            selected "$name" || continue
+            echo "$name $(run "$port" "$size")" >> "$WORK/results"
+        done
+    done
+    direct=$(awk '$1=="direct" {s+=$2; n++} END {print s/n}' "$WORK/results")
+    for target in "${TARGETS[@]}"; do
+        name=${target%%:*}
+        selected "$name" || continue
+        awk -v name="$name" -v direct="$direct" '
+            $1==name { n++; rps+=$2; p50+=$3; p99+=$4; if ($5 != "-") { cpu+=$5; sys+=$6 } else { dash=1 } }
+            END {
+                c = dash ? "-" : sprintf("%.1f", cpu/n); y = dash ? "-" : sprintf("%.1f", sys/n)
+                printf "| %-14s | %9.0f | %8.2f | %8.0f | %8.0f | %9s | %9s |\n", name, rps/n, rps/n/direct, p50/n, p99/n, c, y
+            }' "$WORK/results"
     done
 done
