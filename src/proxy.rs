@@ -36,10 +36,14 @@ pub async fn serve(worker: Rc<Worker>, stream: TcpStream, peer: SocketAddr) {
     };
     let mut shutdown = worker.shutdown.clone();
     loop {
-        let config = worker.config();
-        if !client.wait_for_request(&config, &mut shutdown).await {
+        if !client
+            .wait_for_request(&worker.config(), &mut shutdown)
+            .await
+        {
             break;
         }
+        // Read after the wait: a request that arrives after a reload uses the new config.
+        let config = worker.config();
         // Boxed: the request's state lives only while a request is in flight, so an idle
         // keep-alive connection's task stays small.
         let keep_alive = Box::pin(handle_request(&worker, &config, &mut client)).await;
@@ -55,7 +59,7 @@ pub async fn serve(worker: Rc<Worker>, stream: TcpStream, peer: SocketAddr) {
         }
     }
     if let Some(buf) = client.buf.take() {
-        worker.buffers.give(buf, usize::MAX);
+        worker.buffers.give(buf, worker.config().limits.max_buffer);
     }
 }
 
@@ -276,12 +280,23 @@ fn count_status(worker: &Worker, status: u16) {
     worker.counters.inc(c);
 }
 
-/// Answers a request whose head was refused, and logs it.
+/// Answers a request whose head was refused, and logs it (method and target unknown: `-`).
 async fn reject(worker: &Worker, config: &Config, client: &mut Client, e: RequestError) {
     worker.counters.inc(Counter::BadRequests);
     worker.counters.inc(Counter::Responses4xx);
     tracing::debug!(peer = %client.peer, status = e.status(), reason = e.reason(), "request refused");
     client.respond(e.status(), false, false, config).await;
+    worker.log.record(&Entry {
+        client: client.peer.ip(),
+        method: "-",
+        path: "-",
+        minor_version: 1,
+        status: e.status(),
+        bytes: 0,
+        micros: 0,
+        host: "-",
+        upstream: None,
+    });
 }
 
 /// Sends the request to the group and relays the response.

@@ -301,10 +301,25 @@ pub fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Re
             }
         }
     });
-    tracing::info!("shutting down: draining in-flight requests");
-    server.shutdown();
-    tracing::info!("stopped");
+    tracing::info!("shutting down: draining in-flight requests (signal again to stop at once)");
+    let (done, drained) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        server.shutdown();
+        let _ = done.send(());
+    });
+    rt.block_on(async {
+        tokio::select! {
+            _ = drained => tracing::info!("stopped"),
+            _ = term.recv() => stop_at_once(),
+            _ = int.recv() => stop_at_once(),
+        }
+    });
     Ok(())
+}
+
+fn stop_at_once() {
+    tracing::warn!("second signal: stopping without waiting for in-flight requests");
+    std::process::exit(1);
 }
 
 fn reload(server: &Server, config_path: Option<&Path>) {

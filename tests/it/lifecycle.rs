@@ -111,6 +111,15 @@ fn sighup_reloads_and_a_bad_config_keeps_the_old_one_serving() {
     assert!(running.logged("reload.toml:3:1"));
     assert!(running.get("a", "/").ends_with(b"first"));
 
+    // A keep-alive connection opened before the reload...
+    let kept = connect(running.addr);
+    let mut kept_w = kept.try_clone().unwrap();
+    let mut kept_r = BufReader::new(kept);
+    kept_w
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut kept_r, false).unwrap().body, b"first");
+
     // A good config takes effect, on the same listener.
     std::fs::write(
         &path,
@@ -119,6 +128,11 @@ fn sighup_reloads_and_a_bad_config_keeps_the_old_one_serving() {
     .unwrap();
     running.signal("-HUP");
     assert!(eventually(|| running.get("a", "/").ends_with(b"second")));
+    // ...uses the new config for its next request.
+    kept_w
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut kept_r, false).unwrap().body, b"second");
 }
 
 #[test]
@@ -221,6 +235,8 @@ fn client_gone_before_the_response_is_logged_as_499() {
         proxy.local_addrs()[0],
         b"GET /done HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
     );
+    let refused = exchange_until_close(proxy.local_addrs()[0], b"GET / HTTP/1.1\r\n\r\n");
+    assert_eq!(status_of(&refused), 400);
     assert_eq!(status_of(&raw), 200);
     proxy.shutdown();
     let text = std::fs::read_to_string(&log).unwrap();
@@ -231,6 +247,10 @@ fn client_gone_before_the_response_is_logged_as_499() {
     assert!(line.contains("\"GET /abandoned HTTP/1.1\" 499 "), "{line}");
     let line = text.lines().find(|l| l.contains("/done")).expect(&text);
     assert!(line.contains("\" 200 4 "), "{line}");
+    assert!(
+        text.lines().any(|l| l.contains("\"- - HTTP/1.1\" 400 0")),
+        "{text}"
+    );
 }
 
 #[test]
@@ -285,4 +305,28 @@ fn slow_heads_get_408_and_idle_keep_alive_connections_close() {
     assert!(rest.is_empty());
     assert_eq!(proxy.metrics().total(Counter::ClientTimeouts), 1);
     proxy.shutdown();
+}
+
+#[test]
+fn a_second_signal_stops_without_waiting() {
+    let stuck = Upstream::start(|_| {
+        Reply::Delay(
+            Duration::from_secs(30),
+            Box::new(Reply::Bytes(response(200, b"late"))),
+        )
+    });
+    let mut running = Running::start(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &stuck.addr.to_string(),
+    ]);
+    let mut s = connect(running.addr);
+    s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    assert!(eventually(|| !stuck.seen().is_empty()));
+    running.signal("-TERM");
+    assert!(eventually(|| running.logged("draining")));
+    running.signal("-INT");
+    assert_eq!(running.child.wait().unwrap().code(), Some(1));
 }
