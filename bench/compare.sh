@@ -3,6 +3,8 @@
 #
 # wrk -> proxy -> nginx origin serving 0 B, 1 KB and 91 KB files, all on loopback. Proxies:
 #   slipstream      `slipstream proxy` with defaults (one worker, for fairness on 2 cores)
+#   slipstream-log  the same with --access-log (nginx logs by default; this shows what our
+#                   buffered, off-the-request-path log costs)
 #   nginx-default   the field report's config (upstream keepalive, HTTP/1.1 upstream, unbuffered
 #                   access log) with nginx's default proxy buffers (8 x 4k)
 #   nginx-tuned     the same with the report's fix: proxy_buffers 4 128k, buffered access log
@@ -20,7 +22,7 @@ DURATION=${1:-10}
 CONNS=${2:-50}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-bench}
-ORIGIN=18000 SLIP=18001 NGX_DEF=18002 NGX_TUNED=18003 HAP=18004
+ORIGIN=18000 SLIP=18001 NGX_DEF=18002 NGX_TUNED=18003 HAP=18004 SLIP_LOG=18005
 
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -32,42 +34,18 @@ rm -rf "$WORK" && mkdir -p "$WORK/www" "$WORK/logs"
 head -c 1024 /dev/zero | tr '\0' 'a' > "$WORK/www/1k"
 head -c 93184 /dev/urandom | base64 -w 100 | head -c 93184 > "$WORK/www/91k"
 
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-
-nginx_conf() { # name port extra-http extra-location
-    cat > "$WORK/$1.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $WORK/$1.pid;
-error_log $WORK/logs/$1-error.log;
-events { worker_connections 4096; }
-http {
-    log_format main '\$remote_addr - \$remote_user [\$time_local] "\$request" '
-                    '\$status \$body_bytes_sent "\$http_referer" '
-                    '"\$http_user_agent" "\$http_x_forwarded_for"';
-    keepalive_requests 1000000;
-    $3
-    upstream origin { server 127.0.0.1:$ORIGIN; keepalive 1000; }
-    server {
-        listen 127.0.0.1:$2 reuseport;
-        location / {
-            proxy_set_header Host \$host;
-            proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-            proxy_pass http://origin;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            $4
-        }
-    }
-}
-EOF
-}
+# The report's log format and forwarding headers.
+LOG_FORMAT="log_format main '\$remote_addr - \$remote_user [\$time_local] \"\$request\" '
+                    '\$status \$body_bytes_sent \"\$http_referer\" '
+                    '\"\$http_user_agent\" \"\$http_x_forwarded_for\"';"
+FORWARD='proxy_set_header Host $host; proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;'
 
 write_origin_conf "$WORK/origin.conf" $ORIGIN "$WORK/www"
-nginx_conf nginx-default $NGX_DEF "access_log $WORK/logs/default-access.log main;" ""
-nginx_conf nginx-tuned $NGX_TUNED "access_log $WORK/logs/tuned-access.log main buffer=64k flush=1s;" "proxy_buffers 4 128k;"
+write_proxy_conf "$WORK/nginx-default.conf" $NGX_DEF $ORIGIN \
+    "$LOG_FORMAT access_log $WORK/logs/default-access.log main;" "$FORWARD"
+write_proxy_conf "$WORK/nginx-tuned.conf" $NGX_TUNED $ORIGIN \
+    "$LOG_FORMAT access_log $WORK/logs/tuned-access.log main buffer=64k flush=1s;" \
+    "$FORWARD proxy_buffers 4 128k;"
 cat > "$WORK/haproxy.cfg" <<EOF
 global
     nbthread 1
@@ -91,12 +69,16 @@ nginx -c "$WORK/nginx-tuned.conf" & PIDS+=($!)
 haproxy -f "$WORK/haproxy.cfg" -db & PIDS+=($!)
 "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP --upstream 127.0.0.1:$ORIGIN --workers 1 2>"$WORK/logs/slipstream.log" & PIDS+=($!)
 SLIP_PID=$!
+"$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_LOG --upstream 127.0.0.1:$ORIGIN --workers 1 \
+    --access-log "$WORK/logs/slipstream-access.log" 2>"$WORK/logs/slipstream-log.log" & PIDS+=($!)
+SLIP_LOG_PID=$!
 sleep 1
 
 # The processes doing the proxying for a port (nginx: master and worker; the master is idle).
 proxy_pids() {
     case $1 in
         $SLIP) echo "$SLIP_PID" ;;
+        $SLIP_LOG) echo "$SLIP_LOG_PID" ;;
         *) listener_pids "$1" ;;
     esac
 }
@@ -135,8 +117,8 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
 }
 
 ROUNDS=${ROUNDS:-2}
-TARGETS=(direct:$ORIGIN slipstream:$SLIP nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED haproxy:$HAP)
-selected() { case " direct ${PROXIES:-slipstream nginx-default nginx-tuned haproxy} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+TARGETS=(direct:$ORIGIN slipstream:$SLIP slipstream-log:$SLIP_LOG nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED haproxy:$HAP)
+selected() { case " direct ${PROXIES:-slipstream slipstream-log nginx-default nginx-tuned haproxy} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 printf '\nwrk -t1 -c%s -d%ss through each proxy to an nginx origin; one worker per proxy; %s cores\n' "$CONNS" "$DURATION" "$(nproc)"
 printf 'Each cell is the mean of %s rounds; rounds alternate the order of the proxies.\n' "$ROUNDS"

@@ -24,9 +24,6 @@ rm -rf "$WORK" && mkdir -p "$WORK/www"
 : > "$WORK/www/0b"
 head -c $((100 * 1024 * 1024)) /dev/urandom > "$WORK/www/big"
 write_origin_conf "$WORK/origin.conf" $ORIGIN "$WORK/www" 16000
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
 nginx -c "$WORK/origin.conf" & PIDS+=($!)
 "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP --upstream 127.0.0.1:$ORIGIN --workers 1 2>"$WORK/slip.log" &
 PIDS+=($!)

@@ -28,36 +28,11 @@ bench_install
 rm -rf "$WORK" && mkdir -p "$WORK/www" "$WORK/logs" "$WORK/tmp"
 head -c "$SIZE" /dev/urandom > "$WORK/www/big"
 
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-
-nginx_proxy_conf() { # name port extra-location
-    cat > "$WORK/$1.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $WORK/$1.pid;
-error_log $WORK/logs/$1-error.log;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    proxy_temp_path $WORK/tmp/$1;
-    upstream origin { server 127.0.0.1:$ORIGIN; keepalive 64; }
-    server {
-        listen 127.0.0.1:$2;
-        location / {
-            proxy_pass http://origin;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            $3
-        }
-    }
-}
-EOF
-}
 write_origin_conf "$WORK/origin.conf" $ORIGIN "$WORK/www"
-nginx_proxy_conf nginx-default $NGX_DEF ""
-nginx_proxy_conf nginx-buffering-off $NGX_OFF "proxy_buffering off;"
+write_proxy_conf "$WORK/nginx-default.conf" $NGX_DEF $ORIGIN \
+    "access_log off; proxy_temp_path $WORK/tmp/nginx-default;" ""
+write_proxy_conf "$WORK/nginx-buffering-off.conf" $NGX_OFF $ORIGIN \
+    "access_log off; proxy_temp_path $WORK/tmp/nginx-buffering-off;" "proxy_buffering off;"
 cat > "$WORK/slip-copy.toml" <<EOF
 workers = 1
 [limits]

@@ -65,3 +65,34 @@ http {
 }
 EOF
 }
+
+# Writes an nginx reverse-proxy config to FILE: one worker listening on 127.0.0.1:PORT, proxying
+# to 127.0.0.1:ORIGIN over pooled HTTP/1.1 connections; HTTP and LOCATION add directives.
+write_proxy_conf() { # file port origin http-extra location-extra
+    cat > "$1" <<EOF
+worker_processes 1;
+daemon off;
+pid $1.pid;
+error_log $1.error.log;
+events { worker_connections 4096; }
+http {
+    keepalive_requests 1000000;
+    $4
+    upstream origin { server 127.0.0.1:$3; keepalive 1000; }
+    server {
+        listen 127.0.0.1:$2 reuseport;
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            $5
+        }
+    }
+}
+EOF
+}
+
+# Background processes to stop when the script exits.
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
