@@ -181,8 +181,9 @@ pub async fn relay_response(
         if !complete {
             let pending = head.is_some() || scanned > out_start || !decoded.is_empty();
             let room = buf.len() < max_buffer;
-            // With a long opaque run ahead, flush now and splice the rest instead of copying it.
-            let splice_next = pipes.is_some() && reader.opaque_len() >= SPLICE_MIN;
+            // With a long opaque run ahead, flush now and splice the rest instead of copying it;
+            // a response that fits the buffer is still collected whole and written once.
+            let splice_next = !wait_whole && pipes.is_some() && reader.opaque_len() >= SPLICE_MIN;
             if !pending || (room && !splice_next && (wait_whole || ready_now(upstream).await)) {
                 match read_some(upstream, buf, max_buffer, read_timeout).await {
                     Ok(0) if matches!(reader, BodyReader::UntilClose) => eof = true,
