@@ -1,22 +1,38 @@
 //! Per-worker pool of I/O buffers. A connection borrows a buffer only while a request is in
 //! flight and gives it back when idle, so an idle keep-alive connection holds no buffer, and busy
 //! connections reuse memory instead of allocating per request.
+//!
+//! Small buffers (request heads) and large ones (whole responses) are pooled apart: handing a
+//! small buffer to a large response would mean reallocating, and touching fresh pages, per
+//! request.
 
 use std::cell::RefCell;
 
-/// Most buffers a worker keeps for reuse; more are freed when returned.
+/// Most buffers a worker keeps for reuse in each size class; more are freed when returned.
 const MAX_POOLED: usize = 64;
+
+/// Buffers up to this capacity are "small".
+const SMALL: usize = 32 * 1024;
 
 /// A worker's buffer pool (single-threaded).
 #[derive(Debug, Default)]
 pub struct BufferPool {
-    free: RefCell<Vec<Vec<u8>>>,
+    small: RefCell<Vec<Vec<u8>>>,
+    large: RefCell<Vec<Vec<u8>>>,
 }
 
 impl BufferPool {
+    fn class(&self, capacity: usize) -> &RefCell<Vec<Vec<u8>>> {
+        if capacity > SMALL {
+            &self.large
+        } else {
+            &self.small
+        }
+    }
+
     /// An empty buffer with at least `capacity` bytes of room.
     pub fn take(&self, capacity: usize) -> Vec<u8> {
-        let mut buf = self.free.borrow_mut().pop().unwrap_or_default();
+        let mut buf = self.class(capacity).borrow_mut().pop().unwrap_or_default();
         if buf.capacity() < capacity {
             buf.reserve_exact(capacity);
         }
@@ -25,8 +41,12 @@ impl BufferPool {
 
     /// Returns a buffer for reuse; buffers beyond `max_capacity` are freed.
     pub fn give(&self, mut buf: Vec<u8>, max_capacity: usize) {
-        let mut free = self.free.borrow_mut();
-        if free.len() < MAX_POOLED && buf.capacity() > 0 && buf.capacity() <= max_capacity {
+        let capacity = buf.capacity();
+        if capacity == 0 || capacity > max_capacity {
+            return;
+        }
+        let mut free = self.class(capacity).borrow_mut();
+        if free.len() < MAX_POOLED {
             buf.clear();
             free.push(buf);
         }
