@@ -22,6 +22,10 @@ use crate::runtime::SharedConfig;
 use crate::splice::PipePool;
 use crate::upstream::UpstreamPool;
 
+/// First read for a response that will be spliced: room for the head and a little body. Kept
+/// small so many concurrent large downloads cost little memory.
+const SPLICED_FIRST_READ: usize = 4096;
+
 /// One worker's state.
 pub struct Worker {
     /// Worker number, from 0.
@@ -102,7 +106,7 @@ impl Worker {
             .copied()
             .unwrap_or(0);
         if zero_copy && last > max {
-            return MIN_BUFFER;
+            return SPLICED_FIRST_READ;
         }
         (last + 512).clamp(MIN_BUFFER, max)
     }
