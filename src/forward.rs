@@ -90,6 +90,16 @@ pub enum RelayError {
     Malformed,
 }
 
+impl RelayError {
+    /// The status for an upstream failure: 504 when it timed out, else 502.
+    pub fn gateway_status(&self) -> u16 {
+        match self {
+            RelayError::UpstreamTimeout => 504,
+            _ => 502,
+        }
+    }
+}
+
 /// A response body to carry from the upstream to the client.
 pub struct ResponseBody<'a> {
     /// Upstream connection.
@@ -185,14 +195,12 @@ pub async fn relay_response(
             // a response that fits the buffer is still collected whole and written once.
             let splice_next = !wait_whole && pipes.is_some() && reader.opaque_len() >= SPLICE_MIN;
             if !pending || (room && !splice_next && (wait_whole || ready_now(upstream).await)) {
-                match read_some(upstream, buf, max_buffer, read_timeout).await {
-                    Ok(0) if matches!(reader, BodyReader::UntilClose) => eof = true,
-                    Ok(0) => return Err(RelayError::Upstream(io::ErrorKind::UnexpectedEof.into())),
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                        return Err(RelayError::UpstreamTimeout)
+                let n = upstream_read(upstream, buf, max_buffer, read_timeout).await?;
+                if n == 0 {
+                    if !matches!(reader, BodyReader::UntilClose) {
+                        return Err(RelayError::Upstream(io::ErrorKind::UnexpectedEof.into()));
                     }
-                    Err(e) => return Err(RelayError::Upstream(e)),
+                    eof = true;
                 }
                 continue;
             }
@@ -333,15 +341,25 @@ pub async fn read_whole(
         if buf.len() >= limit {
             return Ok(None);
         }
-        match read_some(upstream, buf, limit, read_timeout).await {
-            Ok(0) => return Err(RelayError::Upstream(io::ErrorKind::UnexpectedEof.into())),
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                return Err(RelayError::UpstreamTimeout)
-            }
-            Err(e) => return Err(RelayError::Upstream(e)),
+        if upstream_read(upstream, buf, limit, read_timeout).await? == 0 {
+            return Err(RelayError::Upstream(io::ErrorKind::UnexpectedEof.into()));
         }
     }
+}
+
+/// [`read_some`] on the upstream side, with its failures as relay errors.
+async fn upstream_read(
+    upstream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    max: usize,
+    timeout: Duration,
+) -> Result<usize, RelayError> {
+    read_some(upstream, buf, max, timeout)
+        .await
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::TimedOut => RelayError::UpstreamTimeout,
+            _ => RelayError::Upstream(e),
+        })
 }
 
 /// A request body still to be read from the client and sent upstream.

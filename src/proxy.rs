@@ -674,11 +674,10 @@ async fn respond_from_upstream(
                     };
                 }
                 Ok(None) => {} // Larger than the buffer: it streams.
-                Err(RelayError::UpstreamTimeout) => {
-                    return fail_before_response(worker, config, client, p, 504, Some(server)).await
-                }
-                Err(_) => {
-                    return fail_before_response(worker, config, client, p, 502, Some(server)).await
+                Err(e) => {
+                    let status = e.gateway_status();
+                    return fail_before_response(worker, config, client, p, status, Some(server))
+                        .await;
                 }
             }
         }
@@ -738,18 +737,14 @@ async fn respond_from_upstream(
             Err(e) if !head_sent => {
                 // Nothing reached the client yet: it still gets an error status.
                 tracing::warn!(%server, "upstream failed before the response was sent: {e:?}");
-                let status = if matches!(e, RelayError::UpstreamTimeout) {
-                    504
-                } else {
-                    502
-                };
+                let status = e.gateway_status();
                 fail_before_response(worker, config, client, p, status, Some(server)).await
             }
             Err(e) => {
                 // The status line is already sent: all we can do is close without a clean end.
                 tracing::warn!(%server, "upstream failed mid-response: {e:?}");
-                worker.counters.inc(match e {
-                    RelayError::UpstreamTimeout => Counter::GatewayTimeout,
+                worker.counters.inc(match e.gateway_status() {
+                    504 => Counter::GatewayTimeout,
                     _ => Counter::BadGateway,
                 });
                 Outcome::failed(status, Some(server))
