@@ -507,11 +507,18 @@ impl Running {
             panic!("proxy did not start: {:?}", log.lock().unwrap());
         };
         let addr = addr.parse().unwrap();
-        // The admin address, if any, is logged right after the listeners.
-        let admin = rx
-            .recv_timeout(Duration::from_millis(300))
-            .ok()
-            .and_then(|a| a.strip_prefix("admin ").map(|a| a.parse().unwrap()));
+        // The admin address is logged right after the listeners, when the config has one.
+        let config = args
+            .iter()
+            .position(|a| *a == "--config")
+            .map(|i| args[i + 1]);
+        let has_admin = config.is_some_and(|c| {
+            std::fs::read_to_string(c).is_ok_and(|t| t.lines().any(|l| l.starts_with("admin")))
+        });
+        let admin = has_admin.then(|| {
+            let line = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            line.strip_prefix("admin ").unwrap().parse().unwrap()
+        });
         Running {
             child,
             addr,
