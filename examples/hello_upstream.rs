@@ -2,6 +2,8 @@
 //! address given as the first argument) with a short text, keeping connections alive.
 //! Run: cargo run --release --example hello_upstream
 
+#![allow(clippy::print_stderr)] // an example prints where it listens
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 

@@ -8,6 +8,9 @@
 
 use std::cell::RefCell;
 
+/// Smallest read buffer handed out.
+pub const MIN_BUFFER: usize = 16 * 1024;
+
 /// Most buffers a worker keeps for reuse in each size class; more are freed when returned.
 const MAX_POOLED: usize = 64;
 

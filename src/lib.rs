@@ -1,29 +1,30 @@
 //! slipstream: a reverse proxy and HTTP load balancer that does the minimum work per request.
 //!
 //! # Layout, in request order
-//! - [`runtime`]: worker threads, shared config, reload and shutdown; [`listener`] binds sockets.
-//! - [`worker`]: what each worker owns (pools, counters, log buffer).
-//! - [`proxy`]: one client connection, request by request.
+//! - [`server`]: listeners, worker threads, reload and shutdown.
+//! - [`worker`]: what each worker owns (config snapshot, balancers, pools, counters, log buffer).
+//! - [`proxy`]: one client connection, phase by phase (serve, request, exchange, response,
+//!   relay, tunnel).
 //! - [`http1`]: the socket-free HTTP/1.1 codec (heads, framing, chunked).
-//! - [`routing`]: Host and path to an upstream group; [`balance`] picks a server.
-//! - [`upstream`]: connecting and the keep-alive pool; [`forward`] moves bodies.
-//! - [`buffers`], [`metrics`], [`access_log`], [`admin`], [`config`].
+//! - [`routing`]: Host and path to an upstream group.
+//! - [`upstream`]: connecting, the keep-alive pool, and balancing within a group.
+//! - [`net`]: the stream type, bounded reads and writes, splice.
+//! - [`error`]: the one error model and its mapping to responses.
+//! - [`observe`]: counters, access log, admin endpoint; [`config`]: the validated config.
 
-pub mod access_log;
-pub mod admin;
-pub mod balance;
+#![forbid(unsafe_code)]
+
 pub mod buffers;
 pub mod config;
-pub mod forward;
+pub mod error;
 pub mod http1;
-pub mod listener;
-pub mod metrics;
+pub mod net;
+pub mod observe;
 pub mod proxy;
 pub mod routing;
-pub mod runtime;
-pub mod splice;
+pub mod server;
 pub mod upstream;
 pub mod worker;
 
 pub use config::Config;
-pub use runtime::Server;
+pub use server::Server;

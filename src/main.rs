@@ -1,11 +1,16 @@
-//! The `slipstream` command: parses the command line and hands over to the library.
+//! The `slipstream` command: parses the command line, runs the server from the library, and
+//! owns the process: signals (SIGHUP reloads, SIGTERM/SIGINT drain, a second one stops at once)
+//! and the exit status.
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a command line tool prints
 
+use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use slipstream::config::Config;
+use slipstream::Server;
 
 #[derive(Parser)]
 #[command(
@@ -75,10 +80,10 @@ fn main() -> ExitCode {
         } => {
             let mut config = Config::for_proxy(listen, upstreams, workers);
             config.access_log = access_log;
-            slipstream::runtime::run_until_signalled(config, None)
+            run_until_signalled(config, None)
         }
         Command::Run { config } => match Config::load(&config) {
-            Ok(c) => slipstream::runtime::run_until_signalled(c, Some(&config)),
+            Ok(c) => run_until_signalled(c, Some(&config)),
             Err(errors) => {
                 eprintln!("{errors}");
                 return ExitCode::FAILURE;
@@ -102,6 +107,72 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("slipstream: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Starts the server, then reloads on SIGHUP (from `config_path`) and drains and returns on
+/// SIGTERM or SIGINT; a second signal during the drain exits at once with status 1.
+fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let _guard = rt.enter();
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let workers = config.workers;
+    let server = Server::start(config)?;
+    for addr in server.local_addrs() {
+        tracing::info!("listening on {addr} with {workers} workers");
+    }
+    if let Some(addr) = server.admin_addr() {
+        tracing::info!("admin listening on {addr}");
+    }
+    rt.block_on(async {
+        loop {
+            tokio::select! {
+                _ = hup.recv() => reload(&server, config_path),
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+        }
+    });
+    tracing::info!("shutting down: draining in-flight requests (signal again to stop at once)");
+    let (done, drained) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        server.shutdown();
+        let _ = done.send(());
+    });
+    rt.block_on(async {
+        tokio::select! {
+            _ = drained => tracing::info!("stopped"),
+            _ = term.recv() => stop_at_once(),
+            _ = int.recv() => stop_at_once(),
+        }
+    });
+    Ok(())
+}
+
+/// The second signal: leave without waiting for in-flight requests.
+#[allow(clippy::disallowed_methods)] // the one place the process exits by itself
+fn stop_at_once() {
+    tracing::warn!("second signal: stopping without waiting for in-flight requests");
+    std::process::exit(1);
+}
+
+fn reload(server: &Server, config_path: Option<&Path>) {
+    let Some(path) = config_path else {
+        return tracing::info!("SIGHUP ignored: running without a config file");
+    };
+    match Config::load(path) {
+        Ok(config) => match server.reload(config) {
+            Ok(()) => tracing::info!("reloaded {}", path.display()),
+            Err(e) => tracing::error!("reload refused, the running config stays: {e}"),
+        },
+        Err(errors) => {
+            tracing::error!("reload refused, the running config stays:\n{errors}");
         }
     }
 }

@@ -1,26 +1,22 @@
-//! What one worker thread owns: its view of the config, buffer pool, upstream pool, round-robin
-//! cursor, counter shard and access-log buffer. Everything here is single-threaded (`Rc`,
-//! `RefCell`, `Cell`); the only shared values are read-mostly (the config generation) or
-//! written by this worker alone (its counter shard).
+//! What one worker thread owns: its copy of the config, one balancer per upstream group, the
+//! buffer, pipe and upstream pools, its counter shard and access-log buffer. Everything here is
+//! single-threaded (`Rc`, `RefCell`, `Cell`); the only shared values are read-mostly (the config
+//! generation) or written by this worker alone (its counter shard).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::{watch, Notify};
 
-use crate::access_log::AccessLog;
-use crate::balance::RoundRobin;
-use crate::buffers::BufferPool;
-use crate::config::Config;
-use crate::forward::MIN_BUFFER;
-use crate::metrics::Shard;
-use crate::runtime::SharedConfig;
-use crate::splice::PipePool;
-use crate::upstream::UpstreamPool;
+use crate::buffers::{BufferPool, MIN_BUFFER};
+use crate::config::{Config, SharedConfig};
+use crate::net::splice::PipePool;
+use crate::observe::access_log::AccessLog;
+use crate::observe::metrics::Shard;
+use crate::upstream::{Balancer, UpstreamPool};
 
 /// First read for a response that will be spliced: room for the head and a little body. Kept
 /// small so many concurrent large downloads cost little memory.
@@ -31,15 +27,13 @@ pub struct Worker {
     /// Worker number, from 0.
     pub id: usize,
     shared: Arc<SharedConfig>,
-    config: RefCell<(u64, Rc<Config>)>,
+    current: RefCell<Rc<Snapshot>>,
     /// Reusable I/O buffers.
     pub buffers: BufferPool,
     /// Idle upstream connections.
     pub upstreams: UpstreamPool,
     /// Empty pipes for zero-copy body transfer.
     pub pipes: PipePool,
-    /// Round-robin cursor.
-    pub balance: RoundRobin,
     /// This worker's counters.
     pub counters: Arc<Shard>,
     /// This worker's access-log buffer.
@@ -53,6 +47,31 @@ pub struct Worker {
     /// Size of the last response from each server: the first read of the next one uses a buffer
     /// that large, so a response that has arrived whole is read with one read.
     response_size: RefCell<HashMap<SocketAddr, usize>>,
+}
+
+/// The config generation a worker runs, with the per-worker state built from it. A request
+/// holds one snapshot from start to end, so its config and balancers always agree.
+pub struct Snapshot {
+    generation: u64,
+    /// The config.
+    pub config: Config,
+    /// One balancer per upstream group, by the group's index.
+    pub balancers: Vec<Balancer>,
+}
+
+impl Snapshot {
+    fn new(generation: u64, config: Config, worker: usize) -> Snapshot {
+        let balancers = config
+            .upstreams
+            .iter()
+            .map(|g| Balancer::new(g.servers.len(), worker))
+            .collect();
+        Snapshot {
+            generation,
+            config,
+            balancers,
+        }
+    }
 }
 
 impl Worker {
@@ -69,11 +88,10 @@ impl Worker {
         Worker {
             id,
             shared,
-            config: RefCell::new((generation, Rc::new(config))),
+            current: RefCell::new(Rc::new(Snapshot::new(generation, config, id))),
             buffers: BufferPool::default(),
             upstreams: UpstreamPool::default(),
             pipes: PipePool::new(pipe_size),
-            balance: RoundRobin::starting_at(id),
             counters,
             log,
             shutdown,
@@ -83,16 +101,16 @@ impl Worker {
         }
     }
 
-    /// The current config. After a reload the worker takes its own copy once, so reading the
-    /// config never touches a reference count shared with other threads.
-    pub fn config(&self) -> Rc<Config> {
-        let generation = self.shared.generation.load(Ordering::Acquire);
-        let mut current = self.config.borrow_mut();
-        if current.0 != generation {
+    /// The config in force and the state built from it. After a reload the worker copies the
+    /// new config once, so reading it never touches a reference count shared with other threads;
+    /// balancers start afresh with a new config.
+    pub fn snapshot(&self) -> Rc<Snapshot> {
+        let mut current = self.current.borrow_mut();
+        if current.generation != self.shared.generation() {
             let (generation, config) = self.shared.snapshot();
-            *current = (generation, Rc::new(config));
+            *current = Rc::new(Snapshot::new(generation, config, self.id));
         }
-        current.1.clone()
+        current.clone()
     }
 
     /// Buffer size to start reading a response from `server` with: the size of its last

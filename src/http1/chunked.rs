@@ -1,4 +1,5 @@
-//! A strict, incremental reader for the chunked transfer coding (RFC 9112 section 7.1).
+//! The chunked transfer coding (RFC 9112 section 7.1): a strict, incremental reader, and the
+//! few bytes the proxy writes when it frames a body as chunked itself.
 //!
 //! The proxy passes chunked bodies through unchanged once they are known to be well formed, so
 //! this reader does not copy anything: it is fed the bytes as they arrive, validates the framing
@@ -162,7 +163,7 @@ impl ChunkedReader {
                     if self.counted > MAX_SIZE_DIGITS {
                         return Err(ChunkError::SizeOverflow);
                     }
-                    self.remaining = (self.remaining << 4) | d as u64;
+                    self.remaining = (self.remaining << 4) | u64::from(d);
                     self.state = State::Size;
                 } else if self.state == State::SizeStart {
                     return Err(ChunkError::InvalidSize);
@@ -276,6 +277,30 @@ fn hex_value(b: u8) -> Option<u8> {
     }
 }
 
+/// The chunk that ends a chunked body, with no trailer fields.
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+/// The line end after each chunk's data.
+pub const CHUNK_END: &[u8] = b"\r\n";
+
+/// Writes the size line of a chunk of `n` bytes (`1f3\r\n`) into `out`; returns it.
+pub fn chunk_size_line(n: usize, out: &mut [u8; 20]) -> &[u8] {
+    let mut digits = [0u8; 16];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b"0123456789abcdef"[n & 15];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    let len = digits.len() - i;
+    out[..len].copy_from_slice(&digits[i..]);
+    out[len..len + 2].copy_from_slice(CHUNK_END);
+    &out[..len + 2]
+}
+
 /// RFC 9110 `tchar`.
 pub(crate) fn is_token_byte(b: u8) -> bool {
     matches!(b,
@@ -287,6 +312,30 @@ pub(crate) fn is_token_byte(b: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn size_lines_are_lower_case_hex() {
+        let mut out = [0u8; 20];
+        assert_eq!(chunk_size_line(0x1f3, &mut out), b"1f3\r\n");
+        assert_eq!(chunk_size_line(0, &mut out), b"0\r\n");
+        assert_eq!(
+            chunk_size_line(usize::MAX, &mut out),
+            b"ffffffffffffffff\r\n"
+        );
+        // What the encoder writes, the reader accepts.
+        let mut body = chunk_size_line(3, &mut out).to_vec();
+        body.extend_from_slice(b"abc");
+        body.extend_from_slice(CHUNK_END);
+        body.extend_from_slice(LAST_CHUNK);
+        let mut data = Vec::new();
+        let mut reader = ChunkedReader::new();
+        assert_eq!(
+            reader.feed(&body, |d| data.extend_from_slice(d)),
+            Ok(body.len())
+        );
+        assert!(reader.is_done());
+        assert_eq!(data, b"abc");
+    }
 
     fn run(input: &[u8]) -> Result<(usize, bool, Vec<u8>), ChunkError> {
         let mut r = ChunkedReader::new();

@@ -1,6 +1,7 @@
 //! The HTTP/1.1 codec: parses and validates message heads, tracks body framing and writes the
 //! heads the proxy forwards. It never touches a socket (no tokio here), so every rule can be
-//! tested on byte strings; `crate::proxy` drives it over real connections.
+//! tested on byte strings; `crate::proxy` drives it over real connections. Its parsers are fuzzed
+//! (`fuzz/`).
 
 pub mod body;
 pub mod chunked;
@@ -8,7 +9,7 @@ pub mod request;
 pub mod response;
 
 pub use body::BodyReader;
-pub use chunked::{ChunkError, ChunkedReader};
+pub use chunked::{chunk_size_line, ChunkError, ChunkedReader, CHUNK_END, LAST_CHUNK};
 pub use request::{parse_request, RequestError, RequestHead};
 pub use response::{parse_response, ResponseError, ResponseHead};
 
@@ -48,7 +49,7 @@ pub(crate) fn is_hop_by_hop(name: &str) -> bool {
 pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value
         .split(|b| *b == b',')
-        .map(|e| e.trim_ascii())
+        .map(<[u8]>::trim_ascii)
         .filter(|e| !e.is_empty())
 }
 
@@ -87,6 +88,21 @@ impl ConnectionTokens {
     }
 }
 
+/// Whether `buf` holds the empty line that ends a message head (CRLF or bare LF line ends), so
+/// a head parse will not ask for more bytes.
+pub fn head_complete(buf: &[u8]) -> bool {
+    let mut from = 0;
+    while let Some(i) = buf[from..].iter().position(|b| *b == b'\n') {
+        let at = from + i;
+        match buf.get(at + 1) {
+            Some(b'\n') => return true,
+            Some(b'\r') if buf.get(at + 2) == Some(&b'\n') => return true,
+            _ => from = at + 1,
+        }
+    }
+    false
+}
+
 /// Parses a Content-Length value: one or more identical `1*DIGIT` elements (RFC 9110 8.6).
 /// `None` for anything else: a sign, whitespace inside, differing values, overflow.
 pub(crate) fn parse_content_length(value: &[u8], previous: Option<u64>) -> Option<u64> {
@@ -98,7 +114,7 @@ pub(crate) fn parse_content_length(value: &[u8], previous: Option<u64>) -> Optio
         }
         let n = element
             .iter()
-            .fold(0u64, |acc, d| acc * 10 + (d - b'0') as u64);
+            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
         match found {
             Some(f) if f != n => return None,
             _ => found = Some(n),
@@ -146,6 +162,14 @@ mod tests {
         assert_eq!(parse_content_length(b"", None), None);
         assert_eq!(parse_content_length(b"1 2", None), None);
         assert_eq!(parse_content_length(b"99999999999999999999", None), None);
+    }
+
+    #[test]
+    fn head_ends() {
+        assert!(head_complete(b"HTTP/1.1 200 OK\r\n\r\n"));
+        assert!(head_complete(b"HTTP/1.1 200 OK\n\n"));
+        assert!(!head_complete(b"HTTP/1.1 200 OK\r\nA: b\r\n"));
+        assert!(!head_complete(b""));
     }
 
     #[test]
@@ -211,7 +235,7 @@ mod fuzz {
             let input = mutate(&mut rng, SEEDS[round % SEEDS.len()]);
             let mut storage = header_storage();
             let parsed = parse_request(&input, &mut storage, 8192);
-            refused += parsed.is_err() as u32;
+            refused += u32::from(parsed.is_err());
             if let Ok(Some(head)) = parsed {
                 requests += 1;
                 assert!(head.head_len <= input.len());

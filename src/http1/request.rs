@@ -116,75 +116,12 @@ pub fn parse_request<'h, 'b>(
     let headers: &'h [httparse::Header<'b>] = req.headers;
 
     let (path, authority) = split_target(method, target)?;
-    let mut host_field: Option<&'b [u8]> = None;
-    let mut content_length: Option<u64> = None;
-    let mut has_content_length = false;
-    let mut te_seen = false;
-    let mut te_chunked_last = false;
-    let mut te_chunked_count = 0;
-    let mut expect_continue = false;
-    let mut upgrade = None;
-    let mut connection = ConnectionTokens::default();
-
-    for h in headers.iter() {
-        let name = h.name;
-        if name.eq_ignore_ascii_case("host") {
-            if host_field.is_some() {
-                return Err(RequestError::Malformed("repeated Host"));
-            }
-            if !valid_host(h.value) {
-                return Err(RequestError::Malformed("invalid Host"));
-            }
-            host_field = Some(h.value);
-        } else if name.eq_ignore_ascii_case("content-length") {
-            has_content_length = true;
-            content_length = Some(
-                parse_content_length(h.value, content_length)
-                    .ok_or(RequestError::Malformed("invalid Content-Length"))?,
-            );
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            te_seen = true;
-            for coding in list_elements(h.value) {
-                te_chunked_last = coding.eq_ignore_ascii_case(b"chunked");
-                if te_chunked_last {
-                    te_chunked_count += 1;
-                }
-            }
-        } else if name.eq_ignore_ascii_case("connection") {
-            connection.add(h.value);
-        } else if name.eq_ignore_ascii_case("expect") {
-            if h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {
-                expect_continue = true;
-            } else {
-                return Err(RequestError::ExpectationFailed);
-            }
-        } else if name.eq_ignore_ascii_case("upgrade") {
-            upgrade = Some(h.value);
-        }
-    }
-
-    let framing = if te_seen {
-        if has_content_length {
-            return Err(RequestError::Malformed(
-                "both Content-Length and Transfer-Encoding",
-            ));
-        }
-        if minor_version == 0 {
-            return Err(RequestError::Malformed("Transfer-Encoding in HTTP/1.0"));
-        }
-        if te_chunked_count > 1 || (te_chunked_count == 1 && !te_chunked_last) {
-            return Err(RequestError::Malformed("chunked is not the last coding"));
-        }
-        if te_chunked_count == 0 {
-            return Err(RequestError::NotImplemented("unsupported transfer coding"));
-        }
-        Framing::Chunked
-    } else {
-        match content_length {
-            Some(n) => Framing::Length(n),
-            None => Framing::Empty,
-        }
-    };
+    let fields = scan_fields(headers)?;
+    let framing = request_framing(&fields, minor_version)?;
+    let host_field = fields.host;
+    let connection = fields.connection;
+    let expect_continue = fields.expect_continue;
+    let upgrade = fields.upgrade;
 
     if minor_version == 1 && host_field.is_none() {
         return Err(RequestError::Malformed("missing Host"));
@@ -212,6 +149,81 @@ pub fn parse_request<'h, 'b>(
         headers,
         head_len,
     }))
+}
+
+/// What the fields of a request head say about framing, Host, Expect, Upgrade and Connection.
+#[derive(Default)]
+struct Fields<'b> {
+    host: Option<&'b [u8]>,
+    content_length: Option<u64>,
+    has_content_length: bool,
+    te_seen: bool,
+    te_chunked_last: bool,
+    te_chunked_count: u32,
+    expect_continue: bool,
+    upgrade: Option<&'b [u8]>,
+    connection: ConnectionTokens,
+}
+
+/// Reads the fields that matter to the proxy, refusing repeated or invalid ones.
+fn scan_fields<'b>(headers: &[httparse::Header<'b>]) -> Result<Fields<'b>, RequestError> {
+    let mut f = Fields::default();
+    for h in headers {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("host") {
+            if f.host.is_some() {
+                return Err(RequestError::Malformed("repeated Host"));
+            }
+            if !valid_host(h.value) {
+                return Err(RequestError::Malformed("invalid Host"));
+            }
+            f.host = Some(h.value);
+        } else if name.eq_ignore_ascii_case("content-length") {
+            f.has_content_length = true;
+            f.content_length = Some(
+                parse_content_length(h.value, f.content_length)
+                    .ok_or(RequestError::Malformed("invalid Content-Length"))?,
+            );
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            f.te_seen = true;
+            for coding in list_elements(h.value) {
+                f.te_chunked_last = coding.eq_ignore_ascii_case(b"chunked");
+                f.te_chunked_count += u32::from(f.te_chunked_last);
+            }
+        } else if name.eq_ignore_ascii_case("connection") {
+            f.connection.add(h.value);
+        } else if name.eq_ignore_ascii_case("expect") {
+            if !h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {
+                return Err(RequestError::ExpectationFailed);
+            }
+            f.expect_continue = true;
+        } else if name.eq_ignore_ascii_case("upgrade") {
+            f.upgrade = Some(h.value);
+        }
+    }
+    Ok(f)
+}
+
+/// The body framing of a request (RFC 9112 section 6.3), refusing every ambiguous form.
+fn request_framing(f: &Fields<'_>, minor_version: u8) -> Result<Framing, RequestError> {
+    if !f.te_seen {
+        return Ok(f.content_length.map_or(Framing::Empty, Framing::Length));
+    }
+    if f.has_content_length {
+        return Err(RequestError::Malformed(
+            "both Content-Length and Transfer-Encoding",
+        ));
+    }
+    if minor_version == 0 {
+        return Err(RequestError::Malformed("Transfer-Encoding in HTTP/1.0"));
+    }
+    if f.te_chunked_count > 1 || (f.te_chunked_count == 1 && !f.te_chunked_last) {
+        return Err(RequestError::Malformed("chunked is not the last coding"));
+    }
+    if f.te_chunked_count == 0 {
+        return Err(RequestError::NotImplemented("unsupported transfer coding"));
+    }
+    Ok(Framing::Chunked)
 }
 
 /// Splits a request-target into the origin-form path and, for absolute form, the authority.

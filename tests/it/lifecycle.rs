@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
-use slipstream::metrics::Counter;
+use slipstream::observe::metrics::Counter;
 
 use crate::support::*;
 

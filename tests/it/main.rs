@@ -1,4 +1,5 @@
 //! Integration tests: one binary, every test through real sockets.
+#![allow(clippy::disallowed_methods)] // test threads may block and sleep
 
 mod framing;
 mod large_bodies;

@@ -297,7 +297,7 @@ fn upstream_down_is_502_and_stall_is_504() {
     assert_eq!(
         proxy
             .metrics()
-            .total(slipstream::metrics::Counter::UpstreamConnectErrors),
+            .total(slipstream::observe::metrics::Counter::UpstreamConnectErrors),
         1
     );
     proxy.shutdown();
@@ -345,7 +345,7 @@ fn stale_pooled_connection_is_replaced_and_idempotent_request_retried() {
     assert_eq!(
         proxy
             .metrics()
-            .total(slipstream::metrics::Counter::UpstreamRetries),
+            .total(slipstream::observe::metrics::Counter::UpstreamRetries),
         1
     );
 
@@ -526,7 +526,7 @@ fn malformed_or_truncated_upstream_responses() {
     assert!(
         proxy
             .metrics()
-            .total(slipstream::metrics::Counter::BadGateway)
+            .total(slipstream::observe::metrics::Counter::BadGateway)
             >= 4
     );
     proxy.shutdown();

@@ -14,7 +14,7 @@ use slipstream::{Config, Server};
 
 /// A request as the mock upstream saw it.
 #[derive(Debug, Clone)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// Request line, e.g. `GET / HTTP/1.1`.
     pub line: String,
     /// Header fields in order, names as sent.
@@ -29,7 +29,7 @@ pub struct Seen {
 
 impl Seen {
     /// First value of a header, by case-insensitive name.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -37,13 +37,13 @@ impl Seen {
     }
 
     /// Path of the request line.
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         self.line.split(' ').nth(1).unwrap_or("")
     }
 }
 
 /// What the mock upstream does with a request.
-pub enum Reply {
+pub(crate) enum Reply {
     /// Write these bytes and keep the connection.
     Bytes(Vec<u8>),
     /// Write these bytes, then close.
@@ -59,7 +59,7 @@ pub enum Reply {
 type Handler = dyn Fn(&Seen) -> Reply + Send + Sync;
 
 /// A mock upstream server on an ephemeral port.
-pub struct Upstream {
+pub(crate) struct Upstream {
     /// Its address.
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
@@ -71,7 +71,7 @@ pub struct Upstream {
 
 impl Upstream {
     /// Starts a server answering every request with `handler`.
-    pub fn start(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> Upstream {
+    pub(crate) fn start(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -103,28 +103,28 @@ impl Upstream {
     }
 
     /// Answers every request with 200 and `body`.
-    pub fn ok(body: &'static [u8]) -> Upstream {
+    pub(crate) fn ok(body: &'static [u8]) -> Upstream {
         Upstream::start(move |_| Reply::Bytes(response(200, body)))
     }
 
     /// Requests received so far.
-    pub fn seen(&self) -> Vec<Seen> {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 
     /// Every byte received on every connection.
-    pub fn raw(&self) -> Vec<u8> {
+    pub(crate) fn raw(&self) -> Vec<u8> {
         self.raw.lock().unwrap().clone()
     }
 
     /// Connections accepted so far.
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
     }
 }
 
 /// A plain `200`-style response with Content-Length.
-pub fn response(status: u16, body: &[u8]) -> Vec<u8> {
+pub(crate) fn response(status: u16, body: &[u8]) -> Vec<u8> {
     let mut r = format!(
         "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nX-Upstream: mock\r\n\r\n",
         body.len()
@@ -135,7 +135,7 @@ pub fn response(status: u16, body: &[u8]) -> Vec<u8> {
 }
 
 /// Byte `i` of a small deterministic pattern.
-pub fn pattern_byte(i: u64) -> u8 {
+pub(crate) fn pattern_byte(i: u64) -> u8 {
     (i.wrapping_mul(2654435761) >> 13) as u8
 }
 
@@ -143,7 +143,7 @@ const BLOCK: usize = 64 * 1024;
 
 /// The test stream: 64 KiB blocks of a fixed pattern, each stamped with its index in its first
 /// 8 bytes, so a lost, repeated or reordered block changes the hash. Fast to generate.
-pub fn fill_pattern(buf: &mut [u8], from: u64) {
+pub(crate) fn fill_pattern(buf: &mut [u8], from: u64) {
     static BASE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     let base = BASE.get_or_init(|| (0..BLOCK as u64).map(pattern_byte).collect());
     let mut done = 0;
@@ -167,7 +167,7 @@ pub fn fill_pattern(buf: &mut [u8], from: u64) {
 }
 
 /// The xxh3-128 hash of the first `len` bytes of the test stream.
-pub fn pattern_hash(len: u64) -> u128 {
+pub(crate) fn pattern_hash(len: u64) -> u128 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut pos = 0;
@@ -181,7 +181,7 @@ pub fn pattern_hash(len: u64) -> u128 {
 }
 
 /// Reads exactly `len` bytes and returns their xxh3-128 hash.
-pub fn hash_exactly(reader: &mut impl Read, len: u64) -> u128 {
+pub(crate) fn hash_exactly(reader: &mut impl Read, len: u64) -> u128 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut got = 0;
@@ -315,18 +315,18 @@ fn read_request(reader: &mut BufReader<TcpStream>, connection: usize) -> Option<
 }
 
 /// Starts the proxy from TOML text; `{upstream}` is replaced by the mock's address.
-pub fn proxy(toml: &str) -> Server {
+pub(crate) fn proxy(toml: &str) -> Server {
     let config = Config::parse(toml, "test.toml").unwrap_or_else(|e| panic!("{e}"));
     Server::start(config).unwrap()
 }
 
 /// A one-worker proxy with one listener and a single route to `upstream`.
-pub fn simple_proxy(upstream: SocketAddr) -> Server {
+pub(crate) fn simple_proxy(upstream: SocketAddr) -> Server {
     proxy(&simple_config(upstream, ""))
 }
 
 /// The TOML of [`simple_proxy`], with `extra` appended to the upstream section.
-pub fn simple_config(upstream: SocketAddr, extra: &str) -> String {
+pub(crate) fn simple_config(upstream: SocketAddr, extra: &str) -> String {
     format!(
         r#"
 workers = 1
@@ -343,14 +343,14 @@ routes = [{{ path = "/", upstream = "app" }}]
 }
 
 /// Connects a raw client with a read timeout.
-pub fn connect(addr: SocketAddr) -> TcpStream {
+pub(crate) fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s
 }
 
 /// Sends raw bytes and reads until the proxy closes the connection.
-pub fn exchange_until_close(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
+pub(crate) fn exchange_until_close(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
     let mut s = connect(addr);
     s.write_all(request).unwrap();
     let mut out = Vec::new();
@@ -360,7 +360,7 @@ pub fn exchange_until_close(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
 
 /// A response read off a raw connection.
 #[derive(Debug)]
-pub struct RawResponse {
+pub(crate) struct RawResponse {
     /// Status code.
     pub status: u16,
     /// Header fields.
@@ -371,7 +371,7 @@ pub struct RawResponse {
 
 impl RawResponse {
     /// First value of a header, by case-insensitive name.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -381,7 +381,7 @@ impl RawResponse {
 
 /// Reads one response from a connection (interim 1xx responses are returned too). `head` says
 /// the request was HEAD, so no body follows.
-pub fn read_response(reader: &mut impl BufRead, head: bool) -> Option<RawResponse> {
+pub(crate) fn read_response(reader: &mut impl BufRead, head: bool) -> Option<RawResponse> {
     let mut line = String::new();
     if reader.read_line(&mut line).ok()? == 0 {
         return None;
@@ -430,7 +430,7 @@ pub fn read_response(reader: &mut impl BufRead, head: bool) -> Option<RawRespons
 }
 
 /// Status code at the start of a raw response.
-pub fn status_of(raw: &[u8]) -> u16 {
+pub(crate) fn status_of(raw: &[u8]) -> u16 {
     std::str::from_utf8(raw.get(9..12).unwrap_or_default())
         .ok()
         .and_then(|s| s.parse().ok())
@@ -438,7 +438,7 @@ pub fn status_of(raw: &[u8]) -> u16 {
 }
 
 /// A ureq agent that returns error statuses as responses.
-pub fn http_client() -> ureq::Agent {
+pub(crate) fn http_client() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
@@ -446,7 +446,7 @@ pub fn http_client() -> ureq::Agent {
 }
 
 /// Polls `cond` for up to five seconds.
-pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     for _ in 0..100 {
         if cond() {
             return true;
@@ -457,17 +457,17 @@ pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// The built binary.
-pub const BIN: &str = env!("CARGO_BIN_EXE_slipstream");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_slipstream");
 
 /// A path in this test run's temporary folder.
-pub fn temp_path(name: &str) -> PathBuf {
+pub(crate) fn temp_path(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("slipstream-it-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
 }
 
 /// The binary running in the background, with its stderr collected.
-pub struct Running {
+pub(crate) struct Running {
     /// The process.
     pub child: Child,
     /// Its first listener.
@@ -479,7 +479,7 @@ pub struct Running {
 
 impl Running {
     /// See the test that uses it.
-    pub fn start(args: &[&str]) -> Running {
+    pub(crate) fn start(args: &[&str]) -> Running {
         let mut child = Command::new(BIN)
             .args(args)
             .stdin(Stdio::null())
@@ -528,7 +528,7 @@ impl Running {
     }
 
     /// See the test that uses it.
-    pub fn signal(&self, sig: &str) {
+    pub(crate) fn signal(&self, sig: &str) {
         let status = Command::new("kill")
             .args([sig, &self.child.id().to_string()])
             .status()
@@ -537,12 +537,12 @@ impl Running {
     }
 
     /// See the test that uses it.
-    pub fn logged(&self, needle: &str) -> bool {
+    pub(crate) fn logged(&self, needle: &str) -> bool {
         self.log.lock().unwrap().iter().any(|l| l.contains(needle))
     }
 
     /// See the test that uses it.
-    pub fn get(&self, host: &str, path: &str) -> Vec<u8> {
+    pub(crate) fn get(&self, host: &str, path: &str) -> Vec<u8> {
         exchange_until_close(
             self.addr,
             format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
@@ -559,14 +559,14 @@ impl Drop for Running {
 
 impl Running {
     /// A field of /proc/PID/status, in kB (VmRSS, VmHWM).
-    pub fn status_kb(&self, field: &str) -> u64 {
+    pub(crate) fn status_kb(&self, field: &str) -> u64 {
         let text = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
         let line = text.lines().find(|l| l.starts_with(field)).unwrap();
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
     }
 
     /// Bytes this process caused to be written to storage (/proc/PID/io write_bytes).
-    pub fn disk_write_bytes(&self) -> u64 {
+    pub(crate) fn disk_write_bytes(&self) -> u64 {
         let text = std::fs::read_to_string(format!("/proc/{}/io", self.child.id())).unwrap();
         let line = text.lines().find(|l| l.starts_with("write_bytes")).unwrap();
         line.split_whitespace().nth(1).unwrap().parse().unwrap()

@@ -13,6 +13,10 @@ use toml::Spanned;
 
 use crate::routing::{RouteTarget, Router, RouterBuilder};
 
+pub mod shared;
+
+pub use shared::SharedConfig;
+
 /// The validated, immutable configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -120,7 +124,7 @@ impl UpstreamGroup {
 /// The number of CPUs this process may run on.
 pub fn default_workers() -> usize {
     std::thread::available_parallelism()
-        .map(|n| n.get())
+        .map(std::num::NonZero::get)
         .unwrap_or(1)
 }
 
@@ -504,7 +508,7 @@ impl Validator<'_> {
                             upstream,
                             buffer_response,
                         };
-                        builder.add_route(index, route.path.get_ref(), target)
+                        builder.add_route(index, route.path.get_ref(), target);
                     }
                     None => {
                         let names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
@@ -598,7 +602,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
         row[0] = i + 1;
         for (j, cb) in b.iter().enumerate() {
             let cur = row[j + 1];
-            row[j + 1] = (prev + (ca != *cb) as usize).min(row[j] + 1).min(cur + 1);
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
             prev = cur;
         }
     }

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use crate::http1::parse_request;
 use crate::http1::request::header_storage;
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 
 /// Starts the admin thread on an already bound listener.
 pub fn spawn(

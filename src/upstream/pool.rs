@@ -1,6 +1,5 @@
-//! Upstream connections: opening them, and each worker's LIFO pool of idle keep-alive
-//! connections per server. Reusing connections is what keeps ephemeral ports and TIME_WAIT
-//! from running out under load.
+//! Each worker's LIFO pool of idle keep-alive upstream connections, per server. Reusing
+//! connections is what keeps ephemeral ports and TIME_WAIT from running out under load.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -9,47 +8,13 @@ use std::net::SocketAddr;
 use std::task::{Context, Waker};
 use std::time::Duration;
 
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::metrics::{Counter, Shard};
-
-/// Why a connection could not be opened.
-#[derive(Debug)]
-pub enum ConnectError {
-    /// No answer within the connect timeout.
-    Timeout,
-    /// Refused, unreachable, or no local port left.
-    Failed(io::Error),
-}
-
-/// Opens a new connection to an upstream server, counting failures by kind.
-pub async fn connect(
-    addr: SocketAddr,
-    timeout: Duration,
-    counters: &Shard,
-) -> Result<TcpStream, ConnectError> {
-    counters.inc(Counter::UpstreamConnects);
-    let result = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-        Ok(Ok(stream)) => {
-            let _ = stream.set_nodelay(true);
-            return Ok(stream);
-        }
-        Ok(Err(e)) => {
-            if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
-                counters.inc(Counter::UpstreamPortsExhausted);
-                tracing::error!(%addr, "cannot connect upstream: ephemeral ports exhausted (EADDRNOTAVAIL); raise the upstream keepalive pool or net.ipv4.ip_local_port_range");
-            }
-            ConnectError::Failed(e)
-        }
-        Err(_) => ConnectError::Timeout,
-    };
-    counters.inc(Counter::UpstreamConnectErrors);
-    Err(result)
-}
+use crate::net::Stream;
+use crate::observe::metrics::{Counter, Shard};
 
 struct Idle {
-    stream: TcpStream,
+    stream: Stream,
     expires: Instant,
 }
 
@@ -62,7 +27,7 @@ pub struct UpstreamPool {
 impl UpstreamPool {
     /// The most recently used live idle connection to `addr`, if any. Connections the upstream
     /// has closed (or that hold unexpected bytes) are discarded.
-    pub fn take(&self, addr: SocketAddr, counters: &Shard) -> Option<TcpStream> {
+    pub fn take(&self, addr: SocketAddr, counters: &Shard) -> Option<Stream> {
         let mut idle = self.idle.borrow_mut();
         let list = idle.get_mut(&addr)?;
         let now = Instant::now();
@@ -76,7 +41,7 @@ impl UpstreamPool {
     }
 
     /// Keeps a connection for reuse, up to `cap` per server.
-    pub fn give(&self, addr: SocketAddr, stream: TcpStream, cap: usize, idle_timeout: Duration) {
+    pub fn give(&self, addr: SocketAddr, stream: Stream, cap: usize, idle_timeout: Duration) {
         let mut idle = self.idle.borrow_mut();
         let list = idle.entry(addr).or_default();
         if list.len() < cap {
@@ -111,7 +76,10 @@ impl UpstreamPool {
 /// An idle connection is healthy if the reactor has seen nothing on it (the upstream neither
 /// closed it nor sent bytes). This costs no syscall unless readiness is set, in which case one
 /// non-blocking read tells a spurious wake-up from a real event.
-fn is_quiet(stream: &TcpStream) -> bool {
+fn is_quiet(stream: &Stream) -> bool {
+    let Some(stream) = stream.tcp() else {
+        return true;
+    };
     let mut cx = Context::from_waker(Waker::noop());
     if stream.poll_read_ready(&mut cx).is_pending() {
         return true;

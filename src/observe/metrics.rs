@@ -6,8 +6,11 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Every counter the proxy keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+use strum::{EnumCount, IntoEnumIterator};
+
+/// Every counter the proxy keeps. The derives keep the list and the count in step with the
+/// variants, so a new counter can never index past a shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumCount, strum::EnumIter)]
 pub enum Counter {
     /// Client connections accepted.
     ConnectionsAccepted,
@@ -56,31 +59,14 @@ pub enum Counter {
 }
 
 impl Counter {
-    /// All counters, in exposition order.
-    pub const ALL: [Counter; 22] = [
-        Counter::ConnectionsAccepted,
-        Counter::ConnectionsClosed,
-        Counter::AcceptPaused,
-        Counter::AcceptErrors,
-        Counter::Requests,
-        Counter::BadRequests,
-        Counter::NoRoute,
-        Counter::ResponsesOk,
-        Counter::Responses4xx,
-        Counter::Responses5xx,
-        Counter::BadGateway,
-        Counter::GatewayTimeout,
-        Counter::ClientClosed,
-        Counter::ClientTimeouts,
-        Counter::UpstreamConnects,
-        Counter::UpstreamReused,
-        Counter::UpstreamConnectErrors,
-        Counter::UpstreamPortsExhausted,
-        Counter::UpstreamRetries,
-        Counter::UpstreamStaleDiscarded,
-        Counter::SplicedBytes,
-        Counter::BufferedResponses,
-    ];
+    /// The response counter for a status sent (or logged: 499 counts as 4xx).
+    pub fn for_status(status: u16) -> Counter {
+        match status {
+            400..=499 => Counter::Responses4xx,
+            500..=599 => Counter::Responses5xx,
+            _ => Counter::ResponsesOk,
+        }
+    }
 
     /// The exposed metric name.
     pub fn name(self) -> &'static str {
@@ -114,7 +100,7 @@ impl Counter {
 /// One worker's counters.
 #[derive(Debug, Default)]
 pub struct Shard {
-    values: [AtomicU64; Counter::ALL.len()],
+    values: [AtomicU64; Counter::COUNT],
 }
 
 impl Shard {
@@ -158,7 +144,7 @@ impl Metrics {
     /// Prometheus text exposition of every counter.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        for c in Counter::ALL {
+        for c in Counter::iter() {
             let _ = writeln!(
                 out,
                 "# TYPE {} counter\n{} {}",
@@ -168,5 +154,33 @@ impl Metrics {
             );
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every counter has a slot, a unique name, and appears in the exposition.
+    #[test]
+    fn every_counter_is_listed_and_exposed() {
+        let metrics = Metrics::default();
+        let shard = metrics.new_shard();
+        let mut names = std::collections::HashSet::new();
+        for (i, c) in Counter::iter().enumerate() {
+            assert_eq!(c as usize, i);
+            shard.add(c, i as u64 + 1);
+            assert!(names.insert(c.name()), "{} named twice", c.name());
+            assert!(c.name().starts_with("slipstream_") && c.name().ends_with("_total"));
+        }
+        assert_eq!(names.len(), Counter::COUNT);
+        let text = metrics.render();
+        for (i, c) in Counter::iter().enumerate() {
+            assert!(
+                text.contains(&format!("\n{} {}\n", c.name(), i + 1)),
+                "{}",
+                c.name()
+            );
+        }
     }
 }

@@ -42,27 +42,20 @@ pub fn bind_group(
 }
 
 /// Raises the open-file limit to its hard maximum, so the connection limit, not RLIMIT_NOFILE,
-/// is what bounds connections (nginx's `worker_rlimit_nofile`). Returns the new soft limit.
-#[allow(unsafe_code)]
-pub fn raise_nofile_limit() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return 0;
-        }
-        if limit.rlim_cur < limit.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: limit.rlim_max,
-                rlim_max: limit.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                limit = raised;
-            }
-        }
+/// is what bounds connections (nginx's `worker_rlimit_nofile`). Returns the new soft limit
+/// (`None`: unlimited).
+pub fn raise_nofile_limit() -> Option<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current == limit.maximum {
+        return limit.current;
     }
-    limit.rlim_cur
+    let raised = Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => limit.maximum,
+        Err(_) => limit.current,
+    }
 }

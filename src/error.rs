@@ -1,0 +1,345 @@
+//! The one error model of the request path. Every failure is an [`Error`]: what went wrong
+//! ([`Kind`]), which side caused it ([`Side`]), whether the request may be sent again
+//! ([`Retry`]), and whether part of the response already reached the client.
+//!
+//! [`Error::answer`] is the only place that turns a failure into a status code, a decision to
+//! close the connection, and the counter to bump. No other module writes a status literal for
+//! a failure.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+
+use crate::http1::{RequestError, ResponseError};
+use crate::observe::metrics::Counter;
+
+/// Who caused a failure: decides whom the logs blame and which timeouts applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The client: bad request, timeout, or it went away.
+    Client,
+    /// An upstream server: refused, reset, timed out or answered badly.
+    Upstream,
+    /// The proxy's own configuration (no route).
+    Local,
+}
+
+/// Whether a failed request may be sent again, on another connection or server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// The request never left the proxy (the connection failed): any request may be resent,
+    /// provided its body is still in hand.
+    NotSent,
+    /// The request was sent but no response byte came back: only a replayable request
+    /// (idempotent, body fully buffered) may be resent.
+    NoResponse,
+    /// Never: the failure is the client's, or a response has started.
+    Never,
+}
+
+/// What went wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The request head or body framing is malformed or ambiguous.
+    BadRequest(&'static str),
+    /// The request line alone exceeds the head limit.
+    UriTooLong,
+    /// The request head exceeds the head limit or has too many fields.
+    HeadTooLarge,
+    /// A transfer coding or request form the proxy does not implement.
+    NotImplemented(&'static str),
+    /// An `Expect` other than `100-continue`.
+    ExpectationFailed,
+    /// The client stopped sending in the middle of a head or body.
+    ClientTimeout,
+    /// The client closed, reset, or stopped reading before its response was complete.
+    ClientClosed,
+    /// No site or route matches the request.
+    NoRoute,
+    /// No upstream connection within the connect timeout.
+    ConnectTimeout,
+    /// The upstream refused or could not be reached (including local port exhaustion).
+    ConnectFailed,
+    /// The upstream closed or reset the connection before sending a byte of response.
+    UpstreamClosed,
+    /// The upstream connection failed after the response began, or while the request was sent.
+    UpstreamFailed,
+    /// The upstream sent nothing within its read (or send) timeout.
+    UpstreamTimeout,
+    /// The upstream's response is not valid HTTP/1.x, or its framing is broken.
+    BadResponse(&'static str),
+    /// The upstream switched protocols although the client did not ask to.
+    UnexpectedUpgrade,
+}
+
+impl Kind {
+    /// Which side caused this kind of failure.
+    pub fn side(self) -> Side {
+        match self {
+            Kind::BadRequest(_)
+            | Kind::UriTooLong
+            | Kind::HeadTooLarge
+            | Kind::NotImplemented(_)
+            | Kind::ExpectationFailed
+            | Kind::ClientTimeout
+            | Kind::ClientClosed => Side::Client,
+            Kind::NoRoute => Side::Local,
+            Kind::ConnectTimeout
+            | Kind::ConnectFailed
+            | Kind::UpstreamClosed
+            | Kind::UpstreamFailed
+            | Kind::UpstreamTimeout
+            | Kind::BadResponse(_)
+            | Kind::UnexpectedUpgrade => Side::Upstream,
+        }
+    }
+
+    /// A short reason for logs.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Kind::BadRequest(r) | Kind::NotImplemented(r) | Kind::BadResponse(r) => r,
+            Kind::UriTooLong => "request line too long",
+            Kind::HeadTooLarge => "request head too large",
+            Kind::ExpectationFailed => "unsupported expectation",
+            Kind::ClientTimeout => "client timed out",
+            Kind::ClientClosed => "client closed the connection",
+            Kind::NoRoute => "no route",
+            Kind::ConnectTimeout => "upstream connect timed out",
+            Kind::ConnectFailed => "upstream connect failed",
+            Kind::UpstreamClosed => "upstream closed before responding",
+            Kind::UpstreamFailed => "upstream connection failed",
+            Kind::UpstreamTimeout => "upstream timed out",
+            Kind::UnexpectedUpgrade => "upstream switched protocols unasked",
+        }
+    }
+}
+
+/// A failure on the request path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Error {
+    /// What went wrong.
+    pub kind: Kind,
+    /// Whether the request may be sent again.
+    pub retry: Retry,
+    /// The status already sent to the client when the failure came mid-response; the client
+    /// can then get no error status, only a closed connection.
+    pub started: Option<u16>,
+    /// The upstream server involved, for logs.
+    pub server: Option<SocketAddr>,
+}
+
+/// What the client gets for a failure, and how it is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    /// The status to send, when the client can still get one.
+    pub send: Option<u16>,
+    /// The status for the access log and the response counters (499: the client left).
+    pub logged: u16,
+    /// Whether the connection may stay open afterwards (only when the request was read
+    /// whole; the caller checks that).
+    pub keep_alive: bool,
+    /// The counter that names this failure.
+    pub counter: Counter,
+}
+
+impl Error {
+    /// A failure of `kind` that allows no retry.
+    pub fn new(kind: Kind) -> Error {
+        Error {
+            kind,
+            retry: Retry::Never,
+            started: None,
+            server: None,
+        }
+    }
+
+    /// A failure to connect: nothing was sent, so the request may go elsewhere.
+    pub fn connect(kind: Kind) -> Error {
+        Error {
+            kind,
+            retry: Retry::NotSent,
+            started: None,
+            server: None,
+        }
+    }
+
+    /// Sending the request, or waiting for the first response byte, failed. A closed or reset
+    /// connection may be retried (a pooled connection the upstream had just closed); a timeout
+    /// is not, as the upstream may still be working on the request.
+    pub fn no_response(e: &io::Error) -> Error {
+        match e.kind() {
+            io::ErrorKind::TimedOut => Error::new(Kind::UpstreamTimeout),
+            _ => Error {
+                retry: Retry::NoResponse,
+                ..Error::new(Kind::UpstreamClosed)
+            },
+        }
+    }
+
+    /// Reading from or writing to the upstream failed.
+    pub fn upstream_io(e: &io::Error) -> Error {
+        Error::new(match e.kind() {
+            io::ErrorKind::TimedOut => Kind::UpstreamTimeout,
+            io::ErrorKind::InvalidData => Kind::BadResponse("invalid response body framing"),
+            _ => Kind::UpstreamFailed,
+        })
+    }
+
+    /// Reading from the client failed (a timeout is the client's slowness, anything else its
+    /// departure).
+    pub fn client_read(e: &io::Error) -> Error {
+        Error::new(match e.kind() {
+            io::ErrorKind::TimedOut => Kind::ClientTimeout,
+            _ => Kind::ClientClosed,
+        })
+    }
+
+    /// Writing to the client failed or timed out: it is gone or not reading.
+    pub fn client_write() -> Error {
+        Error::new(Kind::ClientClosed)
+    }
+
+    /// Names the upstream server involved.
+    pub fn at(mut self, server: SocketAddr) -> Error {
+        self.server = Some(server);
+        self
+    }
+
+    /// Forbids resending: something of the response already arrived.
+    pub fn no_retry(mut self) -> Error {
+        self.retry = Retry::Never;
+        self
+    }
+
+    /// Marks a failure that came after the response head with `status` reached the client.
+    pub fn after_head(mut self, status: u16) -> Error {
+        self.started = Some(status);
+        self.retry = Retry::Never;
+        self
+    }
+
+    /// Which side caused it.
+    pub fn side(&self) -> Side {
+        self.kind.side()
+    }
+
+    /// Whether the request may be resent: `idempotent` says its method allows repeating it,
+    /// `body_in_hand` that its whole body is still buffered.
+    pub fn may_retry(&self, idempotent: bool, body_in_hand: bool) -> bool {
+        match self.retry {
+            Retry::NotSent => body_in_hand,
+            Retry::NoResponse => idempotent && body_in_hand,
+            Retry::Never => false,
+        }
+    }
+
+    /// The status, connection decision and counter for this failure. The one mapping from
+    /// failures to responses.
+    pub fn answer(&self) -> Answer {
+        let (status, counter) = match self.kind {
+            Kind::BadRequest(_) => (400, Counter::BadRequests),
+            Kind::UriTooLong => (414, Counter::BadRequests),
+            Kind::HeadTooLarge => (431, Counter::BadRequests),
+            Kind::NotImplemented(_) => (501, Counter::BadRequests),
+            Kind::ExpectationFailed => (417, Counter::BadRequests),
+            Kind::ClientTimeout => (408, Counter::ClientTimeouts),
+            Kind::ClientClosed => (499, Counter::ClientClosed),
+            Kind::NoRoute => (404, Counter::NoRoute),
+            Kind::ConnectTimeout | Kind::UpstreamTimeout => (504, Counter::GatewayTimeout),
+            Kind::ConnectFailed
+            | Kind::UpstreamClosed
+            | Kind::UpstreamFailed
+            | Kind::BadResponse(_)
+            | Kind::UnexpectedUpgrade => (502, Counter::BadGateway),
+        };
+        let send = match (self.started, self.kind) {
+            (Some(_), _) | (None, Kind::ClientClosed) => None,
+            (None, _) => Some(status),
+        };
+        Answer {
+            send,
+            logged: self.started.unwrap_or(status),
+            keep_alive: self.kind == Kind::NoRoute,
+            counter,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind.reason())?;
+        if let Some(status) = self.started {
+            write!(f, " (after a {status} response head was sent)")?;
+        }
+        Ok(())
+    }
+}
+
+impl From<RequestError> for Error {
+    fn from(e: RequestError) -> Error {
+        Error::new(match e {
+            RequestError::Malformed(r) => Kind::BadRequest(r),
+            RequestError::UriTooLong => Kind::UriTooLong,
+            RequestError::HeadTooLarge => Kind::HeadTooLarge,
+            RequestError::NotImplemented(r) => Kind::NotImplemented(r),
+            RequestError::ExpectationFailed => Kind::ExpectationFailed,
+        })
+    }
+}
+
+impl From<ResponseError> for Error {
+    fn from(e: ResponseError) -> Error {
+        Error::new(match e {
+            ResponseError::Malformed(r) => Kind::BadResponse(r),
+            ResponseError::TooLarge => Kind::BadResponse("response head too large"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_follow_the_readme() {
+        let status = |k| Error::new(k).answer().send;
+        assert_eq!(status(Kind::BadRequest("x")), Some(400));
+        assert_eq!(status(Kind::HeadTooLarge), Some(431));
+        assert_eq!(status(Kind::UriTooLong), Some(414));
+        assert_eq!(status(Kind::NotImplemented("x")), Some(501));
+        assert_eq!(status(Kind::NoRoute), Some(404));
+        assert_eq!(status(Kind::ConnectFailed), Some(502));
+        assert_eq!(status(Kind::ConnectTimeout), Some(504));
+        assert_eq!(status(Kind::UpstreamTimeout), Some(504));
+        assert_eq!(status(Kind::ClientClosed), None);
+        assert_eq!(Error::new(Kind::ClientClosed).answer().logged, 499);
+    }
+
+    #[test]
+    fn a_started_response_gets_no_second_status() {
+        let e = Error::new(Kind::UpstreamTimeout).after_head(200);
+        let a = e.answer();
+        assert_eq!(a.send, None);
+        assert_eq!(a.logged, 200);
+        assert_eq!(a.counter, Counter::GatewayTimeout);
+        assert!(!e.may_retry(true, true));
+    }
+
+    #[test]
+    fn retry_needs_a_replayable_request() {
+        let refused = Error::connect(Kind::ConnectFailed);
+        assert!(refused.may_retry(false, true) && !refused.may_retry(true, false));
+        let closed = Error::no_response(&io::ErrorKind::ConnectionReset.into());
+        assert_eq!(closed.kind, Kind::UpstreamClosed);
+        assert!(closed.may_retry(true, true) && !closed.may_retry(false, true));
+        assert!(!Error::new(Kind::BadResponse("x")).may_retry(true, true));
+        assert_eq!(closed.side(), Side::Upstream);
+        assert_eq!(Error::new(Kind::NoRoute).side(), Side::Local);
+    }
+
+    #[test]
+    fn only_no_route_keeps_the_connection() {
+        assert!(Error::new(Kind::NoRoute).answer().keep_alive);
+        assert!(!Error::new(Kind::BadRequest("x")).answer().keep_alive);
+    }
+}

@@ -1,0 +1,138 @@
+//! [`Stream`]: one client or upstream connection, whatever carries it. Today a TCP socket; TLS
+//! and unix sockets become variants here. It implements tokio's `AsyncRead`/`AsyncWrite`, so
+//! the request path is written once, and exposes the raw TCP socket where splice(2) and
+//! readiness checks need it. Tests add a scripted in-memory variant.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// A connection to a client or an upstream server.
+#[derive(Debug)]
+pub enum Stream {
+    /// A plain TCP connection.
+    Tcp(TcpStream),
+    /// A scripted connection for unit tests of the relay code.
+    #[cfg(test)]
+    Mock(Box<tokio_test::io::Mock>),
+}
+
+impl Stream {
+    /// The TCP socket underneath, when bytes may move on it without passing through user space
+    /// (a TLS stream will answer `None`).
+    pub fn tcp(&self) -> Option<&TcpStream> {
+        match self {
+            Stream::Tcp(s) => Some(s),
+            #[cfg(test)]
+            Stream::Mock(_) => None,
+        }
+    }
+
+    /// Waits until the stream may have bytes to read (or has closed).
+    pub async fn readable(&self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.readable().await,
+            #[cfg(test)]
+            Stream::Mock(_) => Ok(()),
+        }
+    }
+
+    /// True if bytes are known to be waiting, so a read now would not block. Costs no syscall.
+    pub fn ready_now(&self) -> bool {
+        match self {
+            Stream::Tcp(s) => {
+                let mut cx = Context::from_waker(std::task::Waker::noop());
+                s.poll_read_ready(&mut cx).is_ready()
+            }
+            #[cfg(test)]
+            Stream::Mock(_) => false,
+        }
+    }
+
+    /// Resolves when the peer has closed its sending side (EOF). Bytes waiting to be read
+    /// (pipelined requests) are not a hang-up; this never resolves on a stream that cannot tell.
+    pub async fn hangup(&self) {
+        if let Some(s) = self.tcp() {
+            if s.readable().await.is_ok() {
+                let mut probe = [0u8; 1];
+                if let Ok(0) = s.peek(&mut probe).await {
+                    return;
+                }
+            }
+        }
+        std::future::pending::<()>().await;
+    }
+}
+
+impl From<TcpStream> for Stream {
+    fn from(s: TcpStream) -> Stream {
+        Stream::Tcp(s)
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            #[cfg(test)]
+            Stream::Mock(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            #[cfg(test)]
+            Stream::Mock(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            #[cfg(test)]
+            Stream::Mock(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Tcp(s) => s.is_write_vectored(),
+            #[cfg(test)]
+            Stream::Mock(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            #[cfg(test)]
+            Stream::Mock(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            #[cfg(test)]
+            Stream::Mock(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}

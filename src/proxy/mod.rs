@@ -1,0 +1,52 @@
+//! The request path of one client connection, one file per phase:
+//!
+//! 1. [`serve`]: the keep-alive loop; waits for a request without holding a buffer, and turns
+//!    every failure into its answer through [`crate::error::Error::answer`].
+//! 2. [`request`]: reads and validates the head, routes it, and keeps what the rest needs.
+//! 3. [`exchange`]: picks a server, takes a pooled connection or opens one, sends the head and
+//!    body, waits for the response head, and retries on a fresh connection when that is safe.
+//! 4. [`response`]: interim responses, the final head, and `buffer_response`.
+//! 5. [`relay`]: moves bodies both ways with bounded memory, by splice(2) when it can.
+//! 6. [`tunnel`]: after `101 Switching Protocols`, bytes both ways until either side closes.
+//!
+//! Nothing here panics on input, and no status code is chosen here for a failure.
+
+mod exchange;
+mod relay;
+mod request;
+mod response;
+mod serve;
+mod tunnel;
+
+use std::net::SocketAddr;
+
+pub use serve::serve;
+
+use crate::worker::{Snapshot, Worker};
+use request::Prepared;
+
+/// What every phase of one request reads.
+struct Ctx<'a> {
+    worker: &'a Worker,
+    snapshot: &'a Snapshot,
+    request: &'a Prepared,
+}
+
+impl Ctx<'_> {
+    fn config(&self) -> &crate::config::Config {
+        &self.snapshot.config
+    }
+}
+
+/// How a request ended when it got a response (from the upstream or, for errors, the proxy).
+#[derive(Debug)]
+struct Outcome {
+    /// Status sent (or 499 when the client left first).
+    status: u16,
+    /// Body bytes sent to the client.
+    body_bytes: u64,
+    /// The upstream server that answered, if any.
+    upstream: Option<SocketAddr>,
+    /// Whether the client connection stays open.
+    keep_alive: bool,
+}

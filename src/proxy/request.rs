@@ -1,0 +1,102 @@
+//! Reading a request head: the whole head must arrive within `client_header_timeout`, however
+//! it is split into reads; `http1` parses and validates it; the router picks its target. What
+//! the rest of the request needs is copied out ([`Prepared`]) so the read buffer is free.
+
+use std::net::SocketAddr;
+
+use super::serve::Client;
+use crate::config::Config;
+use crate::error::{Error, Kind};
+use crate::http1::request::{header_storage, ForwardedFor, RequestHead};
+use crate::http1::{parse_request, Framing};
+use crate::net::io::read_some;
+use crate::routing::RouteTarget;
+use crate::worker::Worker;
+
+/// A request head reduced to what the rest of the exchange needs.
+pub(super) struct Prepared {
+    /// The head to send upstream (empty when there is no route).
+    pub(super) upstream_head: Vec<u8>,
+    /// Length of the client's head in the read buffer.
+    pub(super) head_len: usize,
+    pub(super) framing: Framing,
+    pub(super) minor_version: u8,
+    pub(super) keep_alive: bool,
+    pub(super) expect_continue: bool,
+    pub(super) upgrade: bool,
+    pub(super) idempotent: bool,
+    pub(super) is_head: bool,
+    pub(super) route: Option<RouteTarget>,
+    /// Fields for the access log, gathered only when it is on.
+    pub(super) log: Option<LogFields>,
+}
+
+/// The request fields an access-log line shows.
+pub(super) struct LogFields {
+    pub(super) method: String,
+    pub(super) path: String,
+    pub(super) host: String,
+}
+
+impl Prepared {
+    fn new(head: &RequestHead<'_, '_>, config: &Config, peer: SocketAddr, log: bool) -> Prepared {
+        let route = config.router.route(head.host, head.path);
+        let mut upstream_head = Vec::with_capacity(head.head_len + 128);
+        if route.is_some() {
+            head.write_upstream_head(
+                &mut upstream_head,
+                ForwardedFor {
+                    client: peer.ip(),
+                    proto: "http",
+                },
+            );
+        }
+        Prepared {
+            upstream_head,
+            head_len: head.head_len,
+            framing: head.framing,
+            minor_version: head.minor_version,
+            keep_alive: head.keep_alive,
+            expect_continue: head.expect_continue,
+            upgrade: head.upgrade.is_some(),
+            idempotent: head.is_idempotent(),
+            is_head: head.method == "HEAD",
+            route,
+            log: log.then(|| LogFields {
+                method: head.method.to_string(),
+                path: head.path.to_string(),
+                host: String::from_utf8_lossy(head.host.unwrap_or_default()).into_owned(),
+            }),
+        }
+    }
+}
+
+/// Reads until `buf` holds a whole, valid request head. `Ok(None)`: the client closed (or went
+/// quiet) before sending anything that needs an answer.
+pub(super) async fn read_head(
+    worker: &Worker,
+    config: &Config,
+    client: &mut Client,
+    buf: &mut Vec<u8>,
+) -> Result<Option<Prepared>, Error> {
+    let limits = &config.limits;
+    let deadline = tokio::time::Instant::now() + limits.client_header_timeout;
+    loop {
+        if !buf.is_empty() {
+            let mut storage = header_storage();
+            if let Some(head) = parse_request(buf, &mut storage, limits.max_request_head)? {
+                let log = worker.log.enabled();
+                return Ok(Some(Prepared::new(&head, config, client.peer, log)));
+            }
+        }
+        let room = limits.max_request_head + 1;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match read_some(&mut client.stream, buf, room, left).await {
+            Ok(n) if n > 0 => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut && !buf.is_empty() => {
+                return Err(Error::new(Kind::ClientTimeout));
+            }
+            _ => return Ok(None),
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The upstream's response: its head (after any interim 1xx responses, which are passed on),
+//! then either a protocol switch ([`super::tunnel`]), a whole response read into memory first
+//! (`buffer_response`), or the body relayed as it arrives ([`super::relay`]). A connection whose
+//! response ended cleanly goes back to the pool.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::exchange::Conn;
+use super::relay::{self, ResponseBody};
+use super::request::Prepared;
+use super::serve::Client;
+use super::{tunnel, Ctx, Outcome};
+use crate::buffers::MIN_BUFFER;
+use crate::config::UpstreamGroup;
+use crate::error::{Error, Kind};
+use crate::http1::request::header_storage;
+use crate::http1::response::Relay;
+use crate::http1::{head_complete, parse_response, Framing};
+use crate::net::io::{read_some, write_all};
+use crate::net::Stream;
+use crate::observe::metrics::Counter;
+
+/// Extra room left after a response that is read whole.
+const READ_SLACK: usize = 512;
+
+/// A final response head, with the head the client will get.
+struct FinalHead {
+    status: u16,
+    head_len: usize,
+    framing: Framing,
+    /// The upstream connection may be reused after this response.
+    reusable: bool,
+    relay: Relay,
+    keep_alive: bool,
+    out: Vec<u8>,
+}
+
+/// What the start of the upstream read buffer holds.
+enum Parsed {
+    /// Not a whole head yet.
+    Incomplete,
+    /// An interim (1xx) response, with what to forward of it (nothing for 100 or HTTP/1.0).
+    Interim { head_len: usize, forward: Vec<u8> },
+    /// `101 Switching Protocols` to a request that asked for it.
+    Switch { head_len: usize, out: Vec<u8> },
+    /// The final response head.
+    Final(FinalHead),
+}
+
+/// Reads until `ubuf` holds a complete response head (or `max` bytes), watching for the client
+/// hanging up meanwhile.
+pub(super) async fn read_head(
+    up: &mut Stream,
+    ubuf: &mut Vec<u8>,
+    client: &Stream,
+    read_timeout: Duration,
+    max: usize,
+) -> Result<(), Error> {
+    loop {
+        let read = tokio::select! {
+            r = read_some(up, ubuf, max, read_timeout) => r,
+            _ = client.hangup() => return Err(Error::new(Kind::ClientClosed)),
+        };
+        match read {
+            Ok(0) if ubuf.is_empty() => {
+                return Err(Error::no_response(
+                    &std::io::ErrorKind::UnexpectedEof.into(),
+                ))
+            }
+            Ok(0) => return Err(Error::new(Kind::BadResponse("response head cut short"))),
+            Ok(_) => {}
+            Err(e) if ubuf.is_empty() => return Err(Error::no_response(&e)),
+            Err(e) => return Err(Error::upstream_io(&e)),
+        }
+        if head_complete(ubuf) || ubuf.len() >= max {
+            return Ok(());
+        }
+    }
+}
+
+/// Decides what the bytes at the start of `ubuf` are and how they reach the client.
+fn parse_head(
+    ubuf: &[u8],
+    p: &Prepared,
+    max_head: usize,
+    shutting_down: bool,
+) -> Result<Parsed, Error> {
+    let mut storage = header_storage();
+    let Some(head) = parse_response(ubuf, &mut storage, max_head, p.is_head)? else {
+        return Ok(Parsed::Incomplete);
+    };
+    if head.is_interim() {
+        let mut forward = Vec::new();
+        // 100 Continue was already answered by the proxy; HTTP/1.0 clients get no 1xx.
+        if head.status != 100 && p.minor_version == 1 {
+            head.write_client_head(&mut forward, Relay::Pass, true, 1);
+        }
+        let head_len = head.head_len;
+        return Ok(Parsed::Interim { head_len, forward });
+    }
+    if head.status == 101 {
+        if !p.upgrade {
+            return Err(Error::new(Kind::UnexpectedUpgrade));
+        }
+        let mut out = Vec::new();
+        head.write_client_head(&mut out, Relay::Pass, true, 1);
+        let head_len = head.head_len;
+        return Ok(Parsed::Switch { head_len, out });
+    }
+    let relay = head.relay(p.minor_version);
+    let keep_alive = p.keep_alive && !head.ends_by_close(relay) && !shutting_down;
+    let mut out = Vec::with_capacity(head.head_len + 64);
+    head.write_client_head(&mut out, relay, keep_alive, p.minor_version);
+    Ok(Parsed::Final(FinalHead {
+        status: head.status,
+        head_len: head.head_len,
+        framing: head.framing,
+        reusable: head.reusable,
+        relay,
+        keep_alive,
+        out,
+    }))
+}
+
+/// The response head has begun in `ubuf`: forwards interim responses, then switches protocols
+/// or sends the final response. `pending` holds client bytes that followed the request.
+pub(super) async fn respond(
+    cx: &Ctx<'_>,
+    group: &UpstreamGroup,
+    client: &mut Client,
+    pending: &mut Vec<u8>,
+    mut up: Conn,
+    ubuf: &mut Vec<u8>,
+) -> Result<Outcome, Error> {
+    let limits = &cx.config().limits;
+    let max_head = limits.max_request_head.max(MIN_BUFFER);
+    let (read_timeout, max) = (group.read_timeout, limits.max_buffer);
+    let head = loop {
+        match parse_head(ubuf, cx.request, max_head, cx.worker.shutting_down())? {
+            Parsed::Incomplete => {
+                read_head(&mut up.stream, ubuf, &client.stream, read_timeout, max)
+                    .await
+                    .map_err(Error::no_retry)?;
+            }
+            Parsed::Interim { head_len, forward } => {
+                if !forward.is_empty() {
+                    write_all(&mut client.stream, &[&forward], limits.client_body_timeout)
+                        .await
+                        .map_err(|_| Error::client_write())?;
+                }
+                ubuf.drain(..head_len);
+                if !head_complete(ubuf) {
+                    read_head(&mut up.stream, ubuf, &client.stream, read_timeout, max)
+                        .await
+                        .map_err(Error::no_retry)?;
+                }
+            }
+            Parsed::Switch { head_len, out } => {
+                let early = &ubuf[head_len..];
+                return tunnel::switch(cx, group, client, pending, up, &out, early).await;
+            }
+            Parsed::Final(head) => break head,
+        }
+    };
+    let buffer_limit = cx.request.route.and_then(|r| r.buffer_response);
+    if let Some(limit) = buffer_limit.filter(|_| head.relay == Relay::Pass) {
+        let (head_len, framing) = (head.head_len, head.framing);
+        let whole = relay::read_whole(&mut up.stream, ubuf, head_len, framing, limit, read_timeout);
+        if let Some(end) = whole.await? {
+            // The whole response is in memory: the upstream connection goes back to the pool
+            // before a slow client has read a byte of it.
+            cx.worker.counters.inc(Counter::BufferedResponses);
+            if head.reusable && end == ubuf.len() {
+                let (server, stream) = (up.server, up.stream);
+                cx.worker
+                    .upstreams
+                    .give(server, stream, group.keepalive, group.idle_timeout);
+            }
+            return send_whole(cx, client, &ubuf[..end], &head, up.server).await;
+        }
+        // Larger than the limit: it streams.
+    }
+    relay_body(cx, group, client, up, ubuf, head).await
+}
+
+/// Sends a response that was read whole (`response` is its upstream head and body).
+async fn send_whole(
+    cx: &Ctx<'_>,
+    client: &mut Client,
+    response: &[u8],
+    head: &FinalHead,
+    server: SocketAddr,
+) -> Result<Outcome, Error> {
+    let body = &response[head.head_len..];
+    let timeout = cx.config().limits.client_body_timeout;
+    write_all(&mut client.stream, &[&head.out, body], timeout)
+        .await
+        .map_err(|_| Error::client_write())?;
+    Ok(Outcome {
+        status: head.status,
+        body_bytes: body.len() as u64,
+        upstream: Some(server),
+        keep_alive: head.keep_alive,
+    })
+}
+
+/// Relays the body as it arrives: a response that fits `max_buffer` is collected and sent with
+/// one write; a larger one streams (spliced beyond the first buffer when possible).
+async fn relay_body(
+    cx: &Ctx<'_>,
+    group: &UpstreamGroup,
+    client: &mut Client,
+    mut up: Conn,
+    ubuf: &mut Vec<u8>,
+    head: FinalHead,
+) -> Result<Outcome, Error> {
+    let limits = &cx.config().limits;
+    let wait_whole = match head.framing {
+        Framing::Length(n) => {
+            let total = head.head_len as u64 + n;
+            let fits = total <= limits.max_buffer as u64;
+            // A little slack past the end, so the last read comes back short: a short read
+            // clears the socket's readiness, and the pool's liveness check needs no syscall.
+            let want = total as usize + READ_SLACK;
+            if fits && ubuf.capacity() < want {
+                ubuf.reserve_exact(want - ubuf.len());
+            }
+            fits
+        }
+        _ => false,
+    };
+    let received = ubuf.len();
+    let mut head_sent = false;
+    let body = ResponseBody {
+        upstream: &mut up.stream,
+        client: &mut client.stream,
+        buf: ubuf,
+        head_len: head.head_len,
+        head_out: &head.out,
+        reader: crate::http1::BodyReader::new(head.framing),
+        relay: head.relay,
+        wait_whole,
+        max_buffer: limits.max_buffer,
+        read_timeout: group.read_timeout,
+        send_timeout: limits.client_body_timeout,
+        pipes: limits.zero_copy.then_some(&cx.worker.pipes),
+        counters: &cx.worker.counters,
+    };
+    let relayed = match relay::relay_response(body, &mut head_sent).await {
+        Ok(r) => r,
+        // Once the status line is sent, all that is left is to close without a clean end.
+        Err(e) if head_sent && e.kind != Kind::ClientClosed => {
+            return Err(e.after_head(head.status))
+        }
+        Err(e) => return Err(e),
+    };
+    let size = match head.framing {
+        Framing::Length(n) => head.head_len + n as usize,
+        _ => received,
+    };
+    cx.worker.note_response_size(up.server, size);
+    if head.reusable && relayed.clean_end {
+        cx.worker
+            .upstreams
+            .give(up.server, up.stream, group.keepalive, group.idle_timeout);
+    }
+    Ok(Outcome {
+        status: head.status,
+        body_bytes: relayed.body_bytes,
+        upstream: Some(up.server),
+        keep_alive: head.keep_alive,
+    })
+}

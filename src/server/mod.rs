@@ -1,0 +1,175 @@
+//! The running process: binds listeners ([`listener`]), starts one thread per worker, each a
+//! tokio current-thread runtime with its own listeners, pools and counters ([`worker_thread`]),
+//! the admin thread and the log writer; reloads swap the shared config; shutdown drains.
+//! Dropping a [`Server`] shuts it down.
+
+pub mod listener;
+mod worker_thread;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::sync::watch;
+
+use crate::config::{Config, SharedConfig};
+use crate::observe::access_log::{AccessLog, LogWriter};
+use crate::observe::admin;
+use crate::observe::metrics::Metrics;
+use crate::worker::Worker;
+
+/// A running proxy: its workers, listeners and shared state.
+pub struct Server {
+    shared: Arc<SharedConfig>,
+    shutdown: watch::Sender<bool>,
+    threads: Vec<JoinHandle<()>>,
+    addrs: Vec<SocketAddr>,
+    admin_addr: Option<SocketAddr>,
+    metrics: Metrics,
+    log: Option<LogWriter>,
+}
+
+/// Each worker's listening sockets, with the connection limit each one has.
+type WorkerListeners = Vec<Vec<(std::net::TcpListener, usize)>>;
+
+impl Server {
+    /// Binds every listener and starts the workers. Fails (with nothing left running) if a
+    /// listener, the admin address or the access log cannot be opened.
+    pub fn start(config: Config) -> io::Result<Server> {
+        listener::raise_nofile_limit();
+        let workers = config.workers.max(1);
+        let (per_worker, addrs) = bind_listeners(&config, workers)?;
+        let log = match &config.access_log {
+            Some(path) => Some(LogWriter::open(path).map_err(|e| {
+                let what = format!("cannot open access log {}: {e}", path.display());
+                io::Error::new(e.kind(), what)
+            })?),
+            None => None,
+        };
+        let admin_listener = match config.admin {
+            Some(a) => {
+                let l = std::net::TcpListener::bind(a).map_err(|e| {
+                    io::Error::new(e.kind(), format!("cannot listen on admin {a}: {e}"))
+                })?;
+                l.set_nonblocking(true)?;
+                Some(l)
+            }
+            None => None,
+        };
+        let admin_addr = admin_listener
+            .as_ref()
+            .map(std::net::TcpListener::local_addr)
+            .transpose()?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let metrics = Metrics::default();
+        let shared = Arc::new(SharedConfig::new(config));
+        let mut server = Server {
+            shared,
+            shutdown,
+            threads: Vec::new(),
+            addrs,
+            admin_addr,
+            metrics,
+            log,
+        };
+        for (id, listeners) in per_worker.into_iter().enumerate() {
+            let counters = server.metrics.new_shard();
+            let log_buffer = server
+                .log
+                .as_ref()
+                .map_or_else(AccessLog::disabled, LogWriter::buffer);
+            let (shared, shutdown_rx) = (server.shared.clone(), shutdown_rx.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("worker-{id}"))
+                .spawn(move || {
+                    // Built on its own thread: a worker's state is single-threaded.
+                    let worker = Worker::new(id, shared, counters, log_buffer, shutdown_rx);
+                    worker_thread::run(worker, listeners);
+                })?;
+            server.threads.push(thread);
+        }
+        if let Some(l) = admin_listener {
+            let thread = admin::spawn(l, server.metrics.clone(), shutdown_rx)?;
+            server.threads.push(thread);
+        }
+        Ok(server)
+    }
+
+    /// The bound address of each configured listener (port 0 resolved).
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// The bound admin address, if configured.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// The process counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Replaces the config. Listeners are kept, so a config that changes them is refused (the
+    /// running config keeps serving); a change of worker count, access log or admin address
+    /// takes effect at the next restart.
+    pub fn reload(&self, config: Config) -> Result<(), String> {
+        let current = self.shared.current();
+        if current.listeners != config.listeners {
+            return Err(
+                "the listeners changed; restart slipstream to apply a new listener set".into(),
+            );
+        }
+        if current.workers != config.workers
+            || current.access_log != config.access_log
+            || current.admin != config.admin
+        {
+            tracing::warn!("workers, access_log and admin changes take effect at the next restart");
+        }
+        self.shared.replace(config);
+        Ok(())
+    }
+
+    /// Stops accepting, lets in-flight requests finish within the drain timeout, then returns.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let _ = self.shutdown.send(true);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        if let Some(log) = self.log.take() {
+            log.finish();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Binds every configured address once per worker; returns each worker's sockets and the
+/// bound addresses.
+fn bind_listeners(
+    config: &Config,
+    workers: usize,
+) -> io::Result<(WorkerListeners, Vec<SocketAddr>)> {
+    let mut per_worker: WorkerListeners = (0..workers).map(|_| Vec::new()).collect();
+    let mut addrs = Vec::new();
+    for l in &config.listeners {
+        let group = listener::bind_group(l.address, l.backlog, workers).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot listen on {}: {e}", l.address))
+        })?;
+        addrs.push(group[0].local_addr()?);
+        let limit = l.max_connections.div_ceil(workers);
+        for (w, sock) in group.into_iter().enumerate() {
+            per_worker[w].push((sock, limit));
+        }
+    }
+    Ok((per_worker, addrs))
+}

@@ -1,0 +1,109 @@
+//! The life of one worker thread: a tokio current-thread runtime running an accept loop per
+//! listener, a once-a-second housekeeping task, and, at shutdown, a drain of its connections.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::LocalSet;
+
+use crate::observe::metrics::Counter;
+use crate::proxy;
+use crate::worker::Worker;
+
+/// Runs `worker` on this thread until shutdown has drained its connections.
+pub(super) fn run(worker: Worker, listeners: Vec<(std::net::TcpListener, usize)>) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return tracing::error!("worker {}: cannot start runtime: {e}", worker.id),
+    };
+    let local = LocalSet::new();
+    local.block_on(&rt, async move {
+        let worker = Rc::new(worker);
+        for (l, limit) in listeners {
+            match TcpListener::from_std(l) {
+                Ok(l) => {
+                    tokio::task::spawn_local(accept_loop(worker.clone(), l, limit));
+                }
+                Err(e) => tracing::error!("worker {}: listener: {e}", worker.id),
+            }
+        }
+        tokio::task::spawn_local(housekeeping(worker.clone()));
+        let mut shutdown = worker.shutdown.clone();
+        while !*shutdown.borrow() {
+            if shutdown.changed().await.is_err() {
+                break;
+            }
+        }
+        let drain = worker.snapshot().config.limits.drain_timeout;
+        let deadline = tokio::time::Instant::now() + drain;
+        while worker.active.get() > 0 {
+            tokio::select! {
+                _ = worker.connection_closed.notified() => {}
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        worker.log.flush();
+    });
+}
+
+/// Accepts connections until shutdown, pausing (and counting it) at the connection limit.
+async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, limit: usize) {
+    let mut shutdown = worker.shutdown.clone();
+    while !*shutdown.borrow() {
+        if worker.active.get() >= limit {
+            worker.counters.inc(Counter::AcceptPaused);
+            tracing::warn!(limit, "connection limit reached; accepting paused");
+            tokio::select! {
+                _ = worker.connection_closed.notified() => {}
+                _ = shutdown.changed() => {}
+            }
+            continue;
+        }
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    worker.active.set(worker.active.get() + 1);
+                    worker.counters.inc(Counter::ConnectionsAccepted);
+                    let w = worker.clone();
+                    tokio::task::spawn_local(async move {
+                        let _open = OpenConnection(w.clone());
+                        proxy::serve(w, stream.into(), peer).await;
+                    });
+                }
+                Err(e) => {
+                    worker.counters.inc(Counter::AcceptErrors);
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+/// Counts a client connection as open until dropped.
+struct OpenConnection(Rc<Worker>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        let w = &self.0;
+        w.active.set(w.active.get() - 1);
+        w.counters.inc(Counter::ConnectionsClosed);
+        w.connection_closed.notify_waiters();
+    }
+}
+
+/// Once a second: close expired idle upstream connections and hand the log buffer over.
+async fn housekeeping(worker: Rc<Worker>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        worker.upstreams.sweep();
+        worker.log.flush();
+    }
+}
