@@ -11,12 +11,14 @@
 //! - [`net`]: the stream type, bounded reads and writes, splice.
 //! - [`error`]: the one error model and its mapping to responses.
 //! - [`observe`]: counters, access log, admin endpoint; [`config`]: the validated config.
+//! - [`fuzzing`]: the properties the fuzz targets check.
 
 #![forbid(unsafe_code)]
 
 pub mod buffers;
 pub mod config;
 pub mod error;
+pub mod fuzzing;
 pub mod http1;
 pub mod net;
 pub mod observe;

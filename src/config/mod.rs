@@ -166,11 +166,23 @@ impl Config {
         Config::parse(&text, &path.display().to_string())
     }
 
-    /// Validates config text; `file` names it in errors.
+    /// Validates config text; `file` names it in errors. Host names in addresses are resolved
+    /// with the system resolver.
     pub fn parse(text: &str, file: &str) -> Result<Config, ConfigErrors> {
+        Config::parse_with(text, file, resolve_system)
+    }
+
+    /// [`Config::parse`] with the given resolver for `HOST:PORT` strings (the fuzz target uses
+    /// one that never leaves the process).
+    pub fn parse_with(
+        text: &str,
+        file: &str,
+        resolve: fn(&str) -> Option<SocketAddr>,
+    ) -> Result<Config, ConfigErrors> {
         let mut v = Validator {
             text,
             file,
+            resolve,
             errors: Vec::new(),
         };
         let raw: FileConfig = match toml::from_str(text) {
@@ -313,7 +325,16 @@ enum Size {
 struct Validator<'a> {
     text: &'a str,
     file: &'a str,
+    resolve: fn(&str) -> Option<SocketAddr>,
     errors: Vec<ConfigError>,
+}
+
+/// Resolves `HOST:PORT` with the system resolver (a literal address needs no lookup).
+fn resolve_system(s: &str) -> Option<SocketAddr> {
+    if let Ok(a) = s.parse() {
+        return Some(a);
+    }
+    s.to_socket_addrs().ok()?.next()
 }
 
 impl Validator<'_> {
@@ -363,9 +384,9 @@ impl Validator<'_> {
     }
 
     fn socket_addr(&mut self, s: &Spanned<String>) -> Option<SocketAddr> {
-        match s.get_ref().to_socket_addrs().map(|mut a| a.next()) {
-            Ok(Some(a)) => Some(a),
-            _ => {
+        match (self.resolve)(s.get_ref()) {
+            Some(a) => Some(a),
+            None => {
                 self.error(
                     s.span().start,
                     format!("invalid address {:?}: expected HOST:PORT", s.get_ref()),

@@ -303,9 +303,9 @@ impl RequestHead<'_, '_> {
         out.push(b' ');
         out.extend_from_slice(self.path.as_bytes());
         out.extend_from_slice(b" HTTP/1.1\r\n");
-        if let Some(host) = self.host {
-            put_field(out, b"Host", host);
-        }
+        // A request without a host (HTTP/1.0) still needs the field in HTTP/1.1: empty, as
+        // RFC 9112 section 3.2 says for a target without an authority.
+        put_field(out, b"Host", self.host.unwrap_or_default());
         for h in self.headers {
             let name = h.name;
             if name.eq_ignore_ascii_case("host")

@@ -78,6 +78,11 @@ pub fn parse_response<'h, 'b>(
         Err(_) => return Err(ResponseError::Malformed("malformed response head")),
     };
     let status = res.code.unwrap_or(0);
+    // Three digits is all httparse checks: `002` or `999` would be forwarded as an invalid
+    // status line (RFC 9110 section 15: only 100 to 599 are valid).
+    if !(100..=599).contains(&status) {
+        return Err(ResponseError::Malformed("invalid status code"));
+    }
     let minor_version = res.version.unwrap_or(1);
     let reason = res.reason.unwrap_or("");
     let headers: &'h [httparse::Header<'b>] = res.headers;
@@ -277,5 +282,37 @@ pub fn reason_phrase(status: u16) -> &'static str {
         503 => "Service Unavailable",
         504 => "Gateway Timeout",
         _ => "Error",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http1::request::header_storage;
+
+    fn status_of(raw: &[u8]) -> Result<u16, ResponseError> {
+        let mut storage = header_storage();
+        parse_response(raw, &mut storage, 8192, false).map(|h| h.unwrap().status)
+    }
+
+    /// Found by the fuzzer: `002` passed httparse and went out as `HTTP/1.1 2 OK`.
+    #[test]
+    fn statuses_outside_100_to_599_are_refused() {
+        assert_eq!(status_of(b"HTTP/1.1 200 OK\r\n\r\n"), Ok(200));
+        assert_eq!(status_of(b"HTTP/1.1 599 X\r\n\r\n"), Ok(599));
+        let invalid = Err(ResponseError::Malformed("invalid status code"));
+        assert_eq!(status_of(b"HTTP/1.1 002 OK\r\n\r\n"), invalid);
+        assert_eq!(status_of(b"HTTP/1.1 099 OK\r\n\r\n"), invalid);
+        assert_eq!(status_of(b"HTTP/1.1 600 X\r\n\r\n"), invalid);
+    }
+
+    #[test]
+    fn client_heads_always_have_three_digit_statuses() {
+        let mut storage = header_storage();
+        let raw = b"HTTP/1.1 204 No Content\r\nX: y\r\n\r\n";
+        let head = parse_response(raw, &mut storage, 8192, false).unwrap().unwrap();
+        let mut out = Vec::new();
+        head.write_client_head(&mut out, Relay::Pass, true, 1);
+        assert!(out.starts_with(b"HTTP/1.1 204 No Content\r\n"));
     }
 }

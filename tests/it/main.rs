@@ -2,6 +2,7 @@
 #![allow(clippy::disallowed_methods)] // test threads may block and sleep
 
 mod framing;
+mod fuzz_seeds;
 mod large_bodies;
 mod lifecycle;
 mod proxy_http1;

@@ -1,0 +1,136 @@
+//! The properties the fuzz targets (`fuzz/`) check, kept in the library so that a plain
+//! `cargo test` replays every committed seed and every crash kept as a regression seed
+//! (`tests/it/fuzz_seeds.rs`). Each function panics when a property fails.
+
+use std::net::SocketAddr;
+
+use crate::config::Config;
+use crate::http1::request::{header_storage, ForwardedFor};
+use crate::http1::{parse_request, parse_response, BodyReader, ChunkedReader, Framing};
+
+/// Asserts the head has CRLF line ends only and one empty line, at its end.
+fn assert_clean_head(out: &[u8]) {
+    assert!(out.ends_with(b"\r\n\r\n"), "head does not end with CRLF CRLF");
+    let first_blank = out.windows(4).position(|w| w == b"\r\n\r\n");
+    assert_eq!(first_blank, Some(out.len() - 4), "empty line inside the head");
+    assert!(
+        !out.windows(2).any(|w| w[1] == b'\n' && w[0] != b'\r'),
+        "bare LF in a written head"
+    );
+}
+
+/// A request head: parsing never panics; an accepted head is rewritten into a clean HTTP/1.1
+/// head that parses again with the same method, target and body framing.
+pub fn request_head(data: &[u8]) {
+    let mut storage = header_storage();
+    let Ok(Some(head)) = parse_request(data, &mut storage, 8192) else {
+        return;
+    };
+    assert!(head.head_len <= data.len());
+    let mut out = Vec::new();
+    let client = "192.0.2.1".parse().expect("address literal");
+    head.write_upstream_head(
+        &mut out,
+        ForwardedFor {
+            client,
+            proto: "http",
+        },
+    );
+    assert_clean_head(&out);
+    let mut again = header_storage();
+    let reparsed = parse_request(&out, &mut again, out.len() + 1);
+    let Ok(Some(re)) = reparsed else {
+        panic!("forwarded head does not parse: {reparsed:?}");
+    };
+    assert_eq!(re.head_len, out.len());
+    assert_eq!((re.method, re.path), (head.method, head.path));
+    assert_eq!(re.framing, head.framing);
+    let mut body = BodyReader::new(head.framing);
+    if let Ok(n) = body.feed(&data[head.head_len..]) {
+        assert!(n <= data.len() - head.head_len);
+    }
+}
+
+/// A response head: the first byte chooses whether the request was HEAD and the client's HTTP
+/// version. An accepted head is rewritten into a clean head that parses again with the same
+/// status.
+pub fn response_head(data: &[u8]) {
+    let Some((&flags, data)) = data.split_first() else {
+        return;
+    };
+    let (was_head, client_minor) = (flags & 1 == 1, (flags >> 1) & 1);
+    let mut storage = header_storage();
+    let Ok(Some(head)) = parse_response(data, &mut storage, 8192, was_head) else {
+        return;
+    };
+    assert!(head.head_len <= data.len());
+    let relay = head.relay(client_minor);
+    let mut out = Vec::new();
+    head.write_client_head(&mut out, relay, flags & 4 == 4, client_minor);
+    assert_clean_head(&out);
+    let mut again = header_storage();
+    let reparsed = parse_response(&out, &mut again, out.len() + 1, was_head);
+    let Ok(Some(re)) = reparsed else {
+        panic!("client head does not parse: {reparsed:?}");
+    };
+    assert_eq!(re.status, head.status);
+    if head.framing == Framing::Chunked {
+        let _ = ChunkedReader::new().feed(&data[head.head_len..], |_| {});
+    }
+}
+
+/// Chunked decoding: the first two bytes choose where to split the rest; feeding it in two
+/// parts must give exactly what feeding it at once gives (bytes taken, payload, end, error).
+pub fn chunked(data: &[u8]) {
+    let Some((split, body)) = data.split_first_chunk::<2>() else {
+        return;
+    };
+    let at = usize::from(u16::from_le_bytes(*split)) % (body.len() + 1);
+    let mut whole = ChunkedReader::new();
+    let mut whole_data = Vec::new();
+    let whole_result = whole.feed(body, |d| whole_data.extend_from_slice(d));
+
+    let mut parts = ChunkedReader::new();
+    let mut parts_data = Vec::new();
+    let first = parts.feed(&body[..at], |d| parts_data.extend_from_slice(d));
+    let parts_result = match first {
+        Ok(n) if n < at => Ok(n),
+        Ok(n) => parts
+            .feed(&body[at..], |d| parts_data.extend_from_slice(d))
+            .map(|m| n + m),
+        Err(e) => Err(e),
+    };
+    match (&whole_result, &parts_result) {
+        (Ok(a), Ok(b)) => {
+            assert_eq!(a, b, "bytes taken differ when split at {at}");
+            assert_eq!(whole_data, parts_data, "payload differs when split at {at}");
+            assert_eq!(whole.is_done(), parts.is_done());
+            assert!(*a <= body.len());
+        }
+        (Err(_), Err(_)) => {}
+        _ => panic!("split at {at}: {whole_result:?} at once, {parts_result:?} in parts"),
+    }
+}
+
+/// A resolver that never leaves the process: address literals, and `localhost`.
+fn resolve_offline(s: &str) -> Option<SocketAddr> {
+    if let Ok(a) = s.parse() {
+        return Some(a);
+    }
+    let port = s.strip_prefix("localhost:")?.parse().ok()?;
+    Some(SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+/// Config text: validation never panics, and every error it reports has a position.
+pub fn config(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Err(errors) = Config::parse_with(text, "fuzz.toml", resolve_offline) {
+        assert!(!errors.0.is_empty());
+        for e in &errors.0 {
+            assert!(e.line >= 1 && e.column >= 1, "error without a position: {e}");
+            assert!(!e.message.is_empty());
+        }
+    }
+}
