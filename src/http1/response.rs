@@ -310,7 +310,9 @@ mod tests {
     fn client_heads_always_have_three_digit_statuses() {
         let mut storage = header_storage();
         let raw = b"HTTP/1.1 204 No Content\r\nX: y\r\n\r\n";
-        let head = parse_response(raw, &mut storage, 8192, false).unwrap().unwrap();
+        let head = parse_response(raw, &mut storage, 8192, false)
+            .unwrap()
+            .unwrap();
         let mut out = Vec::new();
         head.write_client_head(&mut out, Relay::Pass, true, 1);
         assert!(out.starts_with(b"HTTP/1.1 204 No Content\r\n"));

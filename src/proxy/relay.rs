@@ -361,3 +361,6 @@ async fn splice_run(
     }
     result
 }
+
+#[cfg(test)]
+mod tests;

@@ -15,16 +15,11 @@ const RSS_BOUND_KB: u64 = 64 * 1024;
 
 /// Runs the built binary on a one-worker config with `zero_copy` on or off.
 fn run_proxy(upstream: SocketAddr, zero_copy: bool, name: &str) -> Running {
-    let path = temp_path(name);
-    std::fs::write(
-        &path,
-        format!(
-            "workers = 1\nadmin = \"127.0.0.1:0\"\n[limits]\nzero_copy = {zero_copy}\n[[listen]]\naddress = \"127.0.0.1:0\"\n\
-             [upstreams.app]\nservers = [\"{upstream}\"]\n[[sites]]\ndefault = true\nroutes = [{{ path = \"/\", upstream = \"app\" }}]\n"
-        ),
-    )
-    .unwrap();
-    Running::start(&["run", "--config", path.to_str().unwrap()])
+    let toml = format!(
+        "workers = 1\nadmin = \"{{admin}}\"\n[limits]\nzero_copy = {zero_copy}\n[[listen]]\naddress = \"{{listen}}\"\n\
+         [upstreams.app]\nservers = [\"{upstream}\"]\n[[sites]]\ndefault = true\nroutes = [{{ path = \"/\", upstream = \"app\" }}]\n"
+    );
+    Running::config(name, &toml)
 }
 
 /// Bytes the proxy moved with splice, from its admin endpoint.

@@ -95,17 +95,20 @@ fn check_reports_every_error_with_file_line_and_reason() {
 fn sighup_reloads_and_a_bad_config_keeps_the_old_one_serving() {
     let first = Upstream::ok(b"first");
     let second = Upstream::ok(b"second");
-    let path = temp_path("reload.toml");
-    std::fs::write(
-        &path,
-        routed_config("127.0.0.1:0", first.addr, second.addr, "first"),
-    )
-    .unwrap();
-    let running = Running::start(&["run", "--config", path.to_str().unwrap()]);
+    let running = Running::config(
+        "reload.toml",
+        &routed_config("{listen}", first.addr, second.addr, "first"),
+    );
+    let path = running.config.clone().unwrap();
+    let listen = running.addr.to_string();
     assert!(running.get("a", "/").ends_with(b"first"));
 
     // A broken config is refused, logged with its line, and the old config keeps serving.
-    std::fs::write(&path, "[[listen]]\naddress = \"127.0.0.1:0\"\nbogus = 1\n").unwrap();
+    std::fs::write(
+        &path,
+        format!("[[listen]]\naddress = \"{listen}\"\nbogus = 1\n"),
+    )
+    .unwrap();
     running.signal("-HUP");
     assert!(eventually(|| running.logged("reload refused")));
     // The error list follows on the next lines of the same message: wait for them to be read.
@@ -124,7 +127,7 @@ fn sighup_reloads_and_a_bad_config_keeps_the_old_one_serving() {
     // A good config takes effect, on the same listener.
     std::fs::write(
         &path,
-        routed_config("127.0.0.1:0", first.addr, second.addr, "second"),
+        routed_config(&listen, first.addr, second.addr, "second"),
     )
     .unwrap();
     running.signal("-HUP");
@@ -138,26 +141,23 @@ fn sighup_reloads_and_a_bad_config_keeps_the_old_one_serving() {
 
 #[test]
 fn sigterm_finishes_in_flight_requests_then_exits_zero() {
-    let slow = Upstream::start(|_| {
-        Reply::Delay(
-            Duration::from_millis(800),
+    let gate = Gate::default();
+    let held = gate.clone();
+    let slow = Upstream::start(move |_| {
+        Reply::AfterGate(
+            held.clone(),
             Box::new(Reply::Bytes(response(200, b"finished"))),
         )
     });
-    let mut running = Running::start(&[
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &slow.addr.to_string(),
-        "--workers",
-        "2",
-    ]);
+    let mut running = Running::proxy(&["--upstream", &slow.addr.to_string(), "--workers", "2"]);
     let mut s = connect(running.addr);
     s.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
     assert!(eventually(|| !slow.seen().is_empty()));
     running.signal("-TERM");
+    // The response is released only once the proxy is draining.
+    assert!(eventually(|| running.logged("draining")));
+    gate.open();
     let r = read_response(&mut BufReader::new(s), false).unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.body, b"finished");
@@ -212,11 +212,13 @@ fn connection_limit_pauses_accepting_and_counts_it() {
 
 #[test]
 fn client_gone_before_the_response_is_logged_as_499() {
-    let slow = Upstream::start(|_| {
-        Reply::Delay(
-            Duration::from_millis(600),
-            Box::new(Reply::Bytes(response(200, b"late"))),
-        )
+    let gate = Gate::default();
+    let held = gate.clone();
+    let slow = Upstream::start(move |req| match req.path() {
+        "/abandoned" => {
+            Reply::AfterGate(held.clone(), Box::new(Reply::Bytes(response(200, b"late"))))
+        }
+        _ => Reply::Bytes(response(200, b"done")),
     });
     let log = temp_path("access-499.log");
     let _ = std::fs::remove_file(&log);
@@ -232,6 +234,8 @@ fn client_gone_before_the_response_is_logged_as_499() {
     assert!(eventually(
         || proxy.metrics().total(Counter::ClientClosed) == 1
     ));
+    // Only now may the upstream answer: the proxy saw the client leave first.
+    gate.open();
     let raw = exchange_until_close(
         proxy.local_addrs()[0],
         b"GET /done HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
@@ -310,19 +314,12 @@ fn slow_heads_get_408_and_idle_keep_alive_connections_close() {
 
 #[test]
 fn a_second_signal_stops_without_waiting() {
-    let stuck = Upstream::start(|_| {
-        Reply::Delay(
-            Duration::from_secs(30),
-            Box::new(Reply::Bytes(response(200, b"late"))),
-        )
+    let gate = Gate::default();
+    let held = gate.clone();
+    let stuck = Upstream::start(move |_| {
+        Reply::AfterGate(held.clone(), Box::new(Reply::Bytes(response(200, b"late"))))
     });
-    let mut running = Running::start(&[
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &stuck.addr.to_string(),
-    ]);
+    let mut running = Running::proxy(&["--upstream", &stuck.addr.to_string()]);
     let mut s = connect(running.addr);
     s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
     assert!(eventually(|| !stuck.seen().is_empty()));
@@ -330,4 +327,5 @@ fn a_second_signal_stops_without_waiting() {
     assert!(eventually(|| running.logged("draining")));
     running.signal("-INT");
     assert_eq!(running.child.wait().unwrap().code(), Some(1));
+    gate.open();
 }

@@ -89,38 +89,129 @@ fn pipelined_requests_are_answered_in_order() {
 }
 
 #[test]
-fn chunked_request_body_streams_to_the_upstream() {
-    let up = Upstream::start(|req| Reply::Bytes(response(200, &req.body)));
-    let proxy = simple_proxy(up.addr);
+fn chunked_request_body_streams_to_the_upstream_before_it_ends() {
+    let (addr, received) = recording_upstream(b"X-Trailer: t\r\n\r\n", response(200, b"got it"));
+    let proxy = simple_proxy(addr);
     let mut s = connect(proxy.local_addrs()[0]);
     s.write_all(
         b"POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
     )
     .unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    // The first chunk reaches the upstream while the client has not finished its body.
+    let first_chunk_arrived = || {
+        received
+            .lock()
+            .unwrap()
+            .ends_with(b"\r\n\r\n5\r\nhello\r\n")
+    };
+    assert!(
+        eventually(first_chunk_arrived),
+        "first chunk not forwarded before the body ended"
+    );
     s.write_all(b"6;ext=1\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n")
         .unwrap();
     let r = read_response(&mut BufReader::new(s), false).unwrap();
-    assert_eq!(r.body, b"hello world");
-    let seen = up.seen();
-    assert_eq!(seen[0].header("transfer-encoding"), Some("chunked"));
-    assert_eq!(seen[0].body, b"hello world");
+    assert_eq!(r.body, b"got it");
+    let raw = String::from_utf8(received.lock().unwrap().clone()).unwrap();
+    assert!(raw.contains("Transfer-Encoding: chunked\r\n"), "{raw}");
+    assert!(
+        raw.ends_with("\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"),
+        "{raw}"
+    );
     proxy.shutdown();
+}
+
+/// An upstream that records every byte it receives on its one connection and, once the bytes
+/// end with `end`, answers with `reply` (then keeps recording).
+fn recording_upstream(
+    end: &'static [u8],
+    reply: Vec<u8>,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = received.clone();
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 4096];
+        loop {
+            let Ok(n) = s.read(&mut buf) else { return };
+            if n == 0 {
+                return;
+            }
+            let mut raw = sink.lock().unwrap();
+            raw.extend_from_slice(&buf[..n]);
+            if raw.ends_with(end) {
+                let _ = s.write_all(&reply);
+            }
+        }
+    });
+    (addr, received)
 }
 
 #[test]
 fn large_request_body_with_content_length_streams_with_backpressure() {
-    let up = Upstream::start(|req| {
-        Reply::Bytes(response(200, format!("{}", req.body.len()).as_bytes()))
+    const LEN: u64 = 256 << 20;
+    // The upstream reads the head, then stops reading until the gate opens.
+    let gate = Gate::default();
+    let held = gate.clone();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = listener.local_addr().unwrap();
+    let upstream = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut reader = std::io::BufReader::new(s);
+        let mut line = String::new();
+        while line != "\r\n" {
+            line.clear();
+            std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+        }
+        held.wait();
+        let hash = hash_exactly(&mut reader, LEN);
+        let mut s = reader.into_inner();
+        s.write_all(&response(200, format!("{hash:x}").as_bytes()))
+            .unwrap();
     });
-    let proxy = simple_proxy(up.addr);
-    let body: Vec<u8> = (0..3_000_000u64).map(pattern_byte).collect();
-    let mut res = http_client()
-        .post(&format!("http://{}/upload", proxy.local_addrs()[0]))
-        .send(&body[..])
-        .unwrap();
-    assert_eq!(res.body_mut().read_to_string().unwrap(), "3000000");
-    assert!(up.seen()[0].body == body);
+    let proxy = simple_proxy(up);
+    let mut s = connect(proxy.local_addrs()[0]);
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let client = {
+        let mut s = s.try_clone().unwrap();
+        let written = written.clone();
+        std::thread::spawn(move || {
+            s.write_all(
+                format!("PUT /up HTTP/1.1\r\nHost: a\r\nContent-Length: {LEN}\r\n\r\n").as_bytes(),
+            )
+            .unwrap();
+            let mut chunk = vec![0u8; 1 << 20];
+            let mut off = 0;
+            while off < LEN {
+                fill_pattern(&mut chunk, off);
+                s.write_all(&chunk).unwrap();
+                off += chunk.len() as u64;
+                written.store(off, std::sync::atomic::Ordering::SeqCst);
+            }
+        })
+    };
+    // While the upstream reads nothing, the client is held back once the socket buffers, the
+    // proxy's buffer and pipe are full: the proxy does not take the body in.
+    let load = || written.load(std::sync::atomic::Ordering::SeqCst);
+    let mut last = u64::MAX;
+    assert!(eventually(|| {
+        let now = load();
+        let stalled = now == last;
+        last = now;
+        stalled
+    }));
+    assert!(load() < 64 << 20, "client got {} MiB ahead", load() >> 20);
+    gate.open();
+    client.join().unwrap();
+    upstream.join().unwrap();
+    let r = read_response(&mut BufReader::new(&mut s), false).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, format!("{:x}", pattern_hash(LEN)).as_bytes());
     proxy.shutdown();
 }
 
@@ -434,31 +525,63 @@ routes = [{{ path = "/only/", upstream = "b" }}]
 
 #[test]
 fn upgrade_switches_to_a_tunnel_only_after_101() {
-    let up = Upstream::start(|req| {
-        if req.header("upgrade") == Some("echo") {
-            Reply::Bytes(b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\ntunnel-hello".to_vec())
-        } else {
-            Reply::Bytes(response(200, b"plain"))
+    // The upstream answers 101 with a first tunnel message, then echoes what it gets.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = listener.local_addr().unwrap();
+    let upstream = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut reader = std::io::BufReader::new(s);
+        let mut head = String::new();
+        let mut line = String::new();
+        while line != "\r\n" {
+            line.clear();
+            std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+            head.push_str(&line);
         }
+        let mut s = reader.into_inner();
+        s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\ntunnel-hello")
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let mut got = Vec::new();
+        while !got.ends_with(b"ping") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n]);
+        }
+        s.write_all(b"pong").unwrap();
+        (head, got)
     });
-    let proxy = simple_proxy(up.addr);
+    let proxy = simple_proxy(up);
     let mut s = connect(proxy.local_addrs()[0]);
     s.write_all(b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
         .unwrap();
-    let mut buf = vec![0u8; 256];
     let mut got = Vec::new();
-    while !got.ends_with(b"tunnel-hello") {
-        let n = s.read(&mut buf).unwrap();
-        assert!(n > 0);
-        got.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut s, &mut got, b"tunnel-hello");
     let text = String::from_utf8_lossy(&got);
-    assert!(text.starts_with("HTTP/1.1 101"));
+    assert!(text.starts_with("HTTP/1.1 101"), "{text}");
     assert!(text.contains("Upgrade: echo"));
-    let seen = &up.seen()[0];
-    assert_eq!(seen.header("connection"), Some("upgrade"));
-    assert_eq!(seen.header("upgrade"), Some("echo"));
+    // Client to upstream, then upstream to client, through the tunnel.
+    s.write_all(b"ping").unwrap();
+    let mut reply = Vec::new();
+    read_until(&mut s, &mut reply, b"pong");
+    assert_eq!(reply, b"pong");
+    let (head, through) = upstream.join().unwrap();
+    assert_eq!(through, b"ping");
+    assert!(
+        head.contains("Connection: upgrade\r\n") && head.contains("Upgrade: echo\r\n"),
+        "{head}"
+    );
     proxy.shutdown();
+}
+
+/// Reads from `s` into `out` until it ends with `end`.
+fn read_until(s: &mut std::net::TcpStream, out: &mut Vec<u8>, end: &[u8]) {
+    let mut buf = [0u8; 256];
+    while !out.ends_with(end) {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(out));
+        out.extend_from_slice(&buf[..n]);
+    }
 }
 
 #[test]
@@ -529,5 +652,109 @@ fn malformed_or_truncated_upstream_responses() {
             .total(slipstream::observe::metrics::Counter::BadGateway)
             >= 4
     );
+    proxy.shutdown();
+}
+
+/// After an interim response, a stalled upstream is a timeout like any other: 504, not 502.
+#[test]
+fn upstream_timeout_after_a_1xx_response_is_504() {
+    let up = Upstream::start(|_| {
+        Reply::BytesThenHold(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>\r\n\r\n".to_vec())
+    });
+    let proxy = crate::support::proxy(&simple_config(up.addr, "read_timeout = \"300ms\""));
+    let s = connect(proxy.local_addrs()[0]);
+    let mut w = s.try_clone().unwrap();
+    w.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    let mut reader = BufReader::new(s);
+    let early = read_response(&mut reader, false).unwrap();
+    assert_eq!(early.status, 103);
+    assert_eq!(early.header("link"), Some("</style.css>"));
+    let last = read_response(&mut reader, false).unwrap();
+    assert_eq!(last.status, 504);
+    let counters = proxy.metrics();
+    assert_eq!(
+        counters.total(slipstream::observe::metrics::Counter::GatewayTimeout),
+        1
+    );
+    assert_eq!(
+        counters.total(slipstream::observe::metrics::Counter::BadGateway),
+        0
+    );
+    proxy.shutdown();
+}
+
+/// Each upstream group rotates on its own: requests alternating between two groups of two
+/// servers reach every server (one cursor shared by all groups sent each group's requests to
+/// one server).
+#[test]
+fn two_interleaved_groups_each_use_both_servers() {
+    let servers: Vec<Upstream> = ["a1", "a2", "b1", "b2"]
+        .iter()
+        .map(|name| {
+            let name: &'static str = name;
+            Upstream::start(move |_| Reply::Bytes(response(200, name.as_bytes())))
+        })
+        .collect();
+    let config = format!(
+        r#"
+workers = 1
+[[listen]]
+address = "127.0.0.1:0"
+[upstreams.a]
+servers = ["{}", "{}"]
+[upstreams.b]
+servers = ["{}", "{}"]
+[[sites]]
+default = true
+routes = [{{ path = "/a", upstream = "a" }}, {{ path = "/b", upstream = "b" }}]
+"#,
+        servers[0].addr, servers[1].addr, servers[2].addr, servers[3].addr
+    );
+    let proxy = crate::support::proxy(&config);
+    let s = connect(proxy.local_addrs()[0]);
+    let mut w = s.try_clone().unwrap();
+    let mut reader = BufReader::new(s);
+    let mut answers = Vec::new();
+    for _ in 0..4 {
+        for path in ["/a", "/b"] {
+            w.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+                .unwrap();
+            let r = read_response(&mut reader, false).unwrap();
+            answers.push(String::from_utf8(r.body).unwrap());
+        }
+    }
+    for (server, name) in servers.iter().zip(["a1", "a2", "b1", "b2"]) {
+        assert_eq!(server.seen().len(), 2, "{name}: {answers:?}");
+    }
+    proxy.shutdown();
+}
+
+/// A request pipelined behind a body that streamed (it did not arrive with the head) is read
+/// whole and answered.
+#[test]
+fn request_pipelined_after_a_streamed_body_is_answered() {
+    let up = Upstream::start(|req| Reply::Bytes(response(200, &req.body)));
+    let proxy = simple_proxy(up.addr);
+    let s = connect(proxy.local_addrs()[0]);
+    let mut w = s.try_clone().unwrap();
+    w.write_all(b"POST /one HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .unwrap();
+    // The body and the next request arrive together, after the head was parsed alone (the
+    // proxy connects upstream only once it has a whole head).
+    let connects = || {
+        proxy
+            .metrics()
+            .total(slipstream::observe::metrics::Counter::UpstreamConnects)
+    };
+    assert!(eventually(|| connects() == 1));
+    w.write_all(b"5\r\nfirst\r\n0\r\n\r\nGET /two HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let mut reader = BufReader::new(s);
+    assert_eq!(read_response(&mut reader, false).unwrap().body, b"first");
+    let second = read_response(&mut reader, false).unwrap();
+    assert_eq!(second.status, 200);
+    let seen = up.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].line, "GET /two HTTP/1.1");
     proxy.shutdown();
 }

@@ -52,8 +52,37 @@ pub(crate) enum Reply {
     Pattern { head: Vec<u8>, len: u64 },
     /// Wait this long, then answer.
     Delay(Duration, Box<Reply>),
+    /// Wait until the gate opens, then answer.
+    AfterGate(Gate, Box<Reply>),
+    /// Write these bytes, then keep the connection open without a further answer until the
+    /// peer closes it.
+    BytesThenHold(Vec<u8>),
     /// Close without answering.
     Close,
+}
+
+/// A gate a test opens when it is ready for a mock to go on: explicit ordering instead of a
+/// sleep that races the proxy.
+#[derive(Clone, Default)]
+pub(crate) struct Gate(Arc<(Mutex<bool>, std::sync::Condvar)>);
+
+impl Gate {
+    /// Opens the gate for every waiter, now and later.
+    pub(crate) fn open(&self) {
+        *self.0 .0.lock().unwrap() = true;
+        self.0 .1.notify_all();
+    }
+
+    /// Blocks until the gate is open (at most a minute, so a failed test cannot hang).
+    pub(crate) fn wait(&self) {
+        let guard = self.0 .0.lock().unwrap();
+        let (open, _) = self
+            .0
+             .1
+            .wait_timeout_while(guard, Duration::from_secs(60), |open| !*open)
+            .unwrap();
+        assert!(*open, "gate never opened");
+    }
 }
 
 type Handler = dyn Fn(&Seen) -> Reply + Send + Sync;
@@ -217,6 +246,15 @@ fn serve_mock(
                 Reply::Delay(d, next) => {
                     thread::sleep(d);
                     reply = *next;
+                }
+                Reply::AfterGate(gate, next) => {
+                    gate.wait();
+                    reply = *next;
+                }
+                Reply::BytesThenHold(b) => {
+                    let _ = writer.write_all(&b);
+                    let _ = reader.read_to_end(&mut Vec::new());
+                    return;
                 }
                 Reply::Bytes(b) => {
                     if writer.write_all(&b).is_err() {
@@ -466,20 +504,60 @@ pub(crate) fn temp_path(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// A free local port: bound, then released for the proxy to take. The port comes from the
+/// harness, so no test reads addresses out of the proxy's log.
+pub(crate) fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// The binary running in the background, with its stderr collected.
 pub(crate) struct Running {
     /// The process.
     pub child: Child,
-    /// Its first listener.
+    /// Its listener, chosen by the harness.
     pub addr: SocketAddr,
-    /// Its admin listener, when configured.
+    /// Its admin listener, when the config has one.
     pub admin: Option<SocketAddr>,
+    /// The config file it runs from, for `run`.
+    pub config: Option<PathBuf>,
     log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Running {
-    /// See the test that uses it.
-    pub(crate) fn start(args: &[&str]) -> Running {
+    /// Runs `slipstream proxy --listen ADDR` with `args` after it, on a port the harness picks.
+    pub(crate) fn proxy(args: &[&str]) -> Running {
+        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let listen = addr.to_string();
+        let mut all = vec!["proxy", "--listen", &listen];
+        all.extend_from_slice(args);
+        Running::spawn(&all, addr, None, None)
+    }
+
+    /// Runs `slipstream run` on `toml` written to the file `name`; `{listen}` and `{admin}` in
+    /// it become addresses the harness picks.
+    pub(crate) fn config(name: &str, toml: &str) -> Running {
+        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let admin: Option<SocketAddr> = toml
+            .contains("{admin}")
+            .then(|| ([127, 0, 0, 1], free_port()).into());
+        let path = temp_path(name);
+        let text = toml.replace("{listen}", &addr.to_string());
+        let text = text.replace("{admin}", &admin.map(|a| a.to_string()).unwrap_or_default());
+        std::fs::write(&path, text).unwrap();
+        let args = ["run", "--config", path.to_str().unwrap()];
+        Running::spawn(&args, addr, admin, Some(path.clone()))
+    }
+
+    fn spawn(
+        args: &[&str],
+        addr: SocketAddr,
+        admin: Option<SocketAddr>,
+        config: Option<PathBuf>,
+    ) -> Running {
         let mut child = Command::new(BIN)
             .args(args)
             .stdin(Stdio::null())
@@ -488,46 +566,33 @@ impl Running {
             .spawn()
             .unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
         let stderr = child.stderr.take().unwrap();
         let sink = log.clone();
-        std::thread::spawn(move || {
+        thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
-                if let Some(rest) = line.split("admin listening on ").nth(1) {
-                    let _ = tx.send(format!("admin {}", rest.split(' ').next().unwrap()));
-                } else if let Some(rest) = line.split("listening on ").nth(1) {
-                    let _ = tx.send(rest.split(' ').next().unwrap().to_string());
-                }
                 sink.lock().unwrap().push(line);
             }
         });
-        let Ok(addr) = rx.recv_timeout(Duration::from_secs(10)) else {
-            std::thread::sleep(Duration::from_millis(100));
-            panic!("proxy did not start: {:?}", log.lock().unwrap());
-        };
-        let addr = addr.parse().unwrap();
-        // The admin address is logged right after the listeners, when the config has one.
-        let config = args
-            .iter()
-            .position(|a| *a == "--config")
-            .map(|i| args[i + 1]);
-        let has_admin = config.is_some_and(|c| {
-            std::fs::read_to_string(c).is_ok_and(|t| t.lines().any(|l| l.starts_with("admin")))
-        });
-        let admin = has_admin.then(|| {
-            let line = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-            line.strip_prefix("admin ").unwrap().parse().unwrap()
-        });
-        Running {
+        let running = Running {
             child,
             addr,
             admin,
+            config,
             log,
-        }
+        };
+        // Ready when every listener accepts.
+        let up = |a: SocketAddr| eventually(|| TcpStream::connect(a).is_ok());
+        let ready = up(addr) && admin.is_none_or(up);
+        assert!(
+            ready,
+            "proxy did not start: {:?}",
+            running.log.lock().unwrap()
+        );
+        running
     }
 
-    /// See the test that uses it.
+    /// Sends the process a signal with kill(1), e.g. `-HUP`.
     pub(crate) fn signal(&self, sig: &str) {
         let status = Command::new("kill")
             .args([sig, &self.child.id().to_string()])
@@ -536,12 +601,12 @@ impl Running {
         assert!(status.success());
     }
 
-    /// See the test that uses it.
+    /// Whether a line of its log so far contains `needle`.
     pub(crate) fn logged(&self, needle: &str) -> bool {
         self.log.lock().unwrap().iter().any(|l| l.contains(needle))
     }
 
-    /// See the test that uses it.
+    /// A GET on a fresh connection, read until the proxy closes it.
     pub(crate) fn get(&self, host: &str, path: &str) -> Vec<u8> {
         exchange_until_close(
             self.addr,
