@@ -9,6 +9,10 @@
 #                   access log) with nginx's default proxy buffers (8 x 4k)
 #   nginx-tuned     the same with the report's fix: proxy_buffers 4 128k, buffered access log
 #   haproxy         mode http, one thread, keep-alive and connection reuse (its defaults)
+#   slipstream-base with BASELINE=/path/to/slipstream: another build of slipstream (before a
+#                   change), measured in the same rounds as the current one
+#   floor-epoll, floor-uring  the blind TCP relays of ../shared/floor (no HTTP): the floor any
+#                   proxy's CPU per request is judged against (when that folder is there)
 # Columns: req/s, ratio to direct, p50, p99 (wrk --latency), proxy CPU microseconds per request
 # (sum of the proxy's threads' schedstat run time), proxy syscalls per request (perf stat -e
 # raw_syscalls:sys_enter on the proxy's processes during the same run).
@@ -23,6 +27,8 @@ CONNS=${2:-50}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-bench}
 ORIGIN=18000 SLIP=18001 NGX_DEF=18002 NGX_TUNED=18003 HAP=18004 SLIP_LOG=18005
+SLIP_BASE=18006 FLOOR_EPOLL=18007 FLOOR_URING=18008
+FLOOR_SRC=${FLOOR_SRC:-$ROOT/../shared/floor}
 
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -72,6 +78,17 @@ SLIP_PID=$!
 "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_LOG --upstream 127.0.0.1:$ORIGIN --workers 1 \
     --access-log "$WORK/logs/slipstream-access.log" 2>"$WORK/logs/slipstream-log.log" & PIDS+=($!)
 SLIP_LOG_PID=$!
+SLIP_BASE_PID=none
+if [ -n "${BASELINE:-}" ]; then
+    "$BASELINE" proxy --listen 127.0.0.1:$SLIP_BASE --upstream 127.0.0.1:$ORIGIN --workers 1 2>"$WORK/logs/slipstream-base.log" & PIDS+=($!)
+    SLIP_BASE_PID=$!
+fi
+FLOORS=""
+if [ -x "$FLOOR_SRC/build.sh" ] && "$FLOOR_SRC/build.sh" "$WORK/floor" >/dev/null 2>&1; then
+    "$WORK/floor/relay_epoll" $FLOOR_EPOLL $ORIGIN & PIDS+=($!)
+    "$WORK/floor/relay_uring" $FLOOR_URING $ORIGIN & PIDS+=($!)
+    FLOORS="floor-epoll floor-uring"
+fi
 sleep 1
 
 # The processes doing the proxying for a port (nginx: master and worker; the master is idle).
@@ -79,6 +96,7 @@ proxy_pids() {
     case $1 in
         $SLIP) echo "$SLIP_PID" ;;
         $SLIP_LOG) echo "$SLIP_LOG_PID" ;;
+        $SLIP_BASE) echo "$SLIP_BASE_PID" ;;
         *) listener_pids "$1" ;;
     esac
 }
@@ -117,8 +135,9 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
 }
 
 ROUNDS=${ROUNDS:-2}
-TARGETS=(direct:$ORIGIN slipstream:$SLIP slipstream-log:$SLIP_LOG nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED haproxy:$HAP)
-selected() { case " direct ${PROXIES:-slipstream slipstream-log nginx-default nginx-tuned haproxy} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+TARGETS=(direct:$ORIGIN slipstream:$SLIP slipstream-base:$SLIP_BASE slipstream-log:$SLIP_LOG nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED haproxy:$HAP floor-epoll:$FLOOR_EPOLL floor-uring:$FLOOR_URING)
+DEFAULT_PROXIES="slipstream ${BASELINE:+slipstream-base} slipstream-log nginx-default nginx-tuned haproxy $FLOORS"
+selected() { case " direct ${PROXIES:-$DEFAULT_PROXIES} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 printf '\nwrk -t1 -c%s -d%ss through each proxy to an nginx origin; one worker per proxy; %s cores\n' "$CONNS" "$DURATION" "$(nproc)"
 printf 'Each cell is the mean of %s rounds; rounds alternate the order of the proxies.\n' "$ROUNDS"

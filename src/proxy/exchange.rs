@@ -4,32 +4,18 @@
 //! again on a fresh connection when [`Error::may_retry`] allows it. Every picked server's
 //! result is reported to its group's balancer.
 
-use std::net::SocketAddr;
-
 use super::relay::{self, RequestBody};
 use super::response;
-use super::serve::Client;
-use super::{Ctx, Outcome};
+use super::{Client, Conn, Ctx, Outcome};
 use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind, Side};
 use crate::http1::response::CONTINUE;
 use crate::http1::BodyReader;
 use crate::net::io::write_all;
-use crate::net::Stream;
 use crate::observe::metrics::Counter;
 use crate::routing::RouteTarget;
 use crate::upstream::balance::{self, Balancer};
 use crate::upstream::connect::connect;
-
-/// A connection to one server of the group.
-pub(super) struct Conn {
-    pub(super) server: SocketAddr,
-    /// The server's index in its group (for the balancer).
-    index: usize,
-    pub(super) stream: Stream,
-    /// Taken from the keep-alive pool rather than opened for this request.
-    reused: bool,
-}
 
 /// Sends the request to the route's upstream group and relays the response.
 pub(super) async fn exchange(

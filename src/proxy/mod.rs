@@ -22,8 +22,26 @@ use std::net::SocketAddr;
 
 pub use serve::serve;
 
+use crate::net::Stream;
 use crate::worker::{Snapshot, Worker};
 use request::Prepared;
+
+/// A client connection, holding a read buffer only while it has unprocessed bytes.
+struct Client {
+    stream: Stream,
+    peer: SocketAddr,
+    buf: Option<Vec<u8>>,
+}
+
+/// A connection to one server of an upstream group.
+struct Conn {
+    server: SocketAddr,
+    /// The server's index in its group (for the balancer).
+    index: usize,
+    stream: Stream,
+    /// Taken from the keep-alive pool rather than opened for this request.
+    reused: bool,
+}
 
 /// What every phase of one request reads.
 struct Ctx<'a> {

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use super::serve::Client;
+use super::Client;
 use crate::config::Config;
 use crate::error::{Error, Kind};
 use crate::http1::request::{header_storage, ForwardedFor, RequestHead};

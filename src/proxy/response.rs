@@ -6,11 +6,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::exchange::Conn;
 use super::relay::{self, ResponseBody};
 use super::request::Prepared;
-use super::serve::Client;
-use super::{tunnel, Ctx, Outcome};
+use super::{tunnel, Client, Conn, Ctx, Outcome};
 use crate::buffers::MIN_BUFFER;
 use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};

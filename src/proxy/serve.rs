@@ -8,7 +8,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 use super::request::{self, Prepared};
-use super::{exchange, Ctx, Outcome};
+use super::{exchange, Client, Ctx, Outcome};
 use crate::buffers::MIN_BUFFER;
 use crate::config::Config;
 use crate::error::{Error, Kind, Side};
@@ -57,13 +57,6 @@ pub async fn serve(worker: Rc<Worker>, stream: Stream, peer: SocketAddr) {
         let max_buffer = worker.snapshot().config.limits.max_buffer;
         worker.buffers.give(buf, max_buffer);
     }
-}
-
-/// A client connection, holding a read buffer only while it has unprocessed bytes.
-pub(super) struct Client {
-    pub(super) stream: Stream,
-    pub(super) peer: SocketAddr,
-    buf: Option<Vec<u8>>,
 }
 
 impl Client {

@@ -1,9 +1,7 @@
 //! After `101 Switching Protocols` (WebSocket and other upgrades): the 101 head goes to the
 //! client, then bytes pass both ways until either side closes. Neither connection is reused.
 
-use super::exchange::Conn;
-use super::serve::Client;
-use super::{Ctx, Outcome};
+use super::{Client, Conn, Ctx, Outcome};
 use crate::config::UpstreamGroup;
 use crate::error::Error;
 use crate::net::io::write_all;

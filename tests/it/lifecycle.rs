@@ -155,8 +155,11 @@ fn sigterm_finishes_in_flight_requests_then_exits_zero() {
         .unwrap();
     assert!(eventually(|| !slow.seen().is_empty()));
     running.signal("-TERM");
-    // The response is released only once the proxy is draining.
-    assert!(eventually(|| running.logged("draining")));
+    // The response is released only once the workers are draining: they have closed their
+    // listeners.
+    assert!(eventually(
+        || std::net::TcpStream::connect(running.addr).is_err()
+    ));
     gate.open();
     let r = read_response(&mut BufReader::new(s), false).unwrap();
     assert_eq!(r.status, 200);
@@ -164,8 +167,7 @@ fn sigterm_finishes_in_flight_requests_then_exits_zero() {
     assert_eq!(r.header("connection"), Some("close"));
     let status = running.child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
-    // The listener is gone.
-    assert!(std::net::TcpStream::connect(running.addr).is_err());
+    assert!(running.logged("draining"));
 }
 
 #[test]
@@ -328,4 +330,19 @@ fn a_second_signal_stops_without_waiting() {
     running.signal("-INT");
     assert_eq!(running.child.wait().unwrap().code(), Some(1));
     gate.open();
+}
+
+#[test]
+fn dropping_the_server_stops_its_threads_and_listeners() {
+    let up = Upstream::ok(b"ok");
+    let proxy = simple_proxy(up.addr);
+    let addr = proxy.local_addrs()[0];
+    let raw = exchange_until_close(
+        addr,
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status_of(&raw), 200);
+    // Drop joins the worker threads, which close the listeners they own.
+    drop(proxy);
+    assert!(std::net::TcpStream::connect(addr).is_err());
 }
