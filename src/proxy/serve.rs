@@ -149,7 +149,10 @@ async fn answer_failure(cx: &Ctx<'_>, client: &mut Client, buf: &mut Vec<u8>, e:
     let p: &Prepared = cx.request;
     cx.worker.counters.inc(answer.counter);
     match e.side() {
-        Side::Upstream => tracing::warn!(server = ?e.server, "{e}"),
+        Side::Upstream => match e.server {
+            Some(server) => tracing::warn!(%server, "{e}"),
+            None => tracing::warn!("{e}"),
+        },
         Side::Client | Side::Local => tracing::debug!(peer = %client.peer, "{e}"),
     }
     // A body the proxy did not read would be parsed as the next request: close instead.
