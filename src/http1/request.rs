@@ -12,7 +12,7 @@ use super::chunked::is_token_byte;
 use super::{is_hop_by_hop, list_elements, parse_content_length, put_field, ConnectionTokens};
 use super::{Framing, MAX_HEADERS};
 
-/// Why a request head was refused; each maps to one status code.
+/// Why a request head was refused (`crate::error` turns each into its status code).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestError {
     /// Malformed syntax or ambiguous framing: 400.
@@ -25,29 +25,6 @@ pub enum RequestError {
     NotImplemented(&'static str),
     /// An Expect value other than 100-continue: 417.
     ExpectationFailed,
-}
-
-impl RequestError {
-    /// The status code sent for this error.
-    pub fn status(&self) -> u16 {
-        match self {
-            RequestError::Malformed(_) => 400,
-            RequestError::UriTooLong => 414,
-            RequestError::HeadTooLarge => 431,
-            RequestError::NotImplemented(_) => 501,
-            RequestError::ExpectationFailed => 417,
-        }
-    }
-
-    /// A short reason for logs.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            RequestError::Malformed(r) | RequestError::NotImplemented(r) => r,
-            RequestError::UriTooLong => "request line too long",
-            RequestError::HeadTooLarge => "request head too large",
-            RequestError::ExpectationFailed => "unsupported expectation",
-        }
-    }
 }
 
 /// Storage for the header fields of one parse; lives on the caller's stack.

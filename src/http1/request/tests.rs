@@ -16,8 +16,10 @@ fn parse(raw: &[u8]) -> Result<Option<(Framing, bool, Vec<u8>)>, RequestError> {
     }))
 }
 
+/// The status the proxy answers a refused head with (through the one error mapping).
 fn status(raw: &[u8]) -> u16 {
-    parse(raw).unwrap_err().status()
+    let e = crate::error::Error::from(parse(raw).unwrap_err());
+    e.answer().send.unwrap()
 }
 
 #[test]
