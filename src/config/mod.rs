@@ -427,15 +427,31 @@ impl Validator<'_> {
             self.error(at, "max_buffer must be at least max_request_head");
         }
 
+        let listeners = self.build_listeners(&raw.listen);
+        let upstreams = self.build_upstreams(&raw.upstreams);
+        let router = self.build_router(&raw.sites, &upstreams);
+        let admin = raw.admin.as_ref().and_then(|a| self.socket_addr(a));
+        Config {
+            workers,
+            listeners,
+            upstreams,
+            router,
+            limits,
+            access_log: raw.access_log.map(PathBuf::from),
+            admin,
+        }
+    }
+
+    fn build_listeners(&mut self, listen: &[FileListener]) -> Vec<ListenerConfig> {
         let mut listeners = Vec::new();
         let mut seen = HashSet::new();
-        if raw.listen.is_empty() {
+        if listen.is_empty() {
             self.error(
                 0,
                 "no [[listen]] section: at least one listener is required",
             );
         }
-        for l in &raw.listen {
+        for l in listen {
             if let Some(address) = self.socket_addr(&l.address) {
                 if !seen.insert(address) {
                     self.error(
@@ -450,9 +466,15 @@ impl Validator<'_> {
                 });
             }
         }
+        listeners
+    }
 
-        let mut upstreams = Vec::new();
-        for (name, u) in &raw.upstreams {
+    fn build_upstreams(
+        &mut self,
+        upstreams: &BTreeMap<Spanned<String>, FileUpstream>,
+    ) -> Vec<UpstreamGroup> {
+        let mut groups = Vec::new();
+        for (name, u) in upstreams {
             let mut group = UpstreamGroup::new(name.get_ref(), Vec::new());
             if u.servers.get_ref().is_empty() {
                 self.error(
@@ -470,20 +492,9 @@ impl Validator<'_> {
             group.read_timeout = self.duration(&u.read_timeout, group.read_timeout);
             group.send_timeout = self.duration(&u.send_timeout, group.send_timeout);
             group.idle_timeout = self.duration(&u.idle_timeout, group.idle_timeout);
-            upstreams.push(group);
+            groups.push(group);
         }
-
-        let router = self.build_router(&raw.sites, &upstreams);
-        let admin = raw.admin.as_ref().and_then(|a| self.socket_addr(a));
-        Config {
-            workers,
-            listeners,
-            upstreams,
-            router,
-            limits,
-            access_log: raw.access_log.map(PathBuf::from),
-            admin,
-        }
+        groups
     }
 
     fn build_router(&mut self, sites: &[FileSite], upstreams: &[UpstreamGroup]) -> Router {

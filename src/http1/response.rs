@@ -87,45 +87,15 @@ pub fn parse_response<'h, 'b>(
     let reason = res.reason.unwrap_or("");
     let headers: &'h [httparse::Header<'b>] = res.headers;
 
-    let mut content_length = None;
-    let mut has_content_length = false;
-    let mut te_seen = false;
-    let mut chunked_last = false;
-    let mut chunked_count = 0;
-    let mut connection = ConnectionTokens::default();
-    for h in headers.iter() {
-        if h.name.eq_ignore_ascii_case("content-length") {
-            has_content_length = true;
-            content_length = Some(
-                parse_content_length(h.value, content_length)
-                    .ok_or(ResponseError::Malformed("invalid Content-Length"))?,
-            );
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            te_seen = true;
-            for coding in list_elements(h.value) {
-                chunked_last = coding.eq_ignore_ascii_case(b"chunked");
-                chunked_count += u32::from(chunked_last);
-            }
-        } else if h.name.eq_ignore_ascii_case("connection") {
-            connection.add(h.value);
-        }
-    }
-    if te_seen && has_content_length {
-        return Err(ResponseError::Malformed(
-            "both Content-Length and Transfer-Encoding",
-        ));
-    }
-    if te_seen && chunked_count > 1 {
-        return Err(ResponseError::Malformed("chunked applied twice"));
-    }
-
+    let fields = scan_fields(headers)?;
+    let (content_length, connection) = (fields.content_length, fields.connection);
     let bodyless =
         request_was_head || (100..200).contains(&status) || status == 204 || status == 304;
     let framing = if bodyless {
         Framing::Empty
-    } else if te_seen && chunked_last {
+    } else if fields.te_seen && fields.chunked_last {
         Framing::Chunked
-    } else if te_seen {
+    } else if fields.te_seen {
         Framing::UntilClose
     } else {
         match content_length {
@@ -148,6 +118,46 @@ pub fn parse_response<'h, 'b>(
         headers,
         head_len,
     }))
+}
+
+/// What the fields of a response head say about framing and the connection.
+#[derive(Default)]
+struct Fields {
+    content_length: Option<u64>,
+    te_seen: bool,
+    chunked_last: bool,
+    connection: ConnectionTokens,
+}
+
+/// Reads the framing and Connection fields, refusing ambiguous framing.
+fn scan_fields(headers: &[httparse::Header<'_>]) -> Result<Fields, ResponseError> {
+    let mut f = Fields::default();
+    let mut chunked_count = 0;
+    for h in headers {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            f.content_length = Some(
+                parse_content_length(h.value, f.content_length)
+                    .ok_or(ResponseError::Malformed("invalid Content-Length"))?,
+            );
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            f.te_seen = true;
+            for coding in list_elements(h.value) {
+                f.chunked_last = coding.eq_ignore_ascii_case(b"chunked");
+                chunked_count += u32::from(f.chunked_last);
+            }
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            f.connection.add(h.value);
+        }
+    }
+    if f.te_seen && f.content_length.is_some() {
+        return Err(ResponseError::Malformed(
+            "both Content-Length and Transfer-Encoding",
+        ));
+    }
+    if f.te_seen && chunked_count > 1 {
+        return Err(ResponseError::Malformed("chunked applied twice"));
+    }
+    Ok(f)
 }
 
 impl ResponseHead<'_, '_> {
