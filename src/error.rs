@@ -58,8 +58,14 @@ pub enum Kind {
     NoRoute,
     /// No upstream connection within the connect timeout.
     ConnectTimeout,
-    /// The upstream refused or could not be reached (including local port exhaustion).
+    /// The upstream refused the connection (nothing listens there).
+    ConnectRefused,
+    /// The upstream could not be reached (unreachable, or another connect error).
     ConnectFailed,
+    /// No local ephemeral port was free to connect from (EADDRNOTAVAIL): not the server's fault.
+    PortsExhausted,
+    /// Every server of the group is down (active checks) or the group has none.
+    NoLiveServers,
     /// The upstream closed or reset the connection before sending a byte of response.
     UpstreamClosed,
     /// The upstream connection failed after the response began, or while the request was sent.
@@ -85,7 +91,10 @@ impl Kind {
             | Kind::ClientClosed => Side::Client,
             Kind::NoRoute => Side::Local,
             Kind::ConnectTimeout
+            | Kind::ConnectRefused
             | Kind::ConnectFailed
+            | Kind::PortsExhausted
+            | Kind::NoLiveServers
             | Kind::UpstreamClosed
             | Kind::UpstreamFailed
             | Kind::UpstreamTimeout
@@ -105,7 +114,10 @@ impl Kind {
             Kind::ClientClosed => "client closed the connection",
             Kind::NoRoute => "no route",
             Kind::ConnectTimeout => "upstream connect timed out",
+            Kind::ConnectRefused => "upstream refused the connection",
             Kind::ConnectFailed => "upstream connect failed",
+            Kind::PortsExhausted => "no local port free to connect upstream (EADDRNOTAVAIL)",
+            Kind::NoLiveServers => "no live upstream server",
             Kind::UpstreamClosed => "upstream closed before responding",
             Kind::UpstreamFailed => "upstream connection failed",
             Kind::UpstreamTimeout => "upstream timed out",
@@ -246,7 +258,10 @@ impl Error {
             Kind::ClientClosed => (499, Counter::ClientClosed),
             Kind::NoRoute => (404, Counter::NoRoute),
             Kind::ConnectTimeout | Kind::UpstreamTimeout => (504, Counter::GatewayTimeout),
-            Kind::ConnectFailed
+            Kind::NoLiveServers => (503, Counter::UpstreamNoLiveServers),
+            Kind::ConnectRefused
+            | Kind::ConnectFailed
+            | Kind::PortsExhausted
             | Kind::UpstreamClosed
             | Kind::UpstreamFailed
             | Kind::BadResponse(_)
@@ -309,6 +324,8 @@ mod tests {
         assert_eq!(status(Kind::NotImplemented("x")), Some(501));
         assert_eq!(status(Kind::NoRoute), Some(404));
         assert_eq!(status(Kind::ConnectFailed), Some(502));
+        assert_eq!(status(Kind::ConnectRefused), Some(502));
+        assert_eq!(status(Kind::NoLiveServers), Some(503));
         assert_eq!(status(Kind::ConnectTimeout), Some(504));
         assert_eq!(status(Kind::UpstreamTimeout), Some(504));
         assert_eq!(status(Kind::ClientClosed), None);

@@ -133,12 +133,14 @@ pub fn chunked(data: &[u8]) {
 }
 
 /// A resolver that never leaves the process: address literals, and `localhost`.
-fn resolve_offline(s: &str) -> Option<SocketAddr> {
+fn resolve_offline(s: &str) -> Vec<SocketAddr> {
     if let Ok(a) = s.parse() {
-        return Some(a);
+        return vec![a];
     }
-    let port = s.strip_prefix("localhost:")?.parse().ok()?;
-    Some(SocketAddr::from(([127, 0, 0, 1], port)))
+    let port = s.strip_prefix("localhost:").and_then(|p| p.parse().ok());
+    port.map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+        .into_iter()
+        .collect()
 }
 
 /// Config text: validation never panics, and every error it reports has a position.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use slipstream::config::Config;
+use slipstream::config::{self, Balance, Config, ServerSpec};
 use slipstream::Server;
 
 #[derive(Parser)]
@@ -30,9 +30,12 @@ enum Command {
         /// Address to listen on, e.g. 0.0.0.0:8080.
         #[arg(long, value_parser = parse_addr)]
         listen: SocketAddr,
-        /// Upstream server address; repeat for several (round-robin).
-        #[arg(long = "upstream", required = true, value_parser = parse_addr)]
-        upstreams: Vec<SocketAddr>,
+        /// Upstream server, `HOST:PORT` (a name is resolved again every 10 s); repeat for several.
+        #[arg(long = "upstream", required = true, value_parser = parse_server)]
+        upstreams: Vec<ServerSpec>,
+        /// How a server is chosen: p2c (default), round_robin or least_conn.
+        #[arg(long, value_parser = ["p2c", "round_robin", "least_conn"])]
+        balance: Option<String>,
         /// Worker threads (default: one per core).
         #[arg(long)]
         workers: Option<usize>,
@@ -52,6 +55,10 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+}
+
+fn parse_server(s: &str) -> Result<ServerSpec, String> {
+    config::upstream::parse_server(s, config::resolve_system, std::time::Duration::ZERO)
 }
 
 fn parse_addr(s: &str) -> Result<SocketAddr, String> {
@@ -75,10 +82,16 @@ fn main() -> ExitCode {
         Command::Proxy {
             listen,
             upstreams,
+            balance,
             workers,
             access_log,
         } => {
             let mut config = Config::for_proxy(listen, upstreams, workers);
+            config.upstreams[0].balance = match balance.as_deref() {
+                Some("round_robin") => Balance::RoundRobin,
+                Some("least_conn") => Balance::LeastConn,
+                _ => Balance::P2c,
+            };
             config.access_log = access_log;
             run_until_signalled(config, None)
         }

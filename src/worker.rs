@@ -16,7 +16,8 @@ use crate::config::{Config, SharedConfig};
 use crate::net::splice::PipePool;
 use crate::observe::access_log::AccessLog;
 use crate::observe::metrics::Shard;
-use crate::upstream::{Balancer, UpstreamPool};
+use crate::upstream::fleet::Table;
+use crate::upstream::{Balancer, Fleet, UpstreamPool};
 
 /// First read for a response that will be spliced: room for the head and a little body. Kept
 /// small so many concurrent large downloads cost little memory.
@@ -27,6 +28,8 @@ pub struct Worker {
     /// Worker number, from 0.
     pub id: usize,
     shared: Arc<SharedConfig>,
+    /// The published server table and per-server figures.
+    pub fleet: Arc<Fleet>,
     current: RefCell<Rc<Snapshot>>,
     /// Reusable I/O buffers.
     pub buffers: BufferPool,
@@ -53,6 +56,8 @@ pub struct Worker {
 /// holds one snapshot from start to end, so its config and balancers always agree.
 pub struct Snapshot {
     generation: u64,
+    /// The server table generation the balancers last took.
+    fleet_generation: Cell<u64>,
     /// The config.
     pub config: Config,
     /// One balancer per upstream group, by the group's index.
@@ -60,14 +65,27 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    fn new(generation: u64, config: Config, worker: usize) -> Snapshot {
+    fn new(generation: u64, config: Config, worker: usize, fleet: &Fleet) -> Snapshot {
+        let fleet_generation = fleet.generation();
+        let published = fleet.table();
+        // The published table is for another generation while a reload is under way.
+        let table = if published.config_generation == generation {
+            published
+        } else {
+            Arc::new(Table::from_config(&config, generation))
+        };
         let balancers = config
             .upstreams
             .iter()
-            .map(|g| Balancer::new(g.servers.len(), worker))
+            .enumerate()
+            .map(|(i, g)| {
+                let members = table.groups.get(i).map_or(&[][..], Vec::as_slice);
+                Balancer::new(g, worker, members, &fleet.stats)
+            })
             .collect();
         Snapshot {
             generation,
+            fleet_generation: Cell::new(fleet_generation),
             config,
             balancers,
         }
@@ -79,6 +97,7 @@ impl Worker {
     pub fn new(
         id: usize,
         shared: Arc<SharedConfig>,
+        fleet: Arc<Fleet>,
         counters: Arc<Shard>,
         log: AccessLog,
         shutdown: watch::Receiver<bool>,
@@ -88,7 +107,8 @@ impl Worker {
         Worker {
             id,
             shared,
-            current: RefCell::new(Rc::new(Snapshot::new(generation, config, id))),
+            current: RefCell::new(Rc::new(Snapshot::new(generation, config, id, &fleet))),
+            fleet,
             buffers: BufferPool::default(),
             upstreams: UpstreamPool::default(),
             pipes: PipePool::new(pipe_size),
@@ -108,9 +128,28 @@ impl Worker {
         let mut current = self.current.borrow_mut();
         if current.generation != self.shared.generation() {
             let (generation, config) = self.shared.snapshot();
-            *current = Rc::new(Snapshot::new(generation, config, self.id));
+            *current = Rc::new(Snapshot::new(generation, config, self.id, &self.fleet));
+        }
+        let fleet_generation = self.fleet.generation();
+        if current.fleet_generation.get() != fleet_generation {
+            current.fleet_generation.set(fleet_generation);
+            self.take_table(&current);
         }
         current.clone()
+    }
+
+    /// Updates the balancers from the published server table; pooled connections to servers
+    /// that left or went down are closed.
+    fn take_table(&self, snapshot: &Snapshot) {
+        let table = self.fleet.table();
+        if table.config_generation != snapshot.generation {
+            return;
+        }
+        for (balancer, members) in snapshot.balancers.iter().zip(&table.groups) {
+            for gone in balancer.sync(members, &self.fleet.stats, true) {
+                self.upstreams.forget(gone);
+            }
+        }
     }
 
     /// Buffer size to start reading a response from `server` with: the size of its last

@@ -14,8 +14,13 @@ use toml::Spanned;
 use crate::routing::{RouteTarget, Router, RouterBuilder};
 
 pub mod shared;
+pub mod upstream;
 
 pub use shared::SharedConfig;
+pub use upstream::{
+    Balance, HashKey, HealthCheck, Probe, ServerSpec, UpstreamGroup, DEFAULT_UPSTREAM_KEEPALIVE,
+};
+use upstream::FileUpstream;
 
 /// The validated, immutable configuration.
 #[derive(Debug, Clone)]
@@ -34,6 +39,8 @@ pub struct Config {
     pub access_log: Option<PathBuf>,
     /// Address of the admin listener (metrics), if any.
     pub admin: Option<SocketAddr>,
+    /// DNS servers for re-resolving upstream names (empty: the system's, with /etc/hosts).
+    pub resolvers: Vec<SocketAddr>,
 }
 
 /// One listening address.
@@ -45,25 +52,6 @@ pub struct ListenerConfig {
     pub backlog: u32,
     /// Most client connections open at once on this listener, across all workers.
     pub max_connections: usize,
-}
-
-/// A named set of upstream servers with their connection settings.
-#[derive(Debug, Clone)]
-pub struct UpstreamGroup {
-    /// Name used by routes.
-    pub name: String,
-    /// Server addresses.
-    pub servers: Vec<SocketAddr>,
-    /// Idle keep-alive connections kept per server, per worker.
-    pub keepalive: usize,
-    /// Time allowed to establish a connection.
-    pub connect_timeout: Duration,
-    /// Time allowed between two reads from the upstream.
-    pub read_timeout: Duration,
-    /// Time allowed between two writes to the upstream.
-    pub send_timeout: Duration,
-    /// How long an idle pooled connection is kept.
-    pub idle_timeout: Duration,
 }
 
 /// Client-side limits.
@@ -103,24 +91,6 @@ impl Default for Limits {
 pub const DEFAULT_BACKLOG: u32 = 65535;
 /// Default connection limit per listener.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 65536;
-/// Default idle keep-alive connections per upstream server per worker.
-pub const DEFAULT_UPSTREAM_KEEPALIVE: usize = 128;
-
-impl UpstreamGroup {
-    /// A group with default settings.
-    pub fn new(name: &str, servers: Vec<SocketAddr>) -> Self {
-        UpstreamGroup {
-            name: name.to_string(),
-            servers,
-            keepalive: DEFAULT_UPSTREAM_KEEPALIVE,
-            connect_timeout: Duration::from_secs(5),
-            read_timeout: Duration::from_secs(60),
-            send_timeout: Duration::from_secs(60),
-            idle_timeout: Duration::from_secs(60),
-        }
-    }
-}
-
 /// The number of CPUs this process may run on.
 pub fn default_workers() -> usize {
     std::thread::available_parallelism()
@@ -132,7 +102,7 @@ impl Config {
     /// The zero-config reverse proxy of `slipstream proxy`: every default is the fast one.
     pub fn for_proxy(
         listen: SocketAddr,
-        upstreams: Vec<SocketAddr>,
+        upstreams: Vec<ServerSpec>,
         workers: Option<usize>,
     ) -> Self {
         let mut router = RouterBuilder::default();
@@ -150,6 +120,7 @@ impl Config {
             limits: Limits::default(),
             access_log: None,
             admin: None,
+            resolvers: Vec::new(),
         }
     }
 
@@ -177,7 +148,7 @@ impl Config {
     pub fn parse_with(
         text: &str,
         file: &str,
-        resolve: fn(&str) -> Option<SocketAddr>,
+        resolve: fn(&str) -> Vec<SocketAddr>,
     ) -> Result<Config, ConfigErrors> {
         let mut v = Validator {
             text,
@@ -253,6 +224,8 @@ struct FileConfig {
     access_log: Option<String>,
     admin: Option<Spanned<String>>,
     #[serde(default)]
+    resolver: Vec<Spanned<String>>,
+    #[serde(default)]
     limits: FileLimits,
     #[serde(default)]
     listen: Vec<FileListener>,
@@ -280,17 +253,6 @@ struct FileListener {
     address: Spanned<String>,
     backlog: Option<u32>,
     max_connections: Option<usize>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileUpstream {
-    servers: Spanned<Vec<Spanned<String>>>,
-    keepalive: Option<usize>,
-    connect_timeout: Option<Spanned<String>>,
-    read_timeout: Option<Spanned<String>>,
-    send_timeout: Option<Spanned<String>>,
-    idle_timeout: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -325,20 +287,21 @@ enum Size {
 struct Validator<'a> {
     text: &'a str,
     file: &'a str,
-    resolve: fn(&str) -> Option<SocketAddr>,
+    resolve: fn(&str) -> Vec<SocketAddr>,
     errors: Vec<ConfigError>,
 }
 
-/// Resolves `HOST:PORT` with the system resolver (a literal address needs no lookup).
-fn resolve_system(s: &str) -> Option<SocketAddr> {
+/// Resolves `HOST:PORT` with the system resolver to every address it has (a literal address
+/// needs no lookup); empty when it cannot be resolved.
+pub fn resolve_system(s: &str) -> Vec<SocketAddr> {
     if let Ok(a) = s.parse() {
-        return Some(a);
+        return vec![a];
     }
-    s.to_socket_addrs().ok()?.next()
+    s.to_socket_addrs().map(Iterator::collect).unwrap_or_default()
 }
 
 impl Validator<'_> {
-    fn error(&mut self, offset: usize, message: impl Into<String>) {
+    pub(super) fn error(&mut self, offset: usize, message: impl Into<String>) {
         let (line, column) = line_column(self.text, offset);
         self.errors.push(ConfigError {
             file: self.file.to_string(),
@@ -348,7 +311,7 @@ impl Validator<'_> {
         });
     }
 
-    fn duration(&mut self, v: &Option<Spanned<String>>, default: Duration) -> Duration {
+    pub(super) fn duration(&mut self, v: &Option<Spanned<String>>, default: Duration) -> Duration {
         let Some(s) = v else { return default };
         match parse_duration(s.get_ref()) {
             Some(d) => d,
@@ -384,8 +347,8 @@ impl Validator<'_> {
     }
 
     fn socket_addr(&mut self, s: &Spanned<String>) -> Option<SocketAddr> {
-        match (self.resolve)(s.get_ref()) {
-            Some(a) => Some(a),
+        match (self.resolve)(s.get_ref()).first() {
+            Some(a) => Some(*a),
             None => {
                 self.error(
                     s.span().start,
@@ -431,6 +394,17 @@ impl Validator<'_> {
         let upstreams = self.build_upstreams(&raw.upstreams);
         let router = self.build_router(&raw.sites, &upstreams);
         let admin = raw.admin.as_ref().and_then(|a| self.socket_addr(a));
+        let resolvers = raw
+            .resolver
+            .iter()
+            .filter_map(|r| match r.get_ref().parse::<SocketAddr>() {
+                Ok(a) => Some(a),
+                Err(_) => {
+                    self.error(r.span().start, "resolver must be IP:PORT, e.g. \"10.0.0.2:53\"");
+                    None
+                }
+            })
+            .collect();
         Config {
             workers,
             listeners,
@@ -439,6 +413,7 @@ impl Validator<'_> {
             limits,
             access_log: raw.access_log.map(PathBuf::from),
             admin,
+            resolvers,
         }
     }
 
@@ -467,34 +442,6 @@ impl Validator<'_> {
             }
         }
         listeners
-    }
-
-    fn build_upstreams(
-        &mut self,
-        upstreams: &BTreeMap<Spanned<String>, FileUpstream>,
-    ) -> Vec<UpstreamGroup> {
-        let mut groups = Vec::new();
-        for (name, u) in upstreams {
-            let mut group = UpstreamGroup::new(name.get_ref(), Vec::new());
-            if u.servers.get_ref().is_empty() {
-                self.error(
-                    u.servers.span().start,
-                    format!("upstream {:?} has no servers", name.get_ref()),
-                );
-            }
-            for s in u.servers.get_ref() {
-                if let Some(a) = self.socket_addr(s) {
-                    group.servers.push(a);
-                }
-            }
-            group.keepalive = u.keepalive.unwrap_or(group.keepalive);
-            group.connect_timeout = self.duration(&u.connect_timeout, group.connect_timeout);
-            group.read_timeout = self.duration(&u.read_timeout, group.read_timeout);
-            group.send_timeout = self.duration(&u.send_timeout, group.send_timeout);
-            group.idle_timeout = self.duration(&u.idle_timeout, group.idle_timeout);
-            groups.push(group);
-        }
-        groups
     }
 
     fn build_router(&mut self, sites: &[FileSite], upstreams: &[UpstreamGroup]) -> Router {

@@ -40,9 +40,9 @@ impl SharedConfig {
         (generation, Config::clone(&self.current.load()))
     }
 
-    /// Makes `config` the one in force.
-    pub fn replace(&self, config: Config) {
+    /// Makes `config` the one in force; returns its generation.
+    pub fn replace(&self, config: Config) -> u64 {
         self.current.store(Arc::new(config));
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.generation.fetch_add(1, Ordering::AcqRel) + 1
     }
 }

@@ -34,8 +34,8 @@ pub struct Entry<'a> {
     pub micros: u64,
     /// Host the request was for.
     pub host: &'a str,
-    /// Upstream server used, if any.
-    pub upstream: Option<std::net::SocketAddr>,
+    /// Upstream servers tried, in order (the last one answered, unless all failed).
+    pub upstreams: &'a [std::net::SocketAddr],
 }
 
 /// The writer thread shared by all workers.
@@ -127,12 +127,14 @@ impl AccessLog {
             e.micros % 1000,
             e.host.escape_debug(),
         );
-        match e.upstream {
-            Some(u) => {
-                let _ = writeln!(buf, "{u}");
-            }
-            None => buf.extend_from_slice(b"-\n"),
+        if e.upstreams.is_empty() {
+            buf.push(b'-');
         }
+        for (i, u) in e.upstreams.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            let _ = write!(buf, "{sep}{u}");
+        }
+        buf.push(b'\n');
         if buf.len() >= FLUSH_AT {
             drop(clock);
             self.hand_off(&mut buf);

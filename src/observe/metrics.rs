@@ -48,8 +48,16 @@ pub enum Counter {
     UpstreamConnectErrors,
     /// Connects that failed with EADDRNOTAVAIL: ephemeral ports exhausted.
     UpstreamPortsExhausted,
-    /// Requests retried on a fresh connection after a pooled one failed.
+    /// Requests sent again on a fresh connection after a pooled one failed.
+    UpstreamStaleRetries,
+    /// Requests retried on another server after one failed.
     UpstreamRetries,
+    /// Retries not made because the group's retry budget was spent.
+    UpstreamRetryBudgetExhausted,
+    /// Requests answered 503 because no server of the group was up.
+    UpstreamNoLiveServers,
+    /// Servers ejected by a worker after failures (passive health).
+    UpstreamEjections,
     /// Pooled connections found closed by the upstream and discarded.
     UpstreamStaleDiscarded,
     /// Body bytes moved with splice(2), never entering user space.
@@ -89,7 +97,13 @@ impl Counter {
             Counter::UpstreamReused => "slipstream_upstream_reused_total",
             Counter::UpstreamConnectErrors => "slipstream_upstream_connect_errors_total",
             Counter::UpstreamPortsExhausted => "slipstream_upstream_ports_exhausted_total",
+            Counter::UpstreamStaleRetries => "slipstream_upstream_stale_retries_total",
             Counter::UpstreamRetries => "slipstream_upstream_retries_total",
+            Counter::UpstreamRetryBudgetExhausted => {
+                "slipstream_upstream_retry_budget_exhausted_total"
+            }
+            Counter::UpstreamNoLiveServers => "slipstream_upstream_no_live_servers_total",
+            Counter::UpstreamEjections => "slipstream_upstream_ejections_total",
             Counter::UpstreamStaleDiscarded => "slipstream_upstream_stale_discarded_total",
             Counter::SplicedBytes => "slipstream_spliced_bytes_total",
             Counter::BufferedResponses => "slipstream_buffered_responses_total",

@@ -1,28 +1,37 @@
-//! Sending a request upstream: pick a server, take a pooled connection or open one, write the
+//! Sending a request upstream: choose a server, take a pooled connection or open one, write the
 //! head and any buffered body with one `writev`, stream the rest of the body, and wait for the
-//! response head. A request that failed on a reused connection before any response byte is sent
-//! again on a fresh connection when [`Error::may_retry`] allows it. Every picked server's
-//! result is reported to its group's balancer.
+//! response head.
+//!
+//! Two kinds of second attempt, both only before any response byte reached the client and only
+//! when [`Error::may_retry`] allows it:
+//! - a pooled connection that turns out dead (the server closed it while idle) is replaced by a
+//!   fresh connection to the same server, once; that is no fault of the server;
+//! - a server that failed is reported to the balancer (passive health) and the request goes to
+//!   a different server, up to the group's `retries`, while the retry budget allows.
+
+use tokio::time::Instant;
 
 use super::relay::{self, RequestBody};
 use super::response;
-use super::{Client, Conn, Ctx, Outcome};
-use crate::config::UpstreamGroup;
-use crate::error::{Error, Kind, Side};
+use super::{Client, Conn, Ctx, Outcome, Tried};
+use crate::config::{Balance, UpstreamGroup};
+use crate::error::{Error, Kind};
 use crate::http1::response::CONTINUE;
 use crate::http1::BodyReader;
 use crate::net::io::write_all;
 use crate::observe::metrics::Counter;
 use crate::routing::RouteTarget;
-use crate::upstream::balance::{self, Balancer};
 use crate::upstream::connect::connect;
+use crate::upstream::{Balancer, Lease};
 
-/// Sends the request to the route's upstream group and relays the response.
+/// Sends the request to the route's upstream group and relays the response. Every server tried
+/// is added to `tried`.
 pub(super) async fn exchange(
     cx: &Ctx<'_>,
     route: RouteTarget,
     client: &mut Client,
     buf: &mut Vec<u8>,
+    tried: &mut Tried,
 ) -> Result<Outcome, Error> {
     let group = &cx.config().upstreams[route.upstream];
     let balancer = &cx.snapshot.balancers[route.upstream];
@@ -34,19 +43,31 @@ pub(super) async fn exchange(
     let initial_end = p.head_len + buffered;
     // The whole body is in the buffer: the request can be sent again if a connection fails.
     let body_in_hand = body.is_done();
-    let mut retried = false;
-    let (conn, mut ubuf) = loop {
-        let mut conn = acquire(cx, group, balancer, retried).await?;
-        match send(cx, group, client, buf, &mut conn, &mut body, initial_end).await {
-            Ok(ubuf) => break (conn, ubuf),
+    balancer.note_request();
+    let (lease, conn, mut ubuf) = loop {
+        let Some(lease) = balancer.pick(p.hash_key, tried.as_slice()) else {
+            return Err(tried.last_error.unwrap_or(Error::new(Kind::NoLiveServers)));
+        };
+        tried.push(lease.addr());
+        let attempt = Attempt {
+            group,
+            lease: &lease,
+            initial_end,
+            body_in_hand,
+        };
+        match attempt.run(cx, client, buf, &mut body).await {
+            Ok((conn, ubuf)) => break (lease, conn, ubuf),
             Err(e) => {
-                balancer.report(conn.index, reported(&e));
-                if conn.reused && !retried && e.may_retry(p.idempotent, body_in_hand) {
-                    retried = true;
-                    cx.worker.counters.inc(Counter::UpstreamRetries);
-                    continue;
+                let server = lease.addr();
+                let e = e.at(server);
+                if lease.failed(e.kind) {
+                    cx.worker.counters.inc(Counter::UpstreamEjections);
+                    cx.worker.upstreams.forget(server);
                 }
-                return Err(e.at(conn.server));
+                if !may_retry_elsewhere(cx, group, balancer, tried, &e, body_in_hand) {
+                    return Err(e);
+                }
+                tried.last_error = Some(e);
             }
         }
     };
@@ -59,126 +80,156 @@ pub(super) async fn exchange(
         // Nothing pipelined: the read buffer goes back to the pool for the whole response.
         cx.worker.buffers.give(std::mem::take(buf), max_buffer);
     }
-    let (server, index) = (conn.server, conn.index);
+    let server = conn.server;
     let result = response::respond(cx, group, client, buf, conn, &mut ubuf).await;
     cx.worker.buffers.give(ubuf, max_buffer);
     match result {
+        Ok(outcome) if group.fail_on_5xx && outcome.status >= 500 => {
+            if lease.failed_status() {
+                cx.worker.counters.inc(Counter::UpstreamEjections);
+                cx.worker.upstreams.forget(server);
+            }
+            Ok(outcome)
+        }
         Ok(outcome) => {
-            balancer.report(index, balance::Outcome::Success);
+            lease.succeeded();
             Ok(outcome)
         }
         Err(e) => {
-            balancer.report(index, reported(&e));
+            lease.failed(e.kind);
             Err(e.at(server))
         }
     }
 }
 
-/// What the balancer hears of a failure: the server's fault, or not.
-fn reported(e: &Error) -> balance::Outcome {
-    match e.side() {
-        Side::Upstream => balance::Outcome::Failure(e.kind),
-        Side::Client | Side::Local => balance::Outcome::Abandoned,
-    }
-}
-
-/// Takes a pooled connection (unless `fresh`) or opens one, trying each server of the group
-/// once; the error is the last server's.
-async fn acquire(
+/// Whether a failed request goes to another server: it may be resent, a try is left, and the
+/// retry budget allows it.
+fn may_retry_elsewhere(
     cx: &Ctx<'_>,
     group: &UpstreamGroup,
     balancer: &Balancer,
-    fresh: bool,
-) -> Result<Conn, Error> {
-    let counters = &cx.worker.counters;
-    let mut last = Error::connect(Kind::ConnectFailed);
-    for _ in 0..group.servers.len() {
-        let index = balancer.pick();
-        let server = group.servers[index];
-        if !fresh {
-            if let Some(stream) = cx.worker.upstreams.take(server, counters) {
-                counters.inc(Counter::UpstreamReused);
-                let reused = true;
-                return Ok(Conn {
-                    server,
-                    index,
-                    stream,
-                    reused,
-                });
-            }
-        }
-        match connect(server, group.connect_timeout, counters).await {
-            Ok(stream) => {
-                let reused = false;
-                return Ok(Conn {
-                    server,
-                    index,
-                    stream,
-                    reused,
-                });
-            }
-            Err(e) => {
-                balancer.report(index, balance::Outcome::Failure(e.kind));
-                last = e.at(server);
-            }
-        }
+    tried: &Tried,
+    e: &Error,
+    body_in_hand: bool,
+) -> bool {
+    let tries_left = tried.len() <= group.retries as usize;
+    if !tries_left || !e.may_retry(cx.request.idempotent, body_in_hand) {
+        return false;
     }
-    Err(last)
+    if !balancer.allow_retry() {
+        cx.worker.counters.inc(Counter::UpstreamRetryBudgetExhausted);
+        tracing::warn!(group = %group.name, "retry budget spent: not retrying ({e})");
+        return false;
+    }
+    cx.worker.counters.inc(Counter::UpstreamRetries);
+    true
 }
 
-/// Sends the head, the buffered body bytes and the rest of the body, then waits for the
-/// response head; returns the upstream read buffer holding it.
-async fn send(
-    cx: &Ctx<'_>,
-    group: &UpstreamGroup,
-    client: &mut Client,
-    buf: &mut Vec<u8>,
-    conn: &mut Conn,
-    body: &mut BodyReader,
+/// One server's try at a request.
+struct Attempt<'a> {
+    group: &'a UpstreamGroup,
+    lease: &'a Lease,
     initial_end: usize,
-) -> Result<Vec<u8>, Error> {
-    let p = cx.request;
-    let limits = &cx.config().limits;
-    let parts = [p.upstream_head.as_slice(), &buf[p.head_len..initial_end]];
-    write_all(&mut conn.stream, &parts, group.send_timeout)
-        .await
-        .map_err(|e| Error::no_response(&e))?;
-    if !body.is_done() {
-        buf.drain(..initial_end);
-        if p.expect_continue && p.minor_version == 1 {
-            write_all(&mut client.stream, &[CONTINUE], limits.client_body_timeout)
-                .await
-                .map_err(|_| Error::client_write())?;
+    body_in_hand: bool,
+}
+
+impl Attempt<'_> {
+    /// Sends the request on a pooled connection (or a new one) and waits for the response
+    /// head. A dead pooled connection is replaced by a fresh one once.
+    async fn run(
+        &self,
+        cx: &Ctx<'_>,
+        client: &mut Client,
+        buf: &mut Vec<u8>,
+        body: &mut BodyReader,
+    ) -> Result<(Conn, Vec<u8>), Error> {
+        let server = self.lease.addr();
+        let counters = &cx.worker.counters;
+        let pooled = cx.worker.upstreams.take(server, counters);
+        if let Some(stream) = pooled {
+            counters.inc(Counter::UpstreamReused);
+            let mut conn = Conn {
+                server,
+                stream,
+            };
+            match self.send(cx, client, buf, &mut conn, body).await {
+                Ok(ubuf) => return Ok((conn, ubuf)),
+                Err(e) if e.may_retry(cx.request.idempotent, self.body_in_hand) => {
+                    counters.inc(Counter::UpstreamStaleRetries);
+                }
+                Err(e) => return Err(e),
+            }
         }
-        relay::relay_request_body(RequestBody {
-            client: &mut client.stream,
-            upstream: &mut conn.stream,
-            buf,
-            reader: body,
-            max_buffer: limits.max_buffer,
-            read_timeout: limits.client_body_timeout,
-            send_timeout: group.send_timeout,
-            pipes: limits.zero_copy.then_some(&cx.worker.pipes),
-            counters: &cx.worker.counters,
-        })
-        .await?;
+        let stream = connect(server, self.group.connect_timeout, counters).await?;
+        let mut conn = Conn {
+            server,
+            stream,
+        };
+        let ubuf = self.send(cx, client, buf, &mut conn, body).await?;
+        Ok((conn, ubuf))
     }
-    let hint = cx
-        .worker
-        .response_buffer_hint(conn.server, limits.max_buffer, limits.zero_copy);
-    let mut ubuf = cx.worker.buffers.take(hint);
-    let read = response::read_head(
-        &mut conn.stream,
-        &mut ubuf,
-        &client.stream,
-        group.read_timeout,
-        limits.max_buffer,
-    );
-    match read.await {
-        Ok(()) => Ok(ubuf),
-        Err(e) => {
-            cx.worker.buffers.give(ubuf, limits.max_buffer);
-            Err(e)
+
+    /// Sends the head, the buffered body bytes and the rest of the body, then waits for the
+    /// response head; returns the upstream read buffer holding it.
+    async fn send(
+        &self,
+        cx: &Ctx<'_>,
+        client: &mut Client,
+        buf: &mut Vec<u8>,
+        conn: &mut Conn,
+        body: &mut BodyReader,
+    ) -> Result<Vec<u8>, Error> {
+        let p = cx.request;
+        let group = self.group;
+        let limits = &cx.config().limits;
+        let started = matches!(group.balance, Balance::P2c | Balance::Hash(_)).then(Instant::now);
+        let parts = [p.upstream_head.as_slice(), &buf[p.head_len..self.initial_end]];
+        write_all(&mut conn.stream, &parts, group.send_timeout)
+            .await
+            .map_err(|e| Error::no_response(&e))?;
+        if !body.is_done() {
+            buf.drain(..self.initial_end);
+            if p.expect_continue && p.minor_version == 1 {
+                write_all(&mut client.stream, &[CONTINUE], limits.client_body_timeout)
+                    .await
+                    .map_err(|_| Error::client_write())?;
+            }
+            relay::relay_request_body(RequestBody {
+                client: &mut client.stream,
+                upstream: &mut conn.stream,
+                buf,
+                reader: body,
+                max_buffer: limits.max_buffer,
+                read_timeout: limits.client_body_timeout,
+                send_timeout: group.send_timeout,
+                pipes: limits.zero_copy.then_some(&cx.worker.pipes),
+                counters: &cx.worker.counters,
+            })
+            .await?;
+        }
+        let hint = cx
+            .worker
+            .response_buffer_hint(conn.server, limits.max_buffer, limits.zero_copy);
+        let mut ubuf = cx.worker.buffers.take(hint);
+        let read = response::read_head(
+            &mut conn.stream,
+            &mut ubuf,
+            &client.stream,
+            group.read_timeout,
+            limits.max_buffer,
+        );
+        match read.await {
+            Ok(()) => {
+                if let Some(started) = started {
+                    self.lease.observe_latency(started.elapsed());
+                }
+                Ok(ubuf)
+            }
+            Err(e) => {
+                cx.worker.buffers.give(ubuf, limits.max_buffer);
+                Err(e)
+            }
         }
     }
 }
+

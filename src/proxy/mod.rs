@@ -36,11 +36,7 @@ struct Client {
 /// A connection to one server of an upstream group.
 struct Conn {
     server: SocketAddr,
-    /// The server's index in its group (for the balancer).
-    index: usize,
     stream: Stream,
-    /// Taken from the keep-alive pool rather than opened for this request.
-    reused: bool,
 }
 
 /// What every phase of one request reads.
@@ -63,8 +59,46 @@ struct Outcome {
     status: u16,
     /// Body bytes sent to the client.
     body_bytes: u64,
-    /// The upstream server that answered, if any.
-    upstream: Option<SocketAddr>,
     /// Whether the client connection stays open.
     keep_alive: bool,
+}
+
+/// Most servers one request tries (the first and `retries` of at most 10).
+const MAX_TRIES: usize = 11;
+
+/// The servers a request was sent to, in order, for the access log and to send retries
+/// elsewhere; kept inline, so a request allocates nothing for it.
+struct Tried {
+    addrs: [SocketAddr; MAX_TRIES],
+    len: usize,
+    /// The failure of the last server tried, answered if no server is left to try.
+    last_error: Option<crate::error::Error>,
+}
+
+impl Default for Tried {
+    fn default() -> Self {
+        Tried {
+            addrs: [SocketAddr::from(([0, 0, 0, 0], 0)); MAX_TRIES],
+            len: 0,
+            last_error: None,
+        }
+    }
+}
+
+impl Tried {
+    fn push(&mut self, addr: SocketAddr) {
+        if self.len < MAX_TRIES {
+            self.addrs[self.len] = addr;
+            self.len += 1;
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The addresses tried, in order.
+    fn as_slice(&self) -> &[SocketAddr] {
+        &self.addrs[..self.len]
+    }
 }

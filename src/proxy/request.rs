@@ -5,12 +5,13 @@
 use std::net::SocketAddr;
 
 use super::Client;
-use crate::config::Config;
+use crate::config::{Balance, Config, HashKey};
 use crate::error::{Error, Kind};
 use crate::http1::request::{header_storage, ForwardedFor, RequestHead};
 use crate::http1::{parse_request, Framing};
 use crate::net::io::read_some;
 use crate::routing::RouteTarget;
+use crate::upstream::ring::hash_key;
 use crate::worker::Worker;
 
 /// A request head reduced to what the rest of the exchange needs.
@@ -27,6 +28,9 @@ pub(super) struct Prepared {
     pub(super) idempotent: bool,
     pub(super) is_head: bool,
     pub(super) route: Option<RouteTarget>,
+    /// The request's consistent-hashing key, when its group balances by hash and the key is
+    /// present.
+    pub(super) hash_key: Option<u64>,
     /// Fields for the access log, gathered only when it is on.
     pub(super) log: Option<LogFields>,
 }
@@ -61,6 +65,10 @@ impl Prepared {
             upgrade: head.upgrade.is_some(),
             idempotent: head.is_idempotent(),
             is_head: head.method == "HEAD",
+            hash_key: route.and_then(|r| match &config.upstreams[r.upstream].balance {
+                Balance::Hash(key) => request_key(head, key, peer),
+                _ => None,
+            }),
             route,
             log: log.then(|| LogFields {
                 method: head.method.to_string(),
@@ -99,4 +107,33 @@ pub(super) async fn read_head(
             _ => return Ok(None),
         }
     }
+}
+
+/// The hash of the part of the request that consistent hashing keys on; None when the request
+/// lacks it (the group then balances it like P2C).
+fn request_key(head: &RequestHead<'_, '_>, key: &HashKey, peer: SocketAddr) -> Option<u64> {
+    let headers = head.headers;
+    let bytes: &[u8] = match key {
+        HashKey::ClientIp => {
+            return Some(match peer.ip() {
+                std::net::IpAddr::V4(ip) => hash_key(&ip.octets()),
+                std::net::IpAddr::V6(ip) => hash_key(&ip.octets()),
+            })
+        }
+        HashKey::Uri => head.path.as_bytes(),
+        HashKey::Header(name) => headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))?
+            .value,
+        HashKey::Cookie(name) => headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("cookie"))
+            .flat_map(|h| h.value.split(|&b| b == b';'))
+            .find_map(|pair| {
+                let pair = pair.trim_ascii_start();
+                let value = pair.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
+                Some(value.trim_ascii_end())
+            })?,
+    };
+    Some(hash_key(bytes))
 }

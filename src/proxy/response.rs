@@ -3,7 +3,6 @@
 //! (`buffer_response`), or the body relayed as it arrives ([`super::relay`]). A connection whose
 //! response ended cleanly goes back to the pool.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::relay::{self, ResponseBody};
@@ -175,7 +174,7 @@ pub(super) async fn respond(
                     .upstreams
                     .give(server, stream, group.keepalive, group.idle_timeout);
             }
-            return send_whole(cx, client, &ubuf[..end], &head, up.server).await;
+            return send_whole(cx, client, &ubuf[..end], &head).await;
         }
         // Larger than the limit: it streams.
     }
@@ -188,7 +187,6 @@ async fn send_whole(
     client: &mut Client,
     response: &[u8],
     head: &FinalHead,
-    server: SocketAddr,
 ) -> Result<Outcome, Error> {
     let body = &response[head.head_len..];
     let timeout = cx.config().limits.client_body_timeout;
@@ -198,7 +196,6 @@ async fn send_whole(
     Ok(Outcome {
         status: head.status,
         body_bytes: body.len() as u64,
-        upstream: Some(server),
         keep_alive: head.keep_alive,
     })
 }
@@ -266,7 +263,6 @@ async fn relay_body(
     Ok(Outcome {
         status: head.status,
         body_bytes: relayed.body_bytes,
-        upstream: Some(up.server),
         keep_alive: head.keep_alive,
     })
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 use super::request::{self, Prepared};
-use super::{exchange, Client, Ctx, Outcome};
+use super::{exchange, Client, Ctx, Outcome, Tried};
 use crate::buffers::MIN_BUFFER;
 use crate::config::Config;
 use crate::error::{Error, Kind, Side};
@@ -117,9 +117,10 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
         snapshot,
         request: &request,
     };
+    let mut tried = Tried::default();
     let result = match request.route {
         None => Err(Error::new(Kind::NoRoute)),
-        Some(route) => exchange::exchange(&cx, route, client, &mut buf).await,
+        Some(route) => exchange::exchange(&cx, route, client, &mut buf, &mut tried).await,
     };
     let outcome = match result {
         Ok(outcome) => outcome,
@@ -136,7 +137,7 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
             bytes: outcome.body_bytes,
             micros: started.elapsed().as_micros() as u64,
             host: &fields.host,
-            upstream: outcome.upstream,
+            upstreams: tried.as_slice(),
         });
     }
     client.buf = Some(buf);
@@ -171,7 +172,6 @@ async fn answer_failure(cx: &Ctx<'_>, client: &mut Client, buf: &mut Vec<u8>, e:
     Outcome {
         status: answer.logged,
         body_bytes: 0,
-        upstream: e.server,
         keep_alive,
     }
 }
@@ -194,7 +194,7 @@ async fn refuse_head(worker: &Worker, config: &Config, client: &mut Client, e: E
         bytes: 0,
         micros: 0,
         host: "-",
-        upstream: None,
+        upstreams: &[],
     });
 }
 
@@ -214,11 +214,19 @@ mod tests {
                 .await
                 .unwrap();
             let addr = "127.0.0.1:1".parse().unwrap();
-            let config = crate::config::Config::for_proxy(addr, vec![addr], Some(1));
+            let server = crate::config::upstream::parse_server(
+                "127.0.0.1:1",
+                crate::config::resolve_system,
+                std::time::Duration::ZERO,
+            )
+            .unwrap();
+            let config = crate::config::Config::for_proxy(addr, vec![server], Some(1));
             let shared = std::sync::Arc::new(crate::config::SharedConfig::new(config));
             let (_tx, rx) = tokio::sync::watch::channel(false);
             let access_log = crate::observe::access_log::AccessLog::disabled();
-            let worker = crate::worker::Worker::new(0, shared, Default::default(), access_log, rx);
+            let fleet = std::sync::Arc::new(crate::upstream::Fleet::new(Default::default()));
+            let worker =
+                crate::worker::Worker::new(0, shared, fleet, Default::default(), access_log, rx);
             let serve = super::serve(std::rc::Rc::new(worker), s.into(), addr);
             assert!(
                 std::mem::size_of_val(&serve) <= 1024,

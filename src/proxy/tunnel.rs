@@ -30,7 +30,6 @@ pub(super) async fn switch(
     Ok(Outcome {
         status: 101,
         body_bytes: 0,
-        upstream: Some(up.server),
         keep_alive: false,
     })
 }

@@ -17,6 +17,9 @@ use crate::config::{Config, SharedConfig};
 use crate::observe::access_log::{AccessLog, LogWriter};
 use crate::observe::admin;
 use crate::observe::metrics::Metrics;
+use crate::upstream::control::Control;
+use crate::upstream::fleet::Table;
+use crate::upstream::Fleet;
 use crate::worker::Worker;
 
 /// A running proxy: its workers, listeners and shared state.
@@ -27,6 +30,8 @@ pub struct Server {
     addrs: Vec<SocketAddr>,
     admin_addr: Option<SocketAddr>,
     metrics: Metrics,
+    fleet: Arc<Fleet>,
+    control: std::sync::Mutex<Option<Control>>,
     log: Option<LogWriter>,
 }
 
@@ -64,6 +69,8 @@ impl Server {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let metrics = Metrics::default();
         let shared = Arc::new(SharedConfig::new(config));
+        let fleet = Arc::new(Fleet::new(Table::default()));
+        let control = Control::start(fleet.clone(), shared.current(), 0)?;
         let mut server = Server {
             shared,
             shutdown,
@@ -71,6 +78,8 @@ impl Server {
             addrs,
             admin_addr,
             metrics,
+            fleet,
+            control: std::sync::Mutex::new(Some(control)),
             log,
         };
         for (id, listeners) in per_worker.into_iter().enumerate() {
@@ -80,17 +89,23 @@ impl Server {
                 .as_ref()
                 .map_or_else(AccessLog::disabled, LogWriter::buffer);
             let (shared, shutdown_rx) = (server.shared.clone(), shutdown_rx.clone());
+            let fleet = server.fleet.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("worker-{id}"))
                 .spawn(move || {
                     // Built on its own thread: a worker's state is single-threaded.
-                    let worker = Worker::new(id, shared, counters, log_buffer, shutdown_rx);
+                    let worker = Worker::new(id, shared, fleet, counters, log_buffer, shutdown_rx);
                     worker_thread::run(worker, listeners);
                 })?;
             server.threads.push(thread);
         }
         if let Some(l) = admin_listener {
-            let thread = admin::spawn(l, server.metrics.clone(), shutdown_rx)?;
+            let sources = admin::Sources {
+                metrics: server.metrics.clone(),
+                fleet: server.fleet.clone(),
+                shared: server.shared.clone(),
+            };
+            let thread = admin::spawn(l, sources, shutdown_rx)?;
             server.threads.push(thread);
         }
         Ok(server)
@@ -111,6 +126,11 @@ impl Server {
         &self.metrics
     }
 
+    /// The server table and per-server figures.
+    pub fn fleet(&self) -> &Fleet {
+        &self.fleet
+    }
+
     /// Replaces the config. Listeners are kept, so a config that changes them is refused (the
     /// running config keeps serving); a change of worker count, access log or admin address
     /// takes effect at the next restart.
@@ -127,7 +147,14 @@ impl Server {
         {
             tracing::warn!("workers, access_log and admin changes take effect at the next restart");
         }
-        self.shared.replace(config);
+        let mut control = self.control.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The old checks stop before the new ones start; their results carry over.
+        drop(control.take());
+        let generation = self.shared.replace(config);
+        *control = Some(
+            Control::start(self.fleet.clone(), self.shared.current(), generation)
+                .map_err(|e| format!("cannot start the upstream control thread: {e}"))?,
+        );
         Ok(())
     }
 
@@ -138,6 +165,7 @@ impl Server {
 
     fn stop(&mut self) {
         let _ = self.shutdown.send(true);
+        drop(self.control.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

@@ -1,109 +1,397 @@
-//! Choosing a server within an upstream group. Each worker keeps one [`Balancer`] per group, so
-//! there is no shared state to contend on and two groups never disturb each other's rotation.
+//! Choosing a server within a group. Each worker keeps one [`Balancer`] per group with its own
+//! state and no locks; [`Balancer::pick`] returns a [`Lease`] that must be told how the request
+//! ended (a dropped lease only releases its slot).
 //!
-//! [`Balancer::pick`] chooses; [`Balancer::report`] tells how the request on that server ended.
-//! Round-robin ignores the reports for its choice; the counts they keep (in flight, consecutive
-//! failures) are what least-connections, passive health and retries read.
+//! Which servers may be chosen, in order: available primaries (up by active checks, not
+//! ejected by this worker's passive health); else available backups; else, rather than fail
+//! for certain, any server the checks hold up (ejections ignored). Requests that already failed
+//! on a server exclude it, so a retry goes elsewhere.
+//!
+//! Fairness across workers: every worker balances only the requests it accepted. Round robin
+//! and hashing need nothing more (each worker follows the weights exactly, and the ring is the
+//! same in every worker, so a key maps to the same server in all of them). Least connections
+//! and P2C see only their own worker's in-flight requests: with W workers each decides on a
+//! 1/W sample of the load, which is unbiased as long as the kernel spreads connections evenly
+//! across workers (SO_REUSEPORT does). Each worker learns a slow server's latency on its own,
+//! so a slow server gets one probe per worker, not one per process.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
 
+use tokio::time::Instant;
+
+use super::fleet::Member;
+use super::peer::{PassiveHealth, Peer};
+use super::ring::Ring;
+use super::stats::{Failure, StatsRegistry};
+use crate::config::{Balance, UpstreamGroup};
 use crate::error::Kind;
 
-/// How a request on a picked server ended.
+/// How the servers are chosen from: see the module comment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The server answered (any status) and the exchange finished.
-    Success,
-    /// The server failed this way (refused, timed out, closed, answered badly).
-    Failure(Kind),
-    /// The request ended for a reason that says nothing of the server (the client left).
-    Abandoned,
+enum Tier {
+    Primary,
+    Backup,
+    Panic,
 }
 
 /// One worker's state for one upstream group.
 #[derive(Debug)]
 pub struct Balancer {
-    next: Cell<usize>,
-    servers: Box<[ServerState]>,
-}
-
-#[derive(Debug, Default)]
-struct ServerState {
-    in_flight: Cell<u32>,
-    consecutive_failures: Cell<u32>,
+    group: String,
+    worker: usize,
+    balance: Balance,
+    load_factor: f64,
+    health: PassiveHealth,
+    peers: RefCell<Vec<Rc<Peer>>>,
+    ring: RefCell<Ring>,
+    rotation: Cell<usize>,
+    rng: RefCell<fastrand::Rng>,
+    budget: RetryBudget,
 }
 
 impl Balancer {
-    /// A balancer over `servers` servers whose rotation starts at `start` (workers start at
-    /// different offsets to spread load).
-    pub fn new(servers: usize, start: usize) -> Balancer {
-        Balancer {
-            next: Cell::new(start),
-            servers: (0..servers.max(1))
-                .map(|_| ServerState::default())
-                .collect(),
-        }
-    }
-
-    /// The index of the server for the next request; it counts as in flight until
-    /// [`Balancer::report`] is called for it.
-    pub fn pick(&self) -> usize {
-        let n = self.next.get();
-        self.next.set(n.wrapping_add(1));
-        let server = n % self.servers.len();
-        let s = &self.servers[server];
-        s.in_flight.set(s.in_flight.get() + 1);
-        server
-    }
-
-    /// Records how the request sent to `server` ended.
-    pub fn report(&self, server: usize, outcome: Outcome) {
-        let Some(s) = self.servers.get(server) else {
-            return;
+    /// A balancer for `group` in worker `worker`, over `members`.
+    pub fn new(
+        group: &UpstreamGroup,
+        worker: usize,
+        members: &[Member],
+        stats: &StatsRegistry,
+    ) -> Balancer {
+        let b = Balancer {
+            group: group.name.clone(),
+            worker,
+            balance: group.balance.clone(),
+            load_factor: group.hash_load_factor,
+            health: PassiveHealth {
+                max_fails: group.max_fails,
+                fail_timeout: group.fail_timeout,
+            },
+            peers: RefCell::default(),
+            ring: RefCell::default(),
+            rotation: Cell::new(worker),
+            rng: RefCell::new(fastrand::Rng::with_seed(0x5eed_u64 ^ worker as u64)),
+            budget: RetryBudget::new(group.retry_budget),
         };
-        s.in_flight.set(s.in_flight.get().saturating_sub(1));
-        match outcome {
-            Outcome::Success => s.consecutive_failures.set(0),
-            Outcome::Failure(_) => s.consecutive_failures.set(s.consecutive_failures.get() + 1),
-            Outcome::Abandoned => {}
+        b.sync(members, stats, false);
+        // Workers start their round-robin sequence at different places.
+        for _ in 0..worker % members.len().max(1) {
+            if let Some(lease) = b.pick(None, &[]) {
+                lease.abandoned();
+            }
+        }
+        b
+    }
+
+    /// Takes a newly published member list: known servers keep their state, new ones start
+    /// (with slow start when `recovered`), removed ones are dropped (requests in flight on them
+    /// finish). Returns the addresses no longer to be used, whose pooled connections should go.
+    pub fn sync(&self, members: &[Member], stats: &StatsRegistry, recovered: bool) -> Vec<SocketAddr> {
+        let now = Instant::now();
+        let mut peers = self.peers.borrow_mut();
+        let mut gone: Vec<SocketAddr> = peers
+            .iter()
+            .filter(|p| !members.iter().any(|m| m.addr == p.addr))
+            .map(|p| p.addr)
+            .collect();
+        let new: Vec<Rc<Peer>> = members
+            .iter()
+            .map(|m| match peers.iter().find(|p| p.addr == m.addr) {
+                Some(p) => {
+                    p.update(m, now);
+                    if !m.up {
+                        gone.push(m.addr);
+                    }
+                    p.clone()
+                }
+                None => {
+                    let s = stats.get(self.worker, &self.group, m.addr);
+                    Rc::new(Peer::new(m, s, now, recovered))
+                }
+            })
+            .collect();
+        *peers = new;
+        if matches!(self.balance, Balance::Hash(_)) {
+            let primaries = peers.iter().enumerate().filter(|(_, p)| !p.backup.get());
+            *self.ring.borrow_mut() =
+                Ring::new(primaries.map(|(i, p)| (i, p.addr, p.weight.get())));
+        }
+        gone
+    }
+
+    /// The servers as this worker sees them now.
+    pub fn peers(&self) -> Vec<Rc<Peer>> {
+        self.peers.borrow().clone()
+    }
+
+    /// Chooses a server for a request, skipping `exclude` (servers this request already
+    /// failed on); `key` is the request's hash for consistent hashing. None when no server
+    /// may take it.
+    pub fn pick(&self, key: Option<u64>, exclude: &[SocketAddr]) -> Option<Lease> {
+        let now = Instant::now();
+        let peers = self.peers.borrow();
+        let tier = [Tier::Primary, Tier::Backup, Tier::Panic]
+            .into_iter()
+            .find(|&t| peers.iter().any(|p| eligible(p, t, now, exclude)))?;
+        let ok = |p: &Peer| eligible(p, tier, now, exclude);
+        let index = match (&self.balance, key) {
+            (Balance::RoundRobin, _) => self.round_robin(&peers, now, ok),
+            (Balance::LeastConn, _) => self.least_conn(&peers, now, ok),
+            (Balance::Hash(_), Some(key)) if tier == Tier::Primary => {
+                self.hashed(&peers, key, now, ok)
+            }
+            _ => self.p2c(&peers, now, ok),
+        }?;
+        let peer = peers[index].clone();
+        peer.start(now);
+        Some(Lease {
+            peer,
+            health: self.health,
+            done: false,
+        })
+    }
+
+    /// Nginx's smooth weighted round robin: every candidate gains its weight, the richest is
+    /// chosen and pays the total. Spreads a 5:1:1 split as a,a,b,a,c,a,a rather than in runs.
+    fn round_robin(&self, peers: &[Rc<Peer>], now: Instant, ok: impl Fn(&Peer) -> bool) -> Option<usize> {
+        let mut total = 0i64;
+        let mut best: Option<usize> = None;
+        for (i, p) in peers.iter().enumerate().filter(|(_, p)| ok(p)) {
+            let w = p.effective_weight(now) as i64;
+            p.current.set(p.current.get() + w);
+            total += w;
+            if best.is_none_or(|b| p.current.get() > peers[b].current.get()) {
+                best = Some(i);
+            }
+        }
+        let b = best?;
+        peers[b].current.set(peers[b].current.get() - total);
+        Some(b)
+    }
+
+    /// Fewest requests in flight per unit of weight; ties go round robin.
+    fn least_conn(&self, peers: &[Rc<Peer>], now: Instant, ok: impl Fn(&Peer) -> bool) -> Option<usize> {
+        let n = peers.len();
+        let start = self.rotation.get();
+        self.rotation.set(start.wrapping_add(1));
+        let mut best: Option<(usize, u64, u64)> = None;
+        for k in 0..n {
+            let i = (start + k) % n;
+            let p = &peers[i];
+            if !ok(p) {
+                continue;
+            }
+            let (load, w) = (u64::from(p.in_flight()), p.effective_weight(now));
+            // load/w < best_load/best_w, without division
+            if best.is_none_or(|(_, bl, bw)| load * bw < bl * w) {
+                best = Some((i, load, w));
+            }
+        }
+        best.map(|(i, _, _)| i)
+    }
+
+    /// Power of two choices: two distinct random candidates, the one with the lower
+    /// latency x (in flight + 1) / weight.
+    fn p2c(&self, peers: &[Rc<Peer>], now: Instant, ok: impl Fn(&Peer) -> bool) -> Option<usize> {
+        let candidates = peers.iter().filter(|p| ok(p)).count();
+        let nth = |n: usize| {
+            peers
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| ok(p))
+                .nth(n)
+                .map(|(i, _)| i)
+        };
+        let mut rng = self.rng.borrow_mut();
+        match candidates {
+            0 => None,
+            1 => nth(0),
+            c => {
+                let a = rng.usize(..c);
+                let mut b = rng.usize(..c - 1);
+                if b >= a {
+                    b += 1;
+                }
+                let (a, b) = (nth(a)?, nth(b)?);
+                let cost = |p: &Peer| {
+                    (p.latency(now) + 1.0) * f64::from(p.in_flight() + 1)
+                        / p.effective_weight(now) as f64
+                };
+                Some(if cost(&peers[a]) <= cost(&peers[b]) { a } else { b })
+            }
         }
     }
 
-    /// Requests picked for `server` and not yet reported.
-    pub fn in_flight(&self, server: usize) -> u32 {
-        self.servers.get(server).map_or(0, |s| s.in_flight.get())
+    /// Consistent hashing with bounded load: the key's server on the ring, unless it already
+    /// carries more than `load_factor` times its weighted share of the requests in flight; then
+    /// the next one on the ring that does not.
+    fn hashed(&self, peers: &[Rc<Peer>], key: u64, now: Instant, ok: impl Fn(&Peer) -> bool) -> Option<usize> {
+        let (mut load, mut weight) = (0u64, 0u64);
+        for p in peers.iter().filter(|p| ok(p)) {
+            load += u64::from(p.in_flight());
+            weight += p.effective_weight(now);
+        }
+        let ring = self.ring.borrow();
+        let fits = |p: &Peer| {
+            let share = (load + 1) as f64 * p.effective_weight(now) as f64 / weight.max(1) as f64;
+            f64::from(p.in_flight() + 1) <= (self.load_factor * share).ceil()
+        };
+        let found = ring
+            .walk(key)
+            .find(|&i| peers.get(i).is_some_and(|p| ok(p) && fits(p)));
+        found.or_else(|| self.least_conn(peers, now, ok))
     }
 
-    /// Failures reported for `server` since its last success.
-    pub fn consecutive_failures(&self, server: usize) -> u32 {
-        self.servers
-            .get(server)
-            .map_or(0, |s| s.consecutive_failures.get())
+    /// Counts a request toward the retry budget.
+    pub fn note_request(&self) {
+        self.budget.note_request(Instant::now());
+    }
+
+    /// Whether one more retry fits the budget (and spends it).
+    pub fn allow_retry(&self) -> bool {
+        self.budget.try_spend(Instant::now())
+    }
+}
+
+fn eligible(p: &Peer, tier: Tier, now: Instant, exclude: &[SocketAddr]) -> bool {
+    !exclude.contains(&p.addr)
+        && match tier {
+            Tier::Primary => !p.backup.get() && p.available(now),
+            Tier::Backup => p.backup.get() && p.available(now),
+            Tier::Panic => p.up.get(),
+        }
+}
+
+/// A request's hold on a server: counted in flight until it is reported or dropped.
+#[derive(Debug)]
+pub struct Lease {
+    peer: Rc<Peer>,
+    health: PassiveHealth,
+    done: bool,
+}
+
+impl Lease {
+    /// The chosen server.
+    pub fn addr(&self) -> SocketAddr {
+        self.peer.addr
+    }
+
+    /// Records the time the server took to start answering (feeds P2C).
+    pub fn observe_latency(&self, took: Duration) {
+        self.peer.observe_latency(took, Instant::now());
+    }
+
+    /// The server answered.
+    pub fn succeeded(mut self) {
+        self.peer.succeeded(Instant::now());
+        self.release();
+    }
+
+    /// The request failed with `kind`; returns true when the server was ejected by it. A
+    /// failure that is not the server's (the client left) counts as abandoned.
+    pub fn failed(mut self, kind: Kind) -> bool {
+        let ejected = match Failure::of(kind) {
+            Some(f) => self.peer.failed(f, self.health, Instant::now()),
+            None => {
+                self.peer.abandoned();
+                false
+            }
+        };
+        self.release();
+        ejected
+    }
+
+    /// The server answered with a 5xx that the group counts as a failure.
+    pub fn failed_status(mut self) -> bool {
+        let ejected = self
+            .peer
+            .failed(Failure::Status5xx, self.health, Instant::now());
+        self.release();
+        ejected
+    }
+
+    /// The request ended for a reason that says nothing of the server.
+    pub fn abandoned(mut self) {
+        self.peer.abandoned();
+        self.release();
+    }
+
+    fn release(&mut self) {
+        if !self.done {
+            self.done = true;
+            self.peer.finish();
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.done {
+            self.peer.abandoned();
+        }
+        self.release();
+    }
+}
+
+/// Retries allowed per group and worker: at most `ratio` of the requests of the last ten
+/// seconds, plus a few, so a failing fleet sees at most that much extra load.
+#[derive(Debug)]
+struct RetryBudget {
+    ratio: f64,
+    window_start: Cell<Option<Instant>>,
+    /// This window's and the previous window's counts.
+    requests: [Cell<u32>; 2],
+    retries: [Cell<u32>; 2],
+}
+
+/// The budget counts two windows this long.
+const BUDGET_WINDOW: Duration = Duration::from_secs(5);
+/// Retries always allowed per two windows, so a quiet group can still retry.
+const BUDGET_MIN_RETRIES: f64 = 10.0;
+
+impl RetryBudget {
+    fn new(ratio: f64) -> RetryBudget {
+        RetryBudget {
+            ratio,
+            window_start: Cell::new(None),
+            requests: Default::default(),
+            retries: Default::default(),
+        }
+    }
+
+    fn rotate(&self, now: Instant) {
+        let start = *self.window_start.get().get_or_insert(now);
+        let age = now.saturating_duration_since(start);
+        if age < BUDGET_WINDOW {
+            self.window_start.set(Some(start));
+            return;
+        }
+        let keep = age < 2 * BUDGET_WINDOW;
+        for c in [&self.requests, &self.retries] {
+            c[1].set(if keep { c[0].get() } else { 0 });
+            c[0].set(0);
+        }
+        self.window_start.set(Some(now));
+    }
+
+    fn note_request(&self, now: Instant) {
+        self.rotate(now);
+        self.requests[0].set(self.requests[0].get().saturating_add(1));
+    }
+
+    fn try_spend(&self, now: Instant) -> bool {
+        self.rotate(now);
+        let sum = |c: &[Cell<u32>; 2]| f64::from(c[0].get()) + f64::from(c[1].get());
+        let allowed = BUDGET_MIN_RETRIES + self.ratio * sum(&self.requests);
+        if sum(&self.retries) + 1.0 > allowed {
+            return false;
+        }
+        self.retries[0].set(self.retries[0].get() + 1);
+        true
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rotates_from_the_start_offset() {
-        let b = Balancer::new(3, 1);
-        let picks: Vec<usize> = (0..6).map(|_| b.pick()).collect();
-        assert_eq!(picks, [1, 2, 0, 1, 2, 0]);
-    }
-
-    #[test]
-    fn reports_track_in_flight_and_failures() {
-        let b = Balancer::new(2, 0);
-        let s = b.pick();
-        assert_eq!(b.in_flight(s), 1);
-        b.report(s, Outcome::Failure(Kind::ConnectFailed));
-        b.report(s, Outcome::Failure(Kind::UpstreamTimeout));
-        assert_eq!(b.in_flight(s), 0);
-        assert_eq!(b.consecutive_failures(s), 2);
-        b.report(s, Outcome::Success);
-        assert_eq!(b.consecutive_failures(s), 0);
-        b.report(7, Outcome::Success); // an index from an older config is ignored
-    }
-}
+mod tests;

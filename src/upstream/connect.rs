@@ -26,10 +26,14 @@ pub async fn connect(
             if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
                 counters.inc(Counter::UpstreamPortsExhausted);
                 tracing::error!(%addr, "cannot connect upstream: ephemeral ports exhausted (EADDRNOTAVAIL); raise the upstream keepalive pool or net.ipv4.ip_local_port_range");
+                Kind::PortsExhausted
+            } else if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                tracing::debug!(%addr, "upstream refused the connection");
+                Kind::ConnectRefused
             } else {
                 tracing::warn!(%addr, "upstream connect failed: {e}");
+                Kind::ConnectFailed
             }
-            Kind::ConnectFailed
         }
         Err(_) => Kind::ConnectTimeout,
     };

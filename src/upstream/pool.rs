@@ -52,6 +52,11 @@ impl UpstreamPool {
         }
     }
 
+    /// Closes every idle connection to `addr` (the server left, went down or was ejected).
+    pub fn forget(&self, addr: SocketAddr) {
+        self.idle.borrow_mut().remove(&addr);
+    }
+
     /// Closes expired connections and those the upstream closed.
     pub fn sweep(&self) {
         let now = Instant::now();

@@ -436,7 +436,7 @@ fn stale_pooled_connection_is_replaced_and_idempotent_request_retried() {
     assert_eq!(
         proxy
             .metrics()
-            .total(slipstream::observe::metrics::Counter::UpstreamRetries),
+            .total(slipstream::observe::metrics::Counter::UpstreamStaleRetries),
         1
     );
 
@@ -702,8 +702,10 @@ workers = 1
 address = "127.0.0.1:0"
 [upstreams.a]
 servers = ["{}", "{}"]
+balance = "round_robin"
 [upstreams.b]
 servers = ["{}", "{}"]
+balance = "round_robin"
 [[sites]]
 default = true
 routes = [{{ path = "/a", upstream = "a" }}, {{ path = "/b", upstream = "b" }}]

@@ -1,0 +1,219 @@
+//! One worker's view of one server: requests in flight, latency, smooth-round-robin weight,
+//! passive health (failures counted in a window, ejection, one trial request afterwards) and
+//! slow start. Single-threaded (`Cell`s); its [`ServerStats`] mirror what `/metrics` shows.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::fleet::Member;
+use super::stats::{Failure, ServerStats};
+
+/// How fast the latency average forgets: the weight of a sample halves about every 7 s. A
+/// server that turned slow is avoided; one that is no longer measured slowly looks better
+/// again and gets a probe request.
+const LATENCY_DECAY: Duration = Duration::from_secs(10);
+
+/// Passive health settings of the server's group.
+#[derive(Debug, Clone, Copy)]
+pub struct PassiveHealth {
+    /// Failures within `fail_timeout` that eject (0: never).
+    pub max_fails: u32,
+    /// Window and ejection time.
+    pub fail_timeout: Duration,
+}
+
+/// A server as one worker sees it.
+#[derive(Debug)]
+pub struct Peer {
+    /// Where to connect.
+    pub addr: SocketAddr,
+    pub(super) weight: Cell<u32>,
+    pub(super) backup: Cell<bool>,
+    slow_start: Cell<Duration>,
+    /// Active checks hold it up.
+    pub(super) up: Cell<bool>,
+    in_flight: Cell<u32>,
+    /// Smooth weighted round robin's running weight.
+    pub(super) current: Cell<i64>,
+    /// Peak-sensitive moving average of time to the response head, in microseconds.
+    latency_us: Cell<f64>,
+    latency_at: Cell<Instant>,
+    fails: Cell<u32>,
+    window_start: Cell<Instant>,
+    ejected_until: Cell<Option<Instant>>,
+    trial_in_flight: Cell<bool>,
+    /// When it last came back (slow start ramps from here).
+    recovered_at: Cell<Option<Instant>>,
+    /// Its figures in `/metrics`.
+    pub stats: Arc<ServerStats>,
+}
+
+impl Peer {
+    /// A peer for `member`; `recovered` starts its slow start now (a server that appeared or
+    /// came up after start).
+    pub fn new(member: &Member, stats: Arc<ServerStats>, now: Instant, recovered: bool) -> Peer {
+        Peer {
+            addr: member.addr,
+            weight: Cell::new(member.weight.max(1)),
+            backup: Cell::new(member.backup),
+            slow_start: Cell::new(member.slow_start),
+            up: Cell::new(member.up),
+            in_flight: Cell::new(0),
+            current: Cell::new(0),
+            latency_us: Cell::new(0.0),
+            latency_at: Cell::new(now),
+            fails: Cell::new(0),
+            window_start: Cell::new(now),
+            ejected_until: Cell::new(None),
+            trial_in_flight: Cell::new(false),
+            recovered_at: Cell::new(recovered.then_some(now)),
+            stats,
+        }
+    }
+
+    /// Takes the published settings of `member`; a server that comes up starts its slow start.
+    pub fn update(&self, member: &Member, now: Instant) {
+        if member.up && !self.up.get() {
+            self.recovered_at.set(Some(now));
+            tracing::info!(server = %self.addr, "upstream server is up (health check)");
+        } else if !member.up && self.up.get() {
+            tracing::warn!(server = %self.addr, "upstream server is down (health check): draining");
+        }
+        self.weight.set(member.weight.max(1));
+        self.backup.set(member.backup);
+        self.slow_start.set(member.slow_start);
+        self.up.set(member.up);
+    }
+
+    /// Requests picked for this server and not yet finished.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.get()
+    }
+
+    /// Whether a new request may go here: up, and not ejected (or ejected long enough that one
+    /// trial request may test it, and none is out yet).
+    pub fn available(&self, now: Instant) -> bool {
+        self.up.get()
+            && match self.ejected_until.get() {
+                None => true,
+                Some(until) => now >= until && !self.trial_in_flight.get(),
+            }
+    }
+
+    /// Whether this worker has the server ejected (trial pending or not).
+    pub fn ejected(&self) -> bool {
+        self.ejected_until.get().is_some()
+    }
+
+    /// The weight now, reduced during slow start (in hundredths, at least 1).
+    pub fn effective_weight(&self, now: Instant) -> u64 {
+        let full = u64::from(self.weight.get()) * 100;
+        let ramp = self.slow_start.get();
+        match self.recovered_at.get() {
+            Some(at) if !ramp.is_zero() => {
+                let elapsed = now.saturating_duration_since(at);
+                if elapsed >= ramp {
+                    self.recovered_at.set(None);
+                    full
+                } else {
+                    (full as f64 * elapsed.as_secs_f64() / ramp.as_secs_f64()).max(1.0) as u64
+                }
+            }
+            _ => full,
+        }
+    }
+
+    /// The latency average as of `now` (it decays toward zero while nothing is measured).
+    pub fn latency(&self, now: Instant) -> f64 {
+        let age = now.saturating_duration_since(self.latency_at.get());
+        self.latency_us.get() * (-age.as_secs_f64() / LATENCY_DECAY.as_secs_f64()).exp()
+    }
+
+    /// Adds a latency sample: a slower sample takes over at once, a faster one is averaged in.
+    pub fn observe_latency(&self, sample: Duration, now: Instant) {
+        let sample = sample.as_secs_f64() * 1e6;
+        let age = now.saturating_duration_since(self.latency_at.get());
+        let keep = (-age.as_secs_f64() / LATENCY_DECAY.as_secs_f64()).exp();
+        let old = self.latency_us.get();
+        let new = if sample > old {
+            sample
+        } else {
+            old * keep + sample * (1.0 - keep)
+        };
+        self.latency_us.set(new);
+        self.latency_at.set(now);
+    }
+
+    /// Counts a request as started here.
+    pub(super) fn start(&self, now: Instant) {
+        if self.ejected_until.get().is_some_and(|until| now >= until) {
+            self.trial_in_flight.set(true);
+        }
+        self.in_flight.set(self.in_flight.get() + 1);
+        self.stats.set_in_flight(self.in_flight.get());
+        ServerStats::bump(&self.stats.requests);
+    }
+
+    /// Counts a request as finished (whatever its outcome).
+    pub(super) fn finish(&self) {
+        self.in_flight.set(self.in_flight.get().saturating_sub(1));
+        self.stats.set_in_flight(self.in_flight.get());
+    }
+
+    /// The request answered: a server on trial is back.
+    pub(super) fn succeeded(&self, now: Instant) {
+        self.fails.set(0);
+        if self.trial_in_flight.get() {
+            self.trial_in_flight.set(false);
+            self.ejected_until.set(None);
+            self.stats.ejected.store(false, Ordering::Relaxed);
+            self.recovered_at.set(Some(now));
+            tracing::info!(server = %self.addr, "upstream server is back after a trial request");
+        }
+    }
+
+    /// The request failed this way. Returns true when this failure ejected the server.
+    pub(super) fn failed(&self, failure: Failure, health: PassiveHealth, now: Instant) -> bool {
+        ServerStats::bump(&self.stats.failures[failure as usize]);
+        if failure == Failure::AddrNotAvail {
+            return false; // the local host ran out of ports: not the server's fault
+        }
+        let on_trial = self.trial_in_flight.replace(false);
+        if self.ejected_until.get().is_some() && !on_trial {
+            return false; // already out; a late failure from before the ejection
+        }
+        if now.saturating_duration_since(self.window_start.get()) > health.fail_timeout {
+            self.window_start.set(now);
+            self.fails.set(0);
+        }
+        self.fails.set(self.fails.get() + 1);
+        let eject = on_trial
+            || failure == Failure::Refused
+            || (health.max_fails > 0 && self.fails.get() >= health.max_fails);
+        if eject && health.max_fails > 0 {
+            self.ejected_until.set(Some(now + health.fail_timeout));
+            self.fails.set(0);
+            self.stats.ejected.store(true, Ordering::Relaxed);
+            ServerStats::bump(&self.stats.ejections);
+            tracing::warn!(
+                server = %self.addr,
+                "upstream server ejected for {:?} after {} ({})",
+                health.fail_timeout,
+                if on_trial { "a failed trial request" } else { "failures" },
+                failure.label()
+            );
+            return true;
+        }
+        false
+    }
+
+    /// A request ended without saying anything of the server (the client left).
+    pub(super) fn abandoned(&self) {
+        self.trial_in_flight.set(false);
+    }
+}

@@ -1,0 +1,109 @@
+//! The consistent-hash ring: each server owns points on a 64-bit circle in proportion to its
+//! weight, placed by hashing its address, so every worker and every process builds the same
+//! ring and adding one server to N moves about 1/(N+1) of the keys. A key goes to the first
+//! point at or after its hash; the walk onward (to skip servers that are down or full) is in
+//! `balance`.
+
+use std::net::SocketAddr;
+
+use xxhash_rust::xxh3::xxh3_64;
+
+/// Points per unit of weight: enough for an even spread (a few percent) with tens of servers.
+const POINTS_PER_WEIGHT: u32 = 160;
+/// Most points one server gets, whatever its weight.
+const MAX_POINTS: u32 = 16_000;
+
+/// Points on the circle, sorted, each naming a server by its index in the balancer.
+#[derive(Debug, Default)]
+pub struct Ring {
+    points: Vec<(u64, u32)>,
+}
+
+impl Ring {
+    /// The ring over `servers`: each one's index (returned by [`Ring::walk`]), address and
+    /// weight.
+    pub fn new(servers: impl Iterator<Item = (usize, SocketAddr, u32)>) -> Ring {
+        let mut points = Vec::new();
+        for (index, addr, weight) in servers {
+            let name = addr.to_string();
+            let n = weight.saturating_mul(POINTS_PER_WEIGHT).min(MAX_POINTS);
+            for i in 0..n {
+                let point = xxh3_64(format!("{name}-{i}").as_bytes());
+                points.push((point, index as u32));
+            }
+        }
+        points.sort_unstable();
+        Ring { points }
+    }
+
+    /// Whether the ring has no server.
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+
+    /// Server indices from the key's place on the ring onward, once around (a server appears
+    /// as often as it has points; callers stop at the first acceptable one).
+    pub fn walk(&self, key: u64) -> impl Iterator<Item = usize> + '_ {
+        let start = self.points.partition_point(|&(p, _)| p < key);
+        let (after, before) = self.points.split_at(start);
+        before
+            .iter()
+            .chain(after)
+            .map(|&(_, index)| index as usize)
+    }
+}
+
+/// The hash of a request key, as the ring places it.
+pub fn hash_key(key: &[u8]) -> u64 {
+    xxh3_64(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addrs(n: u16) -> Vec<(usize, SocketAddr, u32)> {
+        (0..n)
+            .map(|i| (usize::from(i), SocketAddr::from(([10, 0, 0, 1], 8000 + i)), 1))
+            .collect()
+    }
+
+    fn owner(ring: &Ring, key: u64) -> usize {
+        ring.walk(key).next().unwrap()
+    }
+
+    #[test]
+    fn adding_a_server_moves_about_one_share_of_keys() {
+        let four = Ring::new(addrs(4).into_iter());
+        let five = Ring::new(addrs(5).into_iter());
+        let keys = 20_000;
+        let mut moved = 0;
+        let mut counts = [0usize; 5];
+        for k in 0..keys {
+            let h = hash_key(format!("user-{k}").as_bytes());
+            let (a, b) = (owner(&four, h), owner(&five, h));
+            counts[b] += 1;
+            if a != b {
+                moved += 1;
+                assert_eq!(b, 4, "a key moved between old servers");
+            }
+        }
+        let share = f64::from(moved) / f64::from(keys);
+        assert!((0.15..0.25).contains(&share), "moved {share}");
+        for c in counts {
+            let c = c as f64 / f64::from(keys);
+            assert!((0.15..0.25).contains(&c), "uneven: {counts:?}");
+        }
+    }
+
+    #[test]
+    fn weight_scales_the_share() {
+        let mut servers = addrs(2);
+        servers[1].2 = 3;
+        let ring = Ring::new(servers.into_iter());
+        let heavy = (0..10_000u32)
+            .filter(|k| owner(&ring, hash_key(&k.to_le_bytes())) == 1)
+            .count();
+        assert!((7_000..8_000).contains(&heavy), "{heavy}");
+    }
+}
