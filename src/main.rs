@@ -58,7 +58,8 @@ enum Command {
 }
 
 fn parse_server(s: &str) -> Result<ServerSpec, String> {
-    config::upstream::parse_server(s, config::resolve_system, std::time::Duration::ZERO)
+    let resolve = config::upstream::LoadResolver::Now(config::resolve_system);
+    config::upstream::parse_server(s, resolve, std::time::Duration::ZERO)
 }
 
 fn parse_addr(s: &str) -> Result<SocketAddr, String> {

@@ -17,10 +17,10 @@ pub mod shared;
 pub mod upstream;
 
 pub use shared::SharedConfig;
+use upstream::FileUpstream;
 pub use upstream::{
     Balance, HashKey, HealthCheck, Probe, ServerSpec, UpstreamGroup, DEFAULT_UPSTREAM_KEEPALIVE,
 };
-use upstream::FileUpstream;
 
 /// The validated, immutable configuration.
 #[derive(Debug, Clone)]
@@ -154,6 +154,7 @@ impl Config {
             text,
             file,
             resolve,
+            dns_at_start: false,
             errors: Vec::new(),
         };
         let raw: FileConfig = match toml::from_str(text) {
@@ -288,6 +289,8 @@ struct Validator<'a> {
     text: &'a str,
     file: &'a str,
     resolve: fn(&str) -> Vec<SocketAddr>,
+    /// DNS servers are configured: names are resolved by them when the proxy starts.
+    dns_at_start: bool,
     errors: Vec<ConfigError>,
 }
 
@@ -297,7 +300,9 @@ pub fn resolve_system(s: &str) -> Vec<SocketAddr> {
     if let Ok(a) = s.parse() {
         return vec![a];
     }
-    s.to_socket_addrs().map(Iterator::collect).unwrap_or_default()
+    s.to_socket_addrs()
+        .map(Iterator::collect)
+        .unwrap_or_default()
 }
 
 impl Validator<'_> {
@@ -390,21 +395,26 @@ impl Validator<'_> {
             self.error(at, "max_buffer must be at least max_request_head");
         }
 
-        let listeners = self.build_listeners(&raw.listen);
-        let upstreams = self.build_upstreams(&raw.upstreams);
-        let router = self.build_router(&raw.sites, &upstreams);
-        let admin = raw.admin.as_ref().and_then(|a| self.socket_addr(a));
-        let resolvers = raw
+        let resolvers: Vec<SocketAddr> = raw
             .resolver
             .iter()
             .filter_map(|r| match r.get_ref().parse::<SocketAddr>() {
                 Ok(a) => Some(a),
                 Err(_) => {
-                    self.error(r.span().start, "resolver must be IP:PORT, e.g. \"10.0.0.2:53\"");
+                    self.error(
+                        r.span().start,
+                        "resolver must be IP:PORT, e.g. \"10.0.0.2:53\"",
+                    );
                     None
                 }
             })
             .collect();
+        self.dns_at_start = !resolvers.is_empty();
+        let listeners = self.build_listeners(&raw.listen);
+        let upstreams = self.build_upstreams(&raw.upstreams);
+        let router = self.build_router(&raw.sites, &upstreams);
+        let admin = raw.admin.as_ref().and_then(|a| self.socket_addr(a));
+
         Config {
             workers,
             listeners,

@@ -161,11 +161,20 @@ impl UpstreamGroup {
     }
 }
 
+/// How names in server lines are resolved when the config is loaded.
+#[derive(Clone, Copy)]
+pub enum LoadResolver {
+    /// With this function (the system resolver; the fuzz target's offline one).
+    Now(fn(&str) -> Vec<SocketAddr>),
+    /// Not at load: the configured DNS servers resolve them when the proxy starts.
+    Later,
+}
+
 /// Parses a server line: `HOST:PORT` followed by options `weight=N`, `backup`,
-/// `slow_start=DURATION`. Names are resolved with `resolve`; an error says what is wrong.
+/// `slow_start=DURATION`. An error says what is wrong.
 pub fn parse_server(
     text: &str,
-    resolve: fn(&str) -> Vec<SocketAddr>,
+    resolve: LoadResolver,
     default_slow_start: Duration,
 ) -> Result<ServerSpec, String> {
     let mut words = text.split_whitespace();
@@ -199,16 +208,15 @@ pub fn parse_server(
                     .ok_or_else(|| format!("invalid slow_start {d:?}: use e.g. \"30s\""))?;
             }
             None if word == "backup" => spec.backup = true,
-            _ => {
-                return Err(format!(
-                    "unknown server option {word:?} (options: weight=N, backup, slow_start=DURATION)"
-                ))
-            }
+            _ => return Err(format!(
+                "unknown server option {word:?} (options: weight=N, backup, slow_start=DURATION)"
+            )),
         }
     }
-    spec.addrs = match spec.host.parse::<IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => resolve(&format!("{}:{port}", spec.host)),
+    spec.addrs = match (spec.host.parse::<IpAddr>(), resolve) {
+        (Ok(ip), _) => vec![SocketAddr::new(ip, port)],
+        (Err(_), LoadResolver::Now(resolve)) => resolve(&format!("{}:{port}", spec.host)),
+        (Err(_), LoadResolver::Later) => return Ok(spec),
     };
     if spec.addrs.is_empty() {
         return Err(format!("host {:?} not found", spec.host));
@@ -320,7 +328,12 @@ impl Validator<'_> {
             self.error(u.servers.span().start, message);
         }
         for s in u.servers.get_ref() {
-            match parse_server(s.get_ref(), self.resolve, slow_start) {
+            let resolve = if self.dns_at_start {
+                LoadResolver::Later
+            } else {
+                LoadResolver::Now(self.resolve)
+            };
+            match parse_server(s.get_ref(), resolve, slow_start) {
                 Ok(spec) => g.servers.push(spec),
                 Err(e) => self.error(s.span().start, e),
             }
@@ -338,7 +351,10 @@ impl Validator<'_> {
                 }
             }
         } else if let Some(k) = &u.hash_key {
-            self.error(k.span().start, "hash_key is set but balance is not \"hash\"");
+            self.error(
+                k.span().start,
+                "hash_key is set but balance is not \"hash\"",
+            );
         }
         if let Some(f) = &u.hash_load_factor {
             if *f.get_ref() >= 1.0 && f.get_ref().is_finite() {
@@ -386,7 +402,10 @@ impl Validator<'_> {
                 let expect = match &h.expect {
                     None => (200, 399),
                     Some(e) => parse_status_range(e.get_ref()).unwrap_or_else(|| {
-                        self.error(e.span().start, "invalid expect: use e.g. \"200-399\" or \"204\"");
+                        self.error(
+                            e.span().start,
+                            "invalid expect: use e.g. \"200-399\" or \"204\"",
+                        );
                         (200, 399)
                     }),
                 };
@@ -399,7 +418,10 @@ impl Validator<'_> {
             }
             other => {
                 let at = h.kind.as_ref().map_or(0, |k| k.span().start);
-                self.error(at, format!("unknown health check type {other:?} (use \"http\" or \"tcp\")"));
+                self.error(
+                    at,
+                    format!("unknown health check type {other:?} (use \"http\" or \"tcp\")"),
+                );
                 return None;
             }
         };
@@ -415,7 +437,11 @@ impl Validator<'_> {
         let interval = self.duration(&h.interval, Duration::from_secs(5));
         let timeout = self.duration(&h.timeout, Duration::from_secs(2));
         if interval.is_zero() || timeout.is_zero() {
-            let at = h.interval.as_ref().or(h.timeout.as_ref()).map_or(0, |s| s.span().start);
+            let at = h
+                .interval
+                .as_ref()
+                .or(h.timeout.as_ref())
+                .map_or(0, |s| s.span().start);
             self.error(at, "health check interval and timeout must be above zero");
         }
         Some(HealthCheck {
@@ -433,22 +459,29 @@ impl Validator<'_> {
 mod tests {
     use super::*;
 
-    fn no_dns(_: &str) -> Vec<SocketAddr> {
-        Vec::new()
-    }
+    const NO_DNS: LoadResolver = LoadResolver::Now(|_| Vec::new());
 
     #[test]
     fn server_lines() {
-        let s = parse_server("10.0.0.1:80 weight=3 backup slow_start=30s", no_dns, Duration::ZERO)
-            .unwrap();
+        let s = parse_server(
+            "10.0.0.1:80 weight=3 backup slow_start=30s",
+            NO_DNS,
+            Duration::ZERO,
+        )
+        .unwrap();
         assert_eq!(s.weight, 3);
         assert!(s.backup);
         assert_eq!(s.slow_start, Duration::from_secs(30));
         assert_eq!(s.addrs, ["10.0.0.1:80".parse().unwrap()]);
-        let s = parse_server("http://[::1]:8080/", no_dns, Duration::ZERO).unwrap();
+        let s = parse_server("http://[::1]:8080/", NO_DNS, Duration::ZERO).unwrap();
         assert_eq!(s.addrs, ["[::1]:8080".parse().unwrap()]);
-        for bad in ["10.0.0.1:80 weight=0", "10.0.0.1", "x.invalid:80", "10.0.0.1:80 heavy"] {
-            assert!(parse_server(bad, no_dns, Duration::ZERO).is_err(), "{bad}");
+        for bad in [
+            "10.0.0.1:80 weight=0",
+            "10.0.0.1",
+            "x.invalid:80",
+            "10.0.0.1:80 heavy",
+        ] {
+            assert!(parse_server(bad, NO_DNS, Duration::ZERO).is_err(), "{bad}");
         }
     }
 

@@ -11,9 +11,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::config::SharedConfig;
 use crate::http1::parse_request;
 use crate::http1::request::header_storage;
-use crate::config::SharedConfig;
 use crate::observe::metrics::Metrics;
 use crate::upstream::stats::Failure;
 use crate::upstream::Fleet;
@@ -113,7 +113,9 @@ fn render_servers(sources: &Sources, out: &mut String) {
             .position(|g| g.name == *group)
             .and_then(|i| table.groups.get(i))
             .and_then(|members| members.iter().find(|m| m.addr == *addr));
-        let ejected = workers.iter().any(|(_, s)| s.ejected.load(Ordering::Relaxed));
+        let ejected = workers
+            .iter()
+            .any(|(_, s)| s.ejected.load(Ordering::Relaxed));
         let state = match member {
             None if in_flight > 0 => "draining",
             None => "removed",
@@ -123,13 +125,25 @@ fn render_servers(sources: &Sources, out: &mut String) {
         };
         for s in ["up", "down", "ejected", "draining", "removed"] {
             let v = u8::from(s == state);
-            let _ = writeln!(out, "slipstream_upstream_server_state{{{labels},state=\"{s}\"}} {v}");
+            let _ = writeln!(
+                out,
+                "slipstream_upstream_server_state{{{labels},state=\"{s}\"}} {v}"
+            );
         }
         let requests = sum(&|s| s.requests.load(Ordering::Relaxed));
         let ejections = sum(&|s| s.ejections.load(Ordering::Relaxed));
-        let _ = writeln!(out, "slipstream_upstream_server_requests_total{{{labels}}} {requests}");
-        let _ = writeln!(out, "slipstream_upstream_server_in_flight{{{labels}}} {in_flight}");
-        let _ = writeln!(out, "slipstream_upstream_server_ejections_total{{{labels}}} {ejections}");
+        let _ = writeln!(
+            out,
+            "slipstream_upstream_server_requests_total{{{labels}}} {requests}"
+        );
+        let _ = writeln!(
+            out,
+            "slipstream_upstream_server_in_flight{{{labels}}} {in_flight}"
+        );
+        let _ = writeln!(
+            out,
+            "slipstream_upstream_server_ejections_total{{{labels}}} {ejections}"
+        );
         for f in <Failure as strum::IntoEnumIterator>::iter() {
             let n = sum(&|s| s.failures[f as usize].load(Ordering::Relaxed));
             let kind = f.label();
@@ -141,7 +155,11 @@ fn render_servers(sources: &Sources, out: &mut String) {
         if let Some(c) = checks.get(&(group.clone(), *addr)) {
             let ok = u8::from(c.last_ok);
             let _ = writeln!(out, "slipstream_upstream_server_check_ok{{{labels}}} {ok}");
-            let _ = writeln!(out, "slipstream_upstream_server_checks_total{{{labels}}} {}", c.checks);
+            let _ = writeln!(
+                out,
+                "slipstream_upstream_server_checks_total{{{labels}}} {}",
+                c.checks
+            );
             let _ = writeln!(
                 out,
                 "slipstream_upstream_server_check_failures_total{{{labels}}} {}",

@@ -117,7 +117,9 @@ fn may_retry_elsewhere(
         return false;
     }
     if !balancer.allow_retry() {
-        cx.worker.counters.inc(Counter::UpstreamRetryBudgetExhausted);
+        cx.worker
+            .counters
+            .inc(Counter::UpstreamRetryBudgetExhausted);
         tracing::warn!(group = %group.name, "retry budget spent: not retrying ({e})");
         return false;
     }
@@ -148,10 +150,7 @@ impl Attempt<'_> {
         let pooled = cx.worker.upstreams.take(server, counters);
         if let Some(stream) = pooled {
             counters.inc(Counter::UpstreamReused);
-            let mut conn = Conn {
-                server,
-                stream,
-            };
+            let mut conn = Conn { server, stream };
             match self.send(cx, client, buf, &mut conn, body).await {
                 Ok(ubuf) => return Ok((conn, ubuf)),
                 Err(e) if e.may_retry(cx.request.idempotent, self.body_in_hand) => {
@@ -161,10 +160,7 @@ impl Attempt<'_> {
             }
         }
         let stream = connect(server, self.group.connect_timeout, counters).await?;
-        let mut conn = Conn {
-            server,
-            stream,
-        };
+        let mut conn = Conn { server, stream };
         let ubuf = self.send(cx, client, buf, &mut conn, body).await?;
         Ok((conn, ubuf))
     }
@@ -183,7 +179,10 @@ impl Attempt<'_> {
         let group = self.group;
         let limits = &cx.config().limits;
         let started = matches!(group.balance, Balance::P2c | Balance::Hash(_)).then(Instant::now);
-        let parts = [p.upstream_head.as_slice(), &buf[p.head_len..self.initial_end]];
+        let parts = [
+            p.upstream_head.as_slice(),
+            &buf[p.head_len..self.initial_end],
+        ];
         write_all(&mut conn.stream, &parts, group.send_timeout)
             .await
             .map_err(|e| Error::no_response(&e))?;
@@ -232,4 +231,3 @@ impl Attempt<'_> {
         }
     }
 }
-

@@ -121,10 +121,12 @@ fn request_key(head: &RequestHead<'_, '_>, key: &HashKey, peer: SocketAddr) -> O
             })
         }
         HashKey::Uri => head.path.as_bytes(),
-        HashKey::Header(name) => headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))?
-            .value,
+        HashKey::Header(name) => {
+            headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name))?
+                .value
+        }
         HashKey::Cookie(name) => headers
             .iter()
             .filter(|h| h.name.eq_ignore_ascii_case("cookie"))

@@ -216,7 +216,7 @@ mod tests {
             let addr = "127.0.0.1:1".parse().unwrap();
             let server = crate::config::upstream::parse_server(
                 "127.0.0.1:1",
-                crate::config::resolve_system,
+                crate::config::upstream::LoadResolver::Now(crate::config::resolve_system),
                 std::time::Duration::ZERO,
             )
             .unwrap();

@@ -147,7 +147,10 @@ impl Server {
         {
             tracing::warn!("workers, access_log and admin changes take effect at the next restart");
         }
-        let mut control = self.control.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut control = self
+            .control
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // The old checks stop before the new ones start; their results carry over.
         drop(control.take());
         let generation = self.shared.replace(config);
@@ -165,7 +168,12 @@ impl Server {
 
     fn stop(&mut self) {
         let _ = self.shutdown.send(true);
-        drop(self.control.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
+        drop(
+            self.control
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

@@ -47,7 +47,6 @@ pub struct Balancer {
     health: PassiveHealth,
     peers: RefCell<Vec<Rc<Peer>>>,
     ring: RefCell<Ring>,
-    rotation: Cell<usize>,
     rng: RefCell<fastrand::Rng>,
     budget: RetryBudget,
 }
@@ -71,7 +70,6 @@ impl Balancer {
             },
             peers: RefCell::default(),
             ring: RefCell::default(),
-            rotation: Cell::new(worker),
             rng: RefCell::new(fastrand::Rng::with_seed(0x5eed_u64 ^ worker as u64)),
             budget: RetryBudget::new(group.retry_budget),
         };
@@ -88,7 +86,12 @@ impl Balancer {
     /// Takes a newly published member list: known servers keep their state, new ones start
     /// (with slow start when `recovered`), removed ones are dropped (requests in flight on them
     /// finish). Returns the addresses no longer to be used, whose pooled connections should go.
-    pub fn sync(&self, members: &[Member], stats: &StatsRegistry, recovered: bool) -> Vec<SocketAddr> {
+    pub fn sync(
+        &self,
+        members: &[Member],
+        stats: &StatsRegistry,
+        recovered: bool,
+    ) -> Vec<SocketAddr> {
         let now = Instant::now();
         let mut peers = self.peers.borrow_mut();
         let mut gone: Vec<SocketAddr> = peers
@@ -155,7 +158,12 @@ impl Balancer {
 
     /// Nginx's smooth weighted round robin: every candidate gains its weight, the richest is
     /// chosen and pays the total. Spreads a 5:1:1 split as a,a,b,a,c,a,a rather than in runs.
-    fn round_robin(&self, peers: &[Rc<Peer>], now: Instant, ok: impl Fn(&Peer) -> bool) -> Option<usize> {
+    fn round_robin(
+        &self,
+        peers: &[Rc<Peer>],
+        now: Instant,
+        ok: impl Fn(&Peer) -> bool,
+    ) -> Option<usize> {
         let mut total = 0i64;
         let mut best: Option<usize> = None;
         for (i, p) in peers.iter().enumerate().filter(|(_, p)| ok(p)) {
@@ -171,63 +179,62 @@ impl Balancer {
         Some(b)
     }
 
-    /// Fewest requests in flight per unit of weight; ties go round robin.
-    fn least_conn(&self, peers: &[Rc<Peer>], now: Instant, ok: impl Fn(&Peer) -> bool) -> Option<usize> {
-        let n = peers.len();
-        let start = self.rotation.get();
-        self.rotation.set(start.wrapping_add(1));
-        let mut best: Option<(usize, u64, u64)> = None;
-        for k in 0..n {
-            let i = (start + k) % n;
-            let p = &peers[i];
-            if !ok(p) {
-                continue;
-            }
+    /// Fewest requests in flight per unit of weight; ties (as when requests come one at a
+    /// time) are settled by smooth weighted round robin, so weights hold at any load.
+    fn least_conn(
+        &self,
+        peers: &[Rc<Peer>],
+        now: Instant,
+        ok: impl Fn(&Peer) -> bool,
+    ) -> Option<usize> {
+        let mut best: Option<(u64, u64)> = None;
+        for p in peers.iter().filter(|p| ok(p)) {
             let (load, w) = (u64::from(p.in_flight()), p.effective_weight(now));
             // load/w < best_load/best_w, without division
-            if best.is_none_or(|(_, bl, bw)| load * bw < bl * w) {
-                best = Some((i, load, w));
+            if best.is_none_or(|(bl, bw)| load * bw < bl * w) {
+                best = Some((load, w));
             }
         }
-        best.map(|(i, _, _)| i)
+        let (bl, bw) = best?;
+        self.round_robin(peers, now, |p| {
+            ok(p) && u64::from(p.in_flight()) * bw == bl * p.effective_weight(now)
+        })
     }
 
-    /// Power of two choices: two distinct random candidates, the one with the lower
-    /// latency x (in flight + 1) / weight.
+    /// Power of two choices: the weighted round-robin choice and one other candidate at
+    /// random; the other is taken only when its load is clearly lower (by [`P2C_MARGIN`]), so
+    /// weights hold while servers are equally loaded and a slow or busy server is passed over.
     fn p2c(&self, peers: &[Rc<Peer>], now: Instant, ok: impl Fn(&Peer) -> bool) -> Option<usize> {
-        let candidates = peers.iter().filter(|p| ok(p)).count();
-        let nth = |n: usize| {
-            peers
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| ok(p))
-                .nth(n)
-                .map(|(i, _)| i)
-        };
-        let mut rng = self.rng.borrow_mut();
-        match candidates {
-            0 => None,
-            1 => nth(0),
-            c => {
-                let a = rng.usize(..c);
-                let mut b = rng.usize(..c - 1);
-                if b >= a {
-                    b += 1;
-                }
-                let (a, b) = (nth(a)?, nth(b)?);
-                let cost = |p: &Peer| {
-                    (p.latency(now) + 1.0) * f64::from(p.in_flight() + 1)
-                        / p.effective_weight(now) as f64
-                };
-                Some(if cost(&peers[a]) <= cost(&peers[b]) { a } else { b })
-            }
+        let first = self.round_robin(peers, now, |p| ok(p))?;
+        let others = peers.iter().filter(|p| ok(p)).count() - 1;
+        if others == 0 {
+            return Some(first);
         }
+        let n = self.rng.borrow_mut().usize(..others);
+        let other = peers
+            .iter()
+            .enumerate()
+            .filter(|&(i, p)| i != first && ok(p))
+            .nth(n)
+            .map_or(first, |(i, _)| i);
+        let (a, b) = (&peers[first], &peers[other]);
+        Some(if p2c_load(b, now) < P2C_MARGIN * p2c_load(a, now) {
+            other
+        } else {
+            first
+        })
     }
 
     /// Consistent hashing with bounded load: the key's server on the ring, unless it already
     /// carries more than `load_factor` times its weighted share of the requests in flight; then
     /// the next one on the ring that does not.
-    fn hashed(&self, peers: &[Rc<Peer>], key: u64, now: Instant, ok: impl Fn(&Peer) -> bool) -> Option<usize> {
+    fn hashed(
+        &self,
+        peers: &[Rc<Peer>],
+        key: u64,
+        now: Instant,
+        ok: impl Fn(&Peer) -> bool,
+    ) -> Option<usize> {
         let (mut load, mut weight) = (0u64, 0u64);
         for p in peers.iter().filter(|p| ok(p)) {
             load += u64::from(p.in_flight());
@@ -253,6 +260,20 @@ impl Balancer {
     pub fn allow_retry(&self) -> bool {
         self.budget.try_spend(Instant::now())
     }
+}
+
+/// How much lower the random candidate's load must be to win over the round-robin choice.
+const P2C_MARGIN: f64 = 0.8;
+/// Added to every latency (in microseconds) before comparing: differences well under this are
+/// noise, not a reason to move load (in-flight counts catch small slowdowns under load), while
+/// a server tens of milliseconds slower than its peers stands out.
+const P2C_LATENCY_FLOOR_US: f64 = 5000.0;
+
+/// P2C's load of a server: latency (with a floor) times one plus its in-flight requests per
+/// unit of weight.
+fn p2c_load(p: &Peer, now: Instant) -> f64 {
+    let weight = p.effective_weight(now) as f64 / 100.0;
+    (p.latency(now) + P2C_LATENCY_FLOOR_US) * (1.0 + f64::from(p.in_flight()) / weight)
 }
 
 fn eligible(p: &Peer, tier: Tier, now: Instant, exclude: &[SocketAddr]) -> bool {

@@ -55,10 +55,17 @@ impl Control {
         state.publish();
         let (stop, stop_rx) = watch::channel(false);
         let needed = state.config.upstreams.iter().any(needs_control);
+        let unresolved = state.config.upstreams.iter().any(has_unresolved);
         let thread = if needed {
+            let (ready, ready_rx) = std::sync::mpsc::channel();
             let thread = std::thread::Builder::new()
                 .name("upstream-control".into())
-                .spawn(move || run(state, stop_rx))?;
+                .spawn(move || run(state, stop_rx, ready))?;
+            if unresolved {
+                // Names left to the configured DNS servers: wait (a little) for their first
+                // answers, so the workers do not start with empty groups.
+                let _ = ready_rx.recv_timeout(FIRST_RESOLUTION_WAIT);
+            }
             Some(thread)
         } else {
             None
@@ -76,18 +83,32 @@ impl Drop for Control {
     }
 }
 
+/// How long start-up waits for the first DNS answers when names are left to `resolver`.
+const FIRST_RESOLUTION_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn needs_control(g: &UpstreamGroup) -> bool {
-    g.health.is_some() || (!g.resolve_interval.is_zero() && g.servers.iter().any(ServerSpec::is_name))
+    let resolving = !g.resolve_interval.is_zero() && g.servers.iter().any(ServerSpec::is_name);
+    g.health.is_some() || resolving || has_unresolved(g)
+}
+
+/// Whether a server name still waits for its first resolution.
+fn has_unresolved(g: &UpstreamGroup) -> bool {
+    g.servers.iter().any(|s| s.addrs.is_empty())
 }
 
 impl State {
     fn new(fleet: Arc<Fleet>, config: Arc<Config>, generation: u64) -> State {
-        let known = fleet.checks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let known = fleet
+            .checks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         let groups = config
             .upstreams
             .iter()
             .map(|g| {
-                let addrs: Vec<Vec<SocketAddr>> = g.servers.iter().map(|s| s.addrs.clone()).collect();
+                let addrs: Vec<Vec<SocketAddr>> =
+                    g.servers.iter().map(|s| s.addrs.clone()).collect();
                 let mut health = HashMap::new();
                 if g.health.is_some() {
                     for &a in addrs.iter().flatten() {
@@ -148,7 +169,7 @@ fn initial_health(g: &UpstreamGroup, known: Option<bool>) -> Health {
     }
 }
 
-fn run(state: State, stop: watch::Receiver<bool>) {
+fn run(state: State, stop: watch::Receiver<bool>, ready: std::sync::mpsc::Sender<()>) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -160,11 +181,28 @@ fn run(state: State, stop: watch::Receiver<bool>) {
     let state = Rc::new(RefCell::new(state));
     local.block_on(&rt, async move {
         let config = state.borrow().config.clone();
-        let resolver = if config.upstreams.iter().any(needs_control) {
+        let names = config
+            .upstreams
+            .iter()
+            .flat_map(|g| &g.servers)
+            .any(ServerSpec::is_name);
+        let resolver = if names {
             resolve::resolver(&config.resolvers).map(Rc::new)
         } else {
             None
         };
+        if let Some(resolver) = &resolver {
+            let mut changed = false;
+            for (index, group) in config.upstreams.iter().enumerate() {
+                if has_unresolved(group) {
+                    changed |= resolve_group(index, group, &state, resolver).await;
+                }
+            }
+            if changed {
+                state.borrow().publish();
+            }
+        }
+        let _ = ready.send(());
         let mut tasks = Vec::new();
         for index in 0..config.upstreams.len() {
             if needs_control(&config.upstreams[index]) {
@@ -187,7 +225,8 @@ async fn group_task(
 ) {
     let config = state.borrow().config.clone();
     let group = &config.upstreams[index];
-    let resolving = !group.resolve_interval.is_zero() && group.servers.iter().any(ServerSpec::is_name);
+    let resolving =
+        !group.resolve_interval.is_zero() && group.servers.iter().any(ServerSpec::is_name);
     let mut next_check = Instant::now();
     let mut next_resolve = Instant::now() + group.resolve_interval;
     loop {
@@ -228,7 +267,12 @@ async fn resolve_group(
     resolver: &hickory_resolver::TokioResolver,
 ) -> bool {
     let mut changed = false;
-    for (s, spec) in group.servers.iter().enumerate().filter(|(_, s)| s.is_name()) {
+    for (s, spec) in group
+        .servers
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.is_name())
+    {
         let addrs = match resolve::lookup(resolver, &spec.host, spec.port).await {
             Ok(a) => a,
             Err(e) => {
@@ -246,7 +290,9 @@ async fn resolve_group(
         for a in addrs.iter().filter(|a| !old.contains(a)) {
             tracing::info!(group = %group.name, host = %spec.host, server = %a, "new address: server added");
             if group.health.is_some() {
-                gs.health.entry(*a).or_insert_with(|| initial_health(group, None));
+                gs.health
+                    .entry(*a)
+                    .or_insert_with(|| initial_health(group, None));
             }
         }
         for a in old.iter().filter(|a| !addrs.contains(a)) {
@@ -278,19 +324,24 @@ async fn check_group(index: usize, group: &UpstreamGroup, state: &Rc<RefCell<Sta
     let mut changed = false;
     let fleet = state.borrow().fleet.clone();
     while let Some(Ok((addr, result))) = set.join_next().await {
-        let mut records = fleet.checks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut records = fleet
+            .checks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut st = state.borrow_mut();
         let h = st.groups[index]
             .health
             .entry(addr)
             .or_insert_with(|| initial_health(group, None));
         changed |= apply(h, &result, check.rise, check.fall, &group.name, addr);
-        let record = records.entry((group.name.clone(), addr)).or_insert(CheckRecord {
-            up: h.up,
-            last_ok: false,
-            checks: 0,
-            failures: 0,
-        });
+        let record = records
+            .entry((group.name.clone(), addr))
+            .or_insert(CheckRecord {
+                up: h.up,
+                last_ok: false,
+                checks: 0,
+                failures: 0,
+            });
         record.up = h.up;
         record.last_ok = result.is_ok();
         record.checks += 1;
@@ -300,7 +351,14 @@ async fn check_group(index: usize, group: &UpstreamGroup, state: &Rc<RefCell<Sta
 }
 
 /// Folds one result into the rise/fall counts; true when the server changed state.
-fn apply(h: &mut Health, result: &Result<(), String>, rise: u32, fall: u32, group: &str, addr: SocketAddr) -> bool {
+fn apply(
+    h: &mut Health,
+    result: &Result<(), String>,
+    rise: u32,
+    fall: u32,
+    group: &str,
+    addr: SocketAddr,
+) -> bool {
     match result {
         Ok(()) => {
             h.successes += 1;

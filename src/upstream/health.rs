@@ -59,7 +59,10 @@ async fn probe(addr: SocketAddr, probe: &Probe) -> Result<(), String> {
                 return if (expect.0..=expect.1).contains(&status) {
                     Ok(())
                 } else {
-                    Err(format!("status {status}, expected {}-{}", expect.0, expect.1))
+                    Err(format!(
+                        "status {status}, expected {}-{}",
+                        expect.0, expect.1
+                    ))
                 };
             }
             Ok(httparse::Status::Partial) if buf.len() < MAX_CHECK_RESPONSE => {}

@@ -13,10 +13,18 @@ use tokio::time::Instant;
 use super::fleet::Member;
 use super::stats::{Failure, ServerStats};
 
-/// How fast the latency average forgets: the weight of a sample halves about every 7 s. A
-/// server that turned slow is avoided; one that is no longer measured slowly looks better
-/// again and gets a probe request.
+/// How fast an unrefreshed latency average fades toward zero (halving about every 7 s): a
+/// server passed over for being slow looks better again over time and gets a probe request.
 const LATENCY_DECAY: Duration = Duration::from_secs(10);
+/// The weight of a new latency sample in the average.
+const LATENCY_ALPHA: f64 = 0.3;
+/// A sample counts for at most this multiple of the average (or [`LATENCY_MIN_CAP_US`]), so
+/// one stall (a GC pause, a descheduled thread) cannot make a good server look slow for long,
+/// while a server that really turned slow reaches its true latency within a few requests
+/// (the average can nearly double with each).
+const LATENCY_SPIKE_CAP: f64 = 4.0;
+/// The cap on a sample while the average is still tiny (or not yet known), in microseconds.
+const LATENCY_MIN_CAP_US: f64 = 1000.0;
 
 /// Passive health settings of the server's group.
 #[derive(Debug, Clone, Copy)]
@@ -40,7 +48,7 @@ pub struct Peer {
     in_flight: Cell<u32>,
     /// Smooth weighted round robin's running weight.
     pub(super) current: Cell<i64>,
-    /// Peak-sensitive moving average of time to the response head, in microseconds.
+    /// Moving average of the time to the response head, in microseconds.
     latency_us: Cell<f64>,
     latency_at: Cell<Instant>,
     fails: Cell<u32>,
@@ -134,16 +142,15 @@ impl Peer {
         self.latency_us.get() * (-age.as_secs_f64() / LATENCY_DECAY.as_secs_f64()).exp()
     }
 
-    /// Adds a latency sample: a slower sample takes over at once, a faster one is averaged in.
+    /// Adds a latency sample to the moving average, capped against spikes.
     pub fn observe_latency(&self, sample: Duration, now: Instant) {
-        let sample = sample.as_secs_f64() * 1e6;
-        let age = now.saturating_duration_since(self.latency_at.get());
-        let keep = (-age.as_secs_f64() / LATENCY_DECAY.as_secs_f64()).exp();
-        let old = self.latency_us.get();
-        let new = if sample > old {
+        let current = self.latency(now);
+        let cap = (current * LATENCY_SPIKE_CAP).max(LATENCY_MIN_CAP_US);
+        let sample = (sample.as_secs_f64() * 1e6).min(cap);
+        let new = if self.latency_us.get() == 0.0 {
             sample
         } else {
-            old * keep + sample * (1.0 - keep)
+            current * (1.0 - LATENCY_ALPHA) + sample * LATENCY_ALPHA
         };
         self.latency_us.set(new);
         self.latency_at.set(now);

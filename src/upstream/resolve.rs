@@ -19,7 +19,9 @@ pub fn resolver(servers: &[SocketAddr]) -> Option<TokioResolver> {
         match TokioResolver::builder(provider) {
             Ok(b) => b,
             Err(e) => {
-                tracing::warn!("cannot read the system resolver config ({e}); names are not re-resolved");
+                tracing::warn!(
+                    "cannot read the system resolver config ({e}); names are not re-resolved"
+                );
                 return None;
             }
         }
@@ -28,7 +30,8 @@ pub fn resolver(servers: &[SocketAddr]) -> Option<TokioResolver> {
             .iter()
             .map(|&a| NameServerConfig::new(a, Protocol::Udp))
             .collect();
-        let config = ResolverConfig::from_parts(None, Vec::new(), NameServerConfigGroup::from(group));
+        let config =
+            ResolverConfig::from_parts(None, Vec::new(), NameServerConfigGroup::from(group));
         TokioResolver::builder_with_config(config, provider)
     };
     let opts = builder.options_mut();
@@ -43,7 +46,11 @@ pub fn resolver(servers: &[SocketAddr]) -> Option<TokioResolver> {
 
 /// Every address of `host`, with `port`; sorted, so two answers compare equal when they hold
 /// the same records. An error when the lookup failed (the caller keeps the previous answer).
-pub async fn lookup(resolver: &TokioResolver, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+pub async fn lookup(
+    resolver: &TokioResolver,
+    host: &str,
+    port: u16,
+) -> Result<Vec<SocketAddr>, String> {
     let answer = resolver.lookup_ip(host).await.map_err(|e| e.to_string())?;
     let mut addrs: Vec<SocketAddr> = answer.iter().map(|ip| SocketAddr::new(ip, port)).collect();
     addrs.sort_unstable();

@@ -46,10 +46,7 @@ impl Ring {
     pub fn walk(&self, key: u64) -> impl Iterator<Item = usize> + '_ {
         let start = self.points.partition_point(|&(p, _)| p < key);
         let (after, before) = self.points.split_at(start);
-        before
-            .iter()
-            .chain(after)
-            .map(|&(_, index)| index as usize)
+        before.iter().chain(after).map(|&(_, index)| index as usize)
     }
 }
 
@@ -64,7 +61,13 @@ mod tests {
 
     fn addrs(n: u16) -> Vec<(usize, SocketAddr, u32)> {
         (0..n)
-            .map(|i| (usize::from(i), SocketAddr::from(([10, 0, 0, 1], 8000 + i)), 1))
+            .map(|i| {
+                (
+                    usize::from(i),
+                    SocketAddr::from(([10, 0, 0, 1], 8000 + i)),
+                    1,
+                )
+            })
             .collect()
     }
 

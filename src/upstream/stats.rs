@@ -96,7 +96,10 @@ impl StatsRegistry {
     /// The figures of `worker` for a server, created on first use and kept across reloads so
     /// the counters do not restart.
     pub fn get(&self, worker: usize, group: &str, addr: SocketAddr) -> Arc<ServerStats> {
-        let mut entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let list = entries.entry((group.to_string(), addr)).or_default();
         if let Some((_, s)) = list.iter().find(|(w, _)| *w == worker) {
             return s.clone();
@@ -108,7 +111,10 @@ impl StatsRegistry {
 
     /// Calls `f` with each server's key and its workers' figures.
     pub fn for_each(&self, mut f: impl FnMut(&ServerKey, &[(usize, Arc<ServerStats>)])) {
-        let entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for (key, list) in entries.iter() {
             f(key, list);
         }

@@ -1,6 +1,8 @@
 //! Integration tests: one binary, every test through real sockets.
 #![allow(clippy::disallowed_methods)] // test threads may block and sleep
 
+mod balancing;
+mod fleet;
 mod framing;
 mod fuzz_seeds;
 mod large_bodies;

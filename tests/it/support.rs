@@ -294,7 +294,7 @@ fn serve_mock(
 }
 
 /// Reads one request (head and body, CL or chunked) from a mock upstream connection.
-fn read_request(reader: &mut BufReader<TcpStream>, connection: usize) -> Option<Seen> {
+pub(crate) fn read_request(reader: &mut BufReader<TcpStream>, connection: usize) -> Option<Seen> {
     let mut raw = Vec::new();
     let mut line = String::new();
     if reader.read_line(&mut line).ok()? == 0 {

@@ -40,7 +40,10 @@ fn spread(b: &Balancer, n: usize) -> HashMap<u16, usize> {
 
 #[test]
 fn smooth_round_robin_follows_weights_without_runs() {
-    let b = balancer(Balance::RoundRobin, &[member(1, 5), member(2, 1), member(3, 1)]);
+    let b = balancer(
+        Balance::RoundRobin,
+        &[member(1, 5), member(2, 1), member(3, 1)],
+    );
     let order: Vec<u16> = (0..7)
         .map(|_| {
             let l = b.pick(None, &[]).unwrap();
@@ -104,7 +107,12 @@ fn hashing_is_sticky_and_load_is_bounded() {
 async fn refused_ejects_at_once_then_one_trial() {
     let mut g = group(Balance::RoundRobin);
     g.fail_timeout = Duration::from_millis(50);
-    let b = Balancer::new(&g, 0, &[member(1, 1), member(2, 1)], &StatsRegistry::default());
+    let b = Balancer::new(
+        &g,
+        0,
+        &[member(1, 1), member(2, 1)],
+        &StatsRegistry::default(),
+    );
     let bad = SocketAddr::from(([127, 0, 0, 1], 1));
     loop {
         let l = b.pick(None, &[]).unwrap();
@@ -123,7 +131,11 @@ async fn refused_ejects_at_once_then_one_trial() {
     for l in held {
         l.succeeded();
     }
-    assert_eq!(spread(&b, 10)[&1], 5, "a server back after its trial gets its share");
+    assert_eq!(
+        spread(&b, 10)[&1],
+        5,
+        "a server back after its trial gets its share"
+    );
 }
 
 #[test]
@@ -136,7 +148,10 @@ fn failures_eject_after_max_fails_within_the_window() {
     }
     // Every server ejected: the balancer still tries one rather than fail for certain.
     assert_eq!(b.pick(None, &[]).unwrap().addr(), addr);
-    assert!(b.pick(None, &[addr]).is_none(), "excluded servers are never picked");
+    assert!(
+        b.pick(None, &[addr]).is_none(),
+        "excluded servers are never picked"
+    );
 }
 
 #[test]
