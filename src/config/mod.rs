@@ -650,6 +650,64 @@ routes = [{ path = "/", upstream = "app" }]
             .any(|x| x.line == 10 && x.message.contains("did you mean \"app\"")));
     }
 
+    /// Each bad upstream setting is refused, all at once, each on its own line.
+    #[test]
+    fn bad_balancing_settings_are_refused_with_lines() {
+        let text = r#"
+[[listen]]
+address = "127.0.0.1:8080"
+[upstreams.app]
+servers = ["127.0.0.1:9000 weight=0", "127.0.0.1:9001"]
+balance = "random"
+[upstreams.hashed]
+servers = ["127.0.0.1:9002"]
+balance = "hash"
+[upstreams.empty]
+servers = []
+[upstreams.checked]
+servers = ["127.0.0.1:9003"]
+[upstreams.checked.health]
+path = "health"
+[[sites]]
+default = true
+routes = [{ path = "/", upstream = "app" }]
+"#;
+        let e = Config::parse(text, "t.toml").unwrap_err();
+        let expect = [
+            (5, "invalid weight"),
+            (6, "unknown balance \"random\""),
+            (9, "needs hash_key"),
+            (11, "has no servers"),
+            (15, "must start with '/'"),
+        ];
+        assert_eq!(e.0.len(), expect.len(), "{e}");
+        for (line, message) in expect {
+            assert!(
+                e.0.iter()
+                    .any(|x| x.line == line && x.message.contains(message)),
+                "line {line}: {message}: got\n{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn balancing_settings_parse() {
+        let text = GOOD.replace(
+            "servers = [\"127.0.0.1:9000\"]",
+            "servers = [\"127.0.0.1:9000 weight=3\", \"127.0.0.1:9001 backup\"]\nbalance = \"hash\"\nhash_key = \"cookie:sid\"\nretries = 1\n[upstreams.app.health]\ntype = \"tcp\"\ninterval = \"1s\"",
+        );
+        let c = Config::parse(&text, "t.toml").unwrap();
+        let g = &c.upstreams[0];
+        assert_eq!(g.balance, Balance::Hash(HashKey::Cookie("sid".into())));
+        assert_eq!((g.servers[0].weight, g.servers[1].backup), (3, true));
+        assert_eq!(g.retries, 1);
+        let h = g.health.as_ref().unwrap();
+        assert_eq!(
+            (&h.probe, h.interval),
+            (&Probe::Tcp, Duration::from_secs(1))
+        );
+    }
+
     #[test]
     fn sizes_and_durations() {
         assert_eq!(parse_size("16KB"), Some(16384));

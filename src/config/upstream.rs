@@ -208,9 +208,11 @@ pub fn parse_server(
                     .ok_or_else(|| format!("invalid slow_start {d:?}: use e.g. \"30s\""))?;
             }
             None if word == "backup" => spec.backup = true,
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "unknown server option {word:?} (options: weight=N, backup, slow_start=DURATION)"
-            )),
+            ))
+            }
         }
     }
     spec.addrs = match (spec.host.parse::<IpAddr>(), resolve) {
