@@ -1,7 +1,8 @@
 //! A small, fast upstream for the benches: answers every request with 200 and a fixed body
 //! (one write per response, TCP_NODELAY, keep-alive), optionally after a delay, on a
-//! single-threaded runtime so several can share a machine fairly.
-//! Run: cargo run --release --example bench_upstream -- 127.0.0.1:9001 [--delay-ms 50] [--body 64]
+//! single-threaded runtime. Several addresses (comma-separated) are served by the one thread,
+//! so a bench with many upstreams does not crowd a small machine with busy processes.
+//! Run: cargo run --release --example bench_upstream -- 127.0.0.1:9001[,127.0.0.1:9002] [--delay-ms 50] [--body 64]
 
 #![allow(clippy::print_stderr)] // an example prints its usage and where it listens
 
@@ -31,12 +32,20 @@ fn main() -> std::io::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let listener = TcpListener::bind(&addr).await?;
-        eprintln!("bench_upstream on {addr}, delay {delay:?}, body {body} B");
-        loop {
-            let (stream, _) = listener.accept().await?;
-            tokio::spawn(serve(stream, response, delay));
+        let mut accepting = Vec::new();
+        for a in addr.split(',') {
+            let listener = TcpListener::bind(a).await?;
+            accepting.push(tokio::spawn(async move {
+                while let Ok((stream, _)) = listener.accept().await {
+                    tokio::spawn(serve(stream, response, delay));
+                }
+            }));
         }
+        eprintln!("bench_upstream on {addr}, delay {delay:?}, body {body} B");
+        for a in accepting {
+            let _ = a.await;
+        }
+        Ok(())
     })
 }
 

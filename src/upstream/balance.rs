@@ -264,16 +264,17 @@ impl Balancer {
 
 /// How much lower the random candidate's load must be to win over the round-robin choice.
 const P2C_MARGIN: f64 = 0.8;
-/// Added to every latency (in microseconds) before comparing: differences well under this are
-/// noise, not a reason to move load (in-flight counts catch small slowdowns under load), while
-/// a server tens of milliseconds slower than its peers stands out.
-const P2C_LATENCY_FLOOR_US: f64 = 5000.0;
+/// Added to every cost (in microseconds): latency differences well under this are noise, not
+/// a reason to move load, so equally good servers keep their weighted shares; a server tens of
+/// milliseconds slower, or with a queue of requests, still stands out.
+const P2C_NOISE_FLOOR_US: f64 = 5000.0;
 
-/// P2C's load of a server: latency (with a floor) times one plus its in-flight requests per
-/// unit of weight.
+/// P2C's cost of sending one more request to a server: its latency times one plus its
+/// in-flight requests per unit of weight (the time the request may wait), plus the noise
+/// floor. The latency average already reflects the server's speed under the current load.
 fn p2c_load(p: &Peer, now: Instant) -> f64 {
     let weight = p.effective_weight(now) as f64 / 100.0;
-    (p.latency(now) + P2C_LATENCY_FLOOR_US) * (1.0 + f64::from(p.in_flight()) / weight)
+    p.latency(now) * (1.0 + f64::from(p.in_flight()) / weight) + P2C_NOISE_FLOOR_US
 }
 
 fn eligible(p: &Peer, tier: Tier, now: Instant, exclude: &[SocketAddr]) -> bool {

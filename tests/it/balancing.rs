@@ -360,7 +360,7 @@ fn servers_may_start_down_until_checked() {
 /// not connect anywhere is, as nothing was sent.
 #[test]
 fn a_sent_post_is_not_retried() {
-    let dead = format!("127.0.0.1:{}", free_port());
+    let dead = "127.0.0.1:1".to_string(); // nothing listens on port 1
     let closer = crate::support::Upstream::start(|_| crate::support::Reply::Close);
     let good = start_all(&["good"]);
     let servers = vec![closer.addr.to_string(), good[0].addr.to_string()];
@@ -462,7 +462,7 @@ fn dns_changes_add_and_drain_servers() {
 /// every server a request tried.
 #[test]
 fn per_server_metrics_and_tried_servers_in_the_log() {
-    let dead = format!("127.0.0.1:{}", free_port());
+    let dead = "127.0.0.1:1".to_string(); // nothing listens on port 1
     let good = start_all(&["good"]);
     let log = temp_path("balancing-access.log");
     let text = config(
