@@ -8,7 +8,9 @@
 #                proxy_next_upstream error timeout
 #   haproxy      two servers with `check inter 1s`, `option redispatch`, `retries 3`
 #
-# The upstreams are examples/bench_upstream processes (64 B bodies).
+# The upstreams are examples/bench_upstream processes (64 B bodies). BASELINE=path/to/slipstream
+# adds a row for another build (for example the one before balancing, which kept sending the
+# dead server its share).
 # Usage: bench/kill.sh [ROUNDS, default 3]. Installs nginx, haproxy and wrk when missing.
 set -euo pipefail
 ROUNDS=${1:-3}
@@ -62,31 +64,34 @@ backend be
     server b 127.0.0.1:$B check inter 1s
 EOF
 
-start_proxy() {
+start_proxy() { # name; sets P_PID (stdout goes to a file, so no caller waits on it)
     case $1 in
         slipstream) "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$PROXY \
-            --upstream 127.0.0.1:$A --upstream 127.0.0.1:$B --workers 2 2>>"$WORK/slipstream.log" & ;;
-        nginx) nginx -c "$WORK/nginx.conf" & ;;
-        haproxy) haproxy -f "$WORK/haproxy.cfg" -db 2>>"$WORK/haproxy.log" & ;;
+            --upstream 127.0.0.1:$A --upstream 127.0.0.1:$B --workers 2 >>"$WORK/slipstream.log" 2>&1 & ;;
+        nginx) nginx -c "$WORK/nginx.conf" >>"$WORK/nginx.log" 2>&1 & ;;
+        haproxy) haproxy -f "$WORK/haproxy.cfg" -db >>"$WORK/haproxy.log" 2>&1 & ;;
+        slipstream-base) "$BASELINE" proxy --listen 127.0.0.1:$PROXY \
+            --upstream 127.0.0.1:$A --upstream 127.0.0.1:$B --workers 2 >>"$WORK/slipstream-base.log" 2>&1 & ;;
     esac
-    echo $!
+    P_PID=$!
 }
 
 printf '\nwrk -t2 -c50 -d8s through each proxy (2 workers) to two upstreams; one SIGKILLed at 3 s\n\n'
 printf '| %-10s | %5s | %9s | %8s | %13s | %13s |\n' proxy round requests 'non-2xx' 'socket errors' 'failed total'
 printf '|%s|\n' '------------|-------|-----------|----------|---------------|---------------'
 for round in $(seq 1 "$ROUNDS"); do
-    for proxy in slipstream nginx haproxy; do
+    for proxy in slipstream nginx haproxy ${BASELINE:+slipstream-base}; do
         "$UPSTREAM" 127.0.0.1:$B 2>/dev/null &
         b_pid=$!
-        p_pid=$(start_proxy $proxy)
+        start_proxy $proxy
+        p_pid=$P_PID
         sleep 1.5
         wrk -t2 -c50 -d8s "http://127.0.0.1:$PROXY/" > "$WORK/wrk.txt" &
         wrk_pid=$!
         sleep 3
         kill -9 "$b_pid"
         wait "$wrk_pid" || true
-        wait "$b_pid" 2>/dev/null || true
+        wait "$b_pid" 2>/dev/null || true # (the shell reports the kill)
         kill "$p_pid" 2>/dev/null || true
         wait "$p_pid" 2>/dev/null || true
         sleep 0.5

@@ -27,8 +27,8 @@ pub enum Side {
 /// Whether a failed request may be sent again, on another connection or server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retry {
-    /// The request never left the proxy (the connection failed): any request may be resent,
-    /// provided its body is still in hand.
+    /// The request never left the proxy (the connection failed): any request may be resent;
+    /// nothing of its body was read past what is buffered.
     NotSent,
     /// The request was sent but no response byte came back: only a replayable request
     /// (idempotent, body fully buffered) may be resent.
@@ -239,7 +239,7 @@ impl Error {
     /// `body_in_hand` that its whole body is still buffered.
     pub fn may_retry(&self, idempotent: bool, body_in_hand: bool) -> bool {
         match self.retry {
-            Retry::NotSent => body_in_hand,
+            Retry::NotSent => true,
             Retry::NoResponse => idempotent && body_in_hand,
             Retry::Never => false,
         }
@@ -345,7 +345,7 @@ mod tests {
     #[test]
     fn retry_needs_a_replayable_request() {
         let refused = Error::connect(Kind::ConnectFailed);
-        assert!(refused.may_retry(false, true) && !refused.may_retry(true, false));
+        assert!(refused.may_retry(false, true) && refused.may_retry(false, false));
         let closed = Error::no_response(&io::ErrorKind::ConnectionReset.into());
         assert_eq!(closed.kind, Kind::UpstreamClosed);
         assert!(closed.may_retry(true, true) && !closed.may_retry(false, true));

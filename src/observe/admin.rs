@@ -1,9 +1,7 @@
 //! The admin listener: serves the counters and the per-server figures as Prometheus text at
 //! `/metrics`. It runs on its own thread, away from the workers.
 
-use std::fmt::Write;
 use std::net::TcpListener as StdListener;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -11,22 +9,20 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::config::SharedConfig;
 use crate::http1::parse_request;
 use crate::http1::request::header_storage;
 use crate::observe::metrics::Metrics;
-use crate::upstream::stats::Failure;
-use crate::upstream::Fleet;
+
+/// Appends more lines to the exposition (the per-server figures, from `upstream`).
+pub type Render = Arc<dyn Fn(&mut String) + Send + Sync>;
 
 /// What `/metrics` reads.
 #[derive(Clone)]
 pub struct Sources {
     /// The process counters.
     pub metrics: Metrics,
-    /// The server table and per-server figures.
-    pub fleet: Arc<Fleet>,
-    /// The config in force (group names).
-    pub shared: Arc<SharedConfig>,
+    /// Further figures, rendered after the counters.
+    pub more: Render,
 }
 
 /// Starts the admin thread on an already bound listener.
@@ -78,7 +74,7 @@ async fn answer(mut stream: tokio::net::TcpStream, sources: Sources) {
     };
     let (status, body) = if path == "/metrics" {
         let mut text = sources.metrics.render();
-        render_servers(&sources, &mut text);
+        (sources.more)(&mut text);
         ("200 OK", text)
     } else {
         ("404 Not Found", "not found\n".to_string())
@@ -88,83 +84,4 @@ async fn answer(mut stream: tokio::net::TcpStream, sources: Sources) {
         body.len()
     );
     let _ = stream.write_all(response.as_bytes()).await;
-}
-
-/// Per-server lines: state, requests, in flight, failures by kind, ejections, check results.
-fn render_servers(sources: &Sources, out: &mut String) {
-    let config = sources.shared.current();
-    let table = sources.fleet.table();
-    let checks = sources
-        .fleet
-        .checks
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
-    let _ = writeln!(out, "# TYPE slipstream_upstream_server_state gauge");
-    sources.fleet.stats.for_each(|(group, addr), workers| {
-        let labels = format!("group=\"{group}\",server=\"{addr}\"");
-        let sum = |f: &dyn Fn(&crate::upstream::stats::ServerStats) -> u64| -> u64 {
-            workers.iter().map(|(_, s)| f(s)).sum()
-        };
-        let in_flight = sum(&|s| s.in_flight.load(Ordering::Relaxed));
-        let member = config
-            .upstreams
-            .iter()
-            .position(|g| g.name == *group)
-            .and_then(|i| table.groups.get(i))
-            .and_then(|members| members.iter().find(|m| m.addr == *addr));
-        let ejected = workers
-            .iter()
-            .any(|(_, s)| s.ejected.load(Ordering::Relaxed));
-        let state = match member {
-            None if in_flight > 0 => "draining",
-            None => "removed",
-            Some(m) if !m.up => "down",
-            Some(_) if ejected => "ejected",
-            Some(_) => "up",
-        };
-        for s in ["up", "down", "ejected", "draining", "removed"] {
-            let v = u8::from(s == state);
-            let _ = writeln!(
-                out,
-                "slipstream_upstream_server_state{{{labels},state=\"{s}\"}} {v}"
-            );
-        }
-        let requests = sum(&|s| s.requests.load(Ordering::Relaxed));
-        let ejections = sum(&|s| s.ejections.load(Ordering::Relaxed));
-        let _ = writeln!(
-            out,
-            "slipstream_upstream_server_requests_total{{{labels}}} {requests}"
-        );
-        let _ = writeln!(
-            out,
-            "slipstream_upstream_server_in_flight{{{labels}}} {in_flight}"
-        );
-        let _ = writeln!(
-            out,
-            "slipstream_upstream_server_ejections_total{{{labels}}} {ejections}"
-        );
-        for f in <Failure as strum::IntoEnumIterator>::iter() {
-            let n = sum(&|s| s.failures[f as usize].load(Ordering::Relaxed));
-            let kind = f.label();
-            let _ = writeln!(
-                out,
-                "slipstream_upstream_server_failures_total{{{labels},kind=\"{kind}\"}} {n}"
-            );
-        }
-        if let Some(c) = checks.get(&(group.clone(), *addr)) {
-            let ok = u8::from(c.last_ok);
-            let _ = writeln!(out, "slipstream_upstream_server_check_ok{{{labels}}} {ok}");
-            let _ = writeln!(
-                out,
-                "slipstream_upstream_server_checks_total{{{labels}}} {}",
-                c.checks
-            );
-            let _ = writeln!(
-                out,
-                "slipstream_upstream_server_check_failures_total{{{labels}}} {}",
-                c.failures
-            );
-        }
-    });
 }

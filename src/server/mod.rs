@@ -100,10 +100,12 @@ impl Server {
             server.threads.push(thread);
         }
         if let Some(l) = admin_listener {
+            let (fleet, shared) = (server.fleet.clone(), server.shared.clone());
             let sources = admin::Sources {
                 metrics: server.metrics.clone(),
-                fleet: server.fleet.clone(),
-                shared: server.shared.clone(),
+                more: Arc::new(move |out: &mut String| {
+                    crate::upstream::stats::render(&fleet, &shared.current(), out);
+                }),
             };
             let thread = admin::spawn(l, sources, shutdown_rx)?;
             server.threads.push(thread);

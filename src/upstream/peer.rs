@@ -85,12 +85,10 @@ impl Peer {
     }
 
     /// Takes the published settings of `member`; a server that comes up starts its slow start.
+    /// (The control thread logs the change, once for the process.)
     pub fn update(&self, member: &Member, now: Instant) {
         if member.up && !self.up.get() {
             self.recovered_at.set(Some(now));
-            tracing::info!(server = %self.addr, "upstream server is up (health check)");
-        } else if !member.up && self.up.get() {
-            tracing::warn!(server = %self.addr, "upstream server is down (health check): draining");
         }
         self.weight.set(member.weight.max(1));
         self.backup.set(member.backup);

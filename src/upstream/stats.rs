@@ -4,10 +4,13 @@
 //! only when a worker builds or updates its server table, never per request.
 
 use std::collections::BTreeMap;
+use std::fmt::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::Fleet;
+use crate::config::Config;
 use crate::error::Kind;
 
 /// Why a request on a server failed, as the metrics name it.
@@ -119,4 +122,81 @@ impl StatsRegistry {
             f(key, list);
         }
     }
+}
+
+/// Appends the per-server lines to a Prometheus exposition: state, requests, in flight,
+/// failures by kind, ejections and active-check results, by group and server.
+pub fn render(fleet: &Fleet, config: &Config, out: &mut String) {
+    let table = fleet.table();
+    let checks = fleet
+        .checks
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let _ = writeln!(out, "# TYPE slipstream_upstream_server_state gauge");
+    fleet.stats.for_each(|(group, addr), workers| {
+        let labels = format!("group=\"{group}\",server=\"{addr}\"");
+        let sum =
+            |f: &dyn Fn(&ServerStats) -> u64| -> u64 { workers.iter().map(|(_, s)| f(s)).sum() };
+        let in_flight = sum(&|s| s.in_flight.load(Ordering::Relaxed));
+        let member = config
+            .upstreams
+            .iter()
+            .position(|g| g.name == *group)
+            .and_then(|i| table.groups.get(i))
+            .and_then(|members| members.iter().find(|m| m.addr == *addr));
+        let ejected = workers
+            .iter()
+            .any(|(_, s)| s.ejected.load(Ordering::Relaxed));
+        let state = match member {
+            None if in_flight > 0 => "draining",
+            None => "removed",
+            Some(m) if !m.up => "down",
+            Some(_) if ejected => "ejected",
+            Some(_) => "up",
+        };
+        for s in ["up", "down", "ejected", "draining", "removed"] {
+            let v = u8::from(s == state);
+            let _ = writeln!(
+                out,
+                "slipstream_upstream_server_state{{{labels},state=\"{s}\"}} {v}"
+            );
+        }
+        let requests = sum(&|s| s.requests.load(Ordering::Relaxed));
+        let ejections = sum(&|s| s.ejections.load(Ordering::Relaxed));
+        let _ = writeln!(
+            out,
+            "slipstream_upstream_server_requests_total{{{labels}}} {requests}"
+        );
+        let _ = writeln!(
+            out,
+            "slipstream_upstream_server_in_flight{{{labels}}} {in_flight}"
+        );
+        let _ = writeln!(
+            out,
+            "slipstream_upstream_server_ejections_total{{{labels}}} {ejections}"
+        );
+        for f in <Failure as strum::IntoEnumIterator>::iter() {
+            let n = sum(&|s| s.failures[f as usize].load(Ordering::Relaxed));
+            let kind = f.label();
+            let _ = writeln!(
+                out,
+                "slipstream_upstream_server_failures_total{{{labels},kind=\"{kind}\"}} {n}"
+            );
+        }
+        if let Some(c) = checks.get(&(group.clone(), *addr)) {
+            let ok = u8::from(c.last_ok);
+            let _ = writeln!(out, "slipstream_upstream_server_check_ok{{{labels}}} {ok}");
+            let _ = writeln!(
+                out,
+                "slipstream_upstream_server_checks_total{{{labels}}} {}",
+                c.checks
+            );
+            let _ = writeln!(
+                out,
+                "slipstream_upstream_server_check_failures_total{{{labels}}} {}",
+                c.failures
+            );
+        }
+    });
 }
