@@ -4,11 +4,12 @@
 
 use std::net::SocketAddr;
 
-use crate::config::Config;
+use crate::config::{Config, HashKey};
 use crate::http1::request::{header_storage, ForwardedFor};
 use crate::http1::{
     parse_request, parse_response, BodyReader, ChunkedReader, Framing, MAX_HEADERS,
 };
+use crate::upstream::ring::request_key;
 
 /// Fields the proxy may add to a head it forwards (X-Forwarded-*, framing, Connection): a head
 /// within this many of the field limit is not expected to parse again under the same limit.
@@ -51,6 +52,14 @@ pub fn request_head(data: &[u8]) {
         },
     );
     assert_clean_head(&out);
+    for key in [
+        HashKey::ClientIp,
+        HashKey::Uri,
+        HashKey::Header("x-user".into()),
+        HashKey::Cookie("sid".into()),
+    ] {
+        let _ = request_key(&head, &key, SocketAddr::new(client, 1));
+    }
     if head.headers.len() + ADDED_FIELDS > MAX_HEADERS {
         return;
     }

@@ -5,13 +5,13 @@
 use std::net::SocketAddr;
 
 use super::Client;
-use crate::config::{Balance, Config, HashKey};
+use crate::config::{Balance, Config};
 use crate::error::{Error, Kind};
 use crate::http1::request::{header_storage, ForwardedFor, RequestHead};
 use crate::http1::{parse_request, Framing};
 use crate::net::io::read_some;
 use crate::routing::RouteTarget;
-use crate::upstream::ring::hash_key;
+use crate::upstream::ring::request_key;
 use crate::worker::Worker;
 
 /// A request head reduced to what the rest of the exchange needs.
@@ -107,35 +107,4 @@ pub(super) async fn read_head(
             _ => return Ok(None),
         }
     }
-}
-
-/// The hash of the part of the request that consistent hashing keys on; None when the request
-/// lacks it (the group then balances it like P2C).
-fn request_key(head: &RequestHead<'_, '_>, key: &HashKey, peer: SocketAddr) -> Option<u64> {
-    let headers = head.headers;
-    let bytes: &[u8] = match key {
-        HashKey::ClientIp => {
-            return Some(match peer.ip() {
-                std::net::IpAddr::V4(ip) => hash_key(&ip.octets()),
-                std::net::IpAddr::V6(ip) => hash_key(&ip.octets()),
-            })
-        }
-        HashKey::Uri => head.path.as_bytes(),
-        HashKey::Header(name) => {
-            headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case(name))?
-                .value
-        }
-        HashKey::Cookie(name) => headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case("cookie"))
-            .flat_map(|h| h.value.split(|&b| b == b';'))
-            .find_map(|pair| {
-                let pair = pair.trim_ascii_start();
-                let value = pair.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
-                Some(value.trim_ascii_end())
-            })?,
-    };
-    Some(hash_key(bytes))
 }

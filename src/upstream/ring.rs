@@ -8,6 +8,9 @@ use std::net::SocketAddr;
 
 use xxhash_rust::xxh3::xxh3_64;
 
+use crate::config::HashKey;
+use crate::http1::request::RequestHead;
+
 /// Points per unit of weight: enough for an even spread (a few percent) with tens of servers.
 const POINTS_PER_WEIGHT: u32 = 160;
 /// Most points one server gets, whatever its weight.
@@ -55,6 +58,38 @@ pub fn hash_key(key: &[u8]) -> u64 {
     xxh3_64(key)
 }
 
+/// The hash of the part of the request that consistent hashing keys on; None when the request
+/// lacks it (the group then balances it like P2C). Cookies are split on `;` without
+/// allocating; the first cookie of that name counts.
+pub fn request_key(head: &RequestHead<'_, '_>, key: &HashKey, peer: SocketAddr) -> Option<u64> {
+    let headers = head.headers;
+    let bytes: &[u8] = match key {
+        HashKey::ClientIp => {
+            return Some(match peer.ip() {
+                std::net::IpAddr::V4(ip) => hash_key(&ip.octets()),
+                std::net::IpAddr::V6(ip) => hash_key(&ip.octets()),
+            })
+        }
+        HashKey::Uri => head.path.as_bytes(),
+        HashKey::Header(name) => {
+            headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name))?
+                .value
+        }
+        HashKey::Cookie(name) => headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("cookie"))
+            .flat_map(|h| h.value.split(|&b| b == b';'))
+            .find_map(|pair| {
+                let pair = pair.trim_ascii_start();
+                let value = pair.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
+                Some(value.trim_ascii_end())
+            })?,
+    };
+    Some(hash_key(bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +132,24 @@ mod tests {
             let c = c as f64 / f64::from(keys);
             assert!((0.15..0.25).contains(&c), "uneven: {counts:?}");
         }
+    }
+
+    #[test]
+    fn request_keys() {
+        let raw =
+            b"GET /a?b HTTP/1.1\r\nHost: x\r\nCookie: a=1; sid=abc ; c=2\r\nX-User: u1\r\n\r\n";
+        let mut storage = crate::http1::request::header_storage();
+        let head = crate::http1::parse_request(raw, &mut storage, 4096)
+            .unwrap()
+            .unwrap();
+        let peer: SocketAddr = "192.0.2.7:5000".parse().unwrap();
+        let key = |k: HashKey| request_key(&head, &k, peer);
+        assert_eq!(key(HashKey::Cookie("sid".into())), Some(hash_key(b"abc")));
+        assert_eq!(key(HashKey::Header("x-user".into())), Some(hash_key(b"u1")));
+        assert_eq!(key(HashKey::Uri), Some(hash_key(b"/a?b")));
+        assert_eq!(key(HashKey::ClientIp), Some(hash_key(&[192, 0, 2, 7])));
+        assert_eq!(key(HashKey::Cookie("si".into())), None);
+        assert_eq!(key(HashKey::Header("x-none".into())), None);
     }
 
     #[test]
