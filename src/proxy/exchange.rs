@@ -43,7 +43,6 @@ pub(super) async fn exchange(
     let initial_end = p.head_len + buffered;
     // The whole body is in the buffer: the request can be sent again if a connection fails.
     let body_in_hand = body.is_done();
-    balancer.note_request();
     let (lease, conn, mut ubuf) = loop {
         let Some(lease) = balancer.pick(p.hash_key, tried.as_slice()) else {
             return Err(tried.last_error.unwrap_or(Error::new(Kind::NoLiveServers)));

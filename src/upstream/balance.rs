@@ -132,8 +132,12 @@ impl Balancer {
     /// Chooses a server for a request, skipping `exclude` (servers this request already
     /// failed on); `key` is the request's hash for consistent hashing. None when no server
     /// may take it.
+    /// A first try (`exclude` empty) counts toward the retry budget.
     pub fn pick(&self, key: Option<u64>, exclude: &[SocketAddr]) -> Option<Lease> {
         let now = Instant::now();
+        if exclude.is_empty() {
+            self.budget.note_request(now);
+        }
         let peers = self.peers.borrow();
         let tier = [Tier::Primary, Tier::Backup, Tier::Panic]
             .into_iter()
@@ -251,11 +255,6 @@ impl Balancer {
         found.or_else(|| self.least_conn(peers, now, ok))
     }
 
-    /// Counts a request toward the retry budget.
-    pub fn note_request(&self) {
-        self.budget.note_request(Instant::now());
-    }
-
     /// Whether one more retry fits the budget (and spends it).
     pub fn allow_retry(&self) -> bool {
         self.budget.try_spend(Instant::now())
@@ -307,7 +306,7 @@ impl Lease {
 
     /// The server answered.
     pub fn succeeded(mut self) {
-        self.peer.succeeded(Instant::now());
+        self.peer.succeeded();
         self.release();
     }
 

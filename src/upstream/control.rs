@@ -240,19 +240,27 @@ async fn group_task(
             _ = stop.changed() => return,
         }
         let now = Instant::now();
+        // A lookup or a round of checks in progress is dropped when the config is replaced,
+        // so a reload never waits for a check's timeout.
         if let (Some(resolver), Some(due)) = (&resolver, resolve_due) {
             if now >= due {
                 next_resolve = now + group.resolve_interval;
-                if resolve_group(index, group, &state, resolver).await {
-                    state.borrow().publish();
+                tokio::select! {
+                    changed = resolve_group(index, group, &state, resolver) => if changed {
+                        state.borrow().publish();
+                    },
+                    _ = stop.changed() => return,
                 }
             }
         }
         if let (Some(check), Some(due)) = (&group.health, check_due) {
             if now >= due {
                 next_check = now + check.interval;
-                if check_group(index, group, &state).await {
-                    state.borrow().publish();
+                tokio::select! {
+                    changed = check_group(index, group, &state) => if changed {
+                        state.borrow().publish();
+                    },
+                    _ = stop.changed() => return,
                 }
             }
         }

@@ -171,9 +171,10 @@ impl Peer {
     }
 
     /// The request answered: a server on trial is back.
-    pub(super) fn succeeded(&self, now: Instant) {
+    pub(super) fn succeeded(&self) {
         self.fails.set(0);
         if self.trial_in_flight.get() {
+            let now = Instant::now();
             self.trial_in_flight.set(false);
             self.ejected_until.set(None);
             self.stats.ejected.store(false, Ordering::Relaxed);

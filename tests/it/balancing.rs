@@ -529,3 +529,30 @@ fn per_server_metrics_and_tried_servers_in_the_log() {
         "{written}"
     );
 }
+
+/// Active health survives a reload: a server the checks hold down stays down under the new
+/// config until it has passed `rise` checks, instead of starting up again.
+#[test]
+fn health_survives_a_reload() {
+    let ups = start_all(&["a", "b"]);
+    ups[1].set_health(500);
+    let health = |timeout: &str| {
+        format!("[upstreams.app.health]\npath = \"/health\"\ninterval = \"1s\"\ntimeout = \"{timeout}\"\nrise = 5\nfall = 1")
+    };
+    let proxy = proxy(&config(&lines(&ups, &[]), &health("900ms"), 1));
+    let down = |proxy: &Server| {
+        let checks = proxy.fleet().checks.lock().unwrap().clone();
+        checks
+            .iter()
+            .any(|((_, addr), c)| *addr == ups[1].addr && !c.up)
+    };
+    assert!(eventually(|| down(&proxy)));
+    ups[1].set_health(200);
+    let text = config(&lines(&ups, &[]), &health("800ms"), 1);
+    proxy
+        .reload(slipstream::config::Config::parse(&text, "reload.toml").unwrap())
+        .unwrap();
+    let counts = spread(&proxy, 1, 50);
+    assert_eq!(counts.get("a"), Some(&50), "{counts:?}");
+    proxy.shutdown();
+}
