@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::relay::{self, RequestBody};
 use super::response;
 use super::{Client, Conn, Ctx, Outcome, Tried};
-use crate::config::{Balance, UpstreamGroup};
+use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
 use crate::http1::response::CONTINUE;
 use crate::http1::BodyReader;
@@ -53,6 +53,7 @@ pub(super) async fn exchange(
             lease: &lease,
             initial_end,
             body_in_hand,
+            timed: balancer.wants_latency(),
         };
         match attempt.run(cx, client, buf, &mut body).await {
             Ok((conn, ubuf)) => break (lease, conn, ubuf),
@@ -132,6 +133,8 @@ struct Attempt<'a> {
     lease: &'a Lease,
     initial_end: usize,
     body_in_hand: bool,
+    /// Measure the time to the response head for the balancer.
+    timed: bool,
 }
 
 impl Attempt<'_> {
@@ -177,7 +180,7 @@ impl Attempt<'_> {
         let p = cx.request;
         let group = self.group;
         let limits = &cx.config().limits;
-        let started = matches!(group.balance, Balance::P2c | Balance::Hash(_)).then(Instant::now);
+        let started = self.timed.then(Instant::now);
         let parts = [
             p.upstream_head.as_slice(),
             &buf[p.head_len..self.initial_end],

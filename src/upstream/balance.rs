@@ -255,6 +255,12 @@ impl Balancer {
         found.or_else(|| self.least_conn(peers, now, ok))
     }
 
+    /// Whether the choice uses measured latency (P2C, or hashing's fallback to it) and there
+    /// is a choice to make: only then is the time to the response head measured.
+    pub fn wants_latency(&self) -> bool {
+        matches!(self.balance, Balance::P2c | Balance::Hash(_)) && self.peers.borrow().len() > 1
+    }
+
     /// Whether one more retry fits the budget (and spends it).
     pub fn allow_retry(&self) -> bool {
         self.budget.try_spend(Instant::now())

@@ -174,6 +174,32 @@ fn distribution_follows_weights_for_each_algorithm() {
     }
 }
 
+/// Consistent hashing spreads distinct keys by weight: 1:2:3 within 5 points over 1200 keys.
+#[test]
+fn hashing_spreads_keys_by_weight() {
+    let ups = start_all(&["a", "b", "c"]);
+    let servers = lines(&ups, &["weight=1", "weight=2", "weight=3"]);
+    let proxy = proxy(&config(
+        &servers,
+        "balance = \"hash\"\nhash_key = \"header:X-User\"",
+        1,
+    ));
+    let agent = http_client();
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for k in 0..1200 {
+        let (_, name) = get(&agent, &proxy, "/", Some(("X-User", &format!("user-{k}"))));
+        *counts.entry(name).or_insert(0) += 1;
+    }
+    for (name, want) in [("a", 1.0 / 6.0), ("b", 2.0 / 6.0), ("c", 3.0 / 6.0)] {
+        let share = counts.get(name).copied().unwrap_or(0) as f64 / 1200.0;
+        assert!(
+            (share - want).abs() <= 0.05,
+            "{name}: {share:.3}: {counts:?}"
+        );
+    }
+    proxy.shutdown();
+}
+
 /// The default (P2C over latency and in-flight load) sends almost nothing to a server that
 /// answers 50 ms late, where round robin sends it a quarter.
 #[test]
