@@ -5,6 +5,11 @@
 use std::net::SocketAddr;
 
 use crate::config::{Config, HashKey};
+use crate::files::conditional::{
+    evaluate, if_range_allows, Conditions, Outcome as ConditionalOutcome, Validators,
+};
+use crate::files::path::resolve as resolve_path;
+use crate::files::range::{parse_range, Ranges, MAX_RANGES};
 use crate::http1::request::{header_storage, ForwardedFor};
 use crate::http1::{
     parse_request, parse_response, BodyReader, ChunkedReader, Framing, MAX_HEADERS,
@@ -167,4 +172,77 @@ pub fn config(data: &[u8]) {
             assert!(!e.message.is_empty());
         }
     }
+}
+
+/// A `Range` header against a length (the first 8 bytes, little-endian, capped at 1 TiB):
+/// never panics; every range lies inside the file; several ranges are sorted, disjoint, not
+/// touching, and at most [`MAX_RANGES`].
+pub fn range(data: &[u8]) {
+    let Some((len, header)) = data.split_first_chunk::<8>() else {
+        return;
+    };
+    let len = u64::from_le_bytes(*len) % (1 << 40);
+    match parse_range(header, len) {
+        Ranges::Whole | Ranges::Unsatisfiable => {}
+        Ranges::One(r) => assert!(r.start <= r.end && r.end < len, "{r:?} of {len}"),
+        Ranges::Many(ranges) => {
+            assert!((2..=MAX_RANGES).contains(&ranges.len()));
+            for r in &ranges {
+                assert!(r.start <= r.end && r.end < len, "{r:?} of {len}");
+            }
+            for pair in ranges.windows(2) {
+                assert!(pair[0].end + 1 < pair[1].start, "{pair:?}");
+            }
+        }
+    }
+}
+
+/// A request target as a static file path: never panics, and an accepted path is relative,
+/// has no `..`, `.` or empty segment, and holds no NUL or backslash.
+pub fn static_path(data: &[u8]) {
+    let Ok(target) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(resolved) = resolve_path(target) else {
+        return;
+    };
+    let bytes = resolved.path.as_os_str().as_encoded_bytes();
+    assert!(
+        !bytes.contains(&0) && !bytes.contains(&b'\\'),
+        "{resolved:?}"
+    );
+    if bytes.is_empty() {
+        return;
+    }
+    for segment in bytes.split(|&b| b == b'/') {
+        assert!(
+            !matches!(segment, b"" | b"." | b".."),
+            "{resolved:?} from {target:?}"
+        );
+    }
+}
+
+/// Conditional header values (split at 0xFF into If-Match, If-None-Match, If-Modified-Since,
+/// If-Unmodified-Since and If-Range): evaluation never panics, and a request whose only
+/// condition is `If-None-Match` naming the file's own tag gets 304.
+pub fn conditional(data: &[u8]) {
+    let v = Validators::new(data.len() as u64, std::time::UNIX_EPOCH);
+    let mut parts = data.split(|&b| b == 0xff);
+    let mut next = || parts.next().filter(|p| !p.is_empty());
+    let c = Conditions {
+        if_match: next(),
+        if_none_match: next(),
+        if_modified_since: next(),
+        if_unmodified_since: next(),
+    };
+    let _ = evaluate(&c, &v, true);
+    let _ = evaluate(&c, &v, false);
+    if let Some(if_range) = next() {
+        let _ = if_range_allows(if_range, &v);
+    }
+    let own = Conditions {
+        if_none_match: Some(v.etag.as_bytes()),
+        ..Conditions::default()
+    };
+    assert_eq!(evaluate(&own, &v, true), ConditionalOutcome::NotModified);
 }

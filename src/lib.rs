@@ -7,7 +7,8 @@
 //!   relay, tunnel).
 //! - [`http1`]: the socket-free HTTP/1.1 codec (heads, framing, chunked).
 //! - [`routing`]: Host and path to an upstream group.
-//! - [`upstream`]: connecting, the keep-alive pool, and balancing within a group.
+//! - [`upstream`]: the server table, health checks, DNS, balancing, connecting and pooling.
+//! - [`files`]: static files (so far the socket-free Range and path pieces).
 //! - [`net`]: the stream type, bounded reads and writes, splice.
 //! - [`error`]: the one error model and its mapping to responses.
 //! - [`observe`]: counters, access log, admin endpoint; [`config`]: the validated config.
@@ -18,6 +19,7 @@
 pub mod buffers;
 pub mod config;
 pub mod error;
+pub mod files;
 pub mod fuzzing;
 pub mod http1;
 pub mod net;

@@ -37,3 +37,18 @@ fn chunked_seeds() {
 fn config_seeds() {
     replay("config", slipstream::fuzzing::config);
 }
+
+#[test]
+fn range_seeds() {
+    replay("range", slipstream::fuzzing::range);
+}
+
+#[test]
+fn static_path_seeds() {
+    replay("static_path", slipstream::fuzzing::static_path);
+}
+
+#[test]
+fn conditional_seeds() {
+    replay("conditional", slipstream::fuzzing::conditional);
+}
