@@ -88,16 +88,9 @@ EOF
 }
 nginx_start $NGX_LC "least_conn;"
 nginx_start $NGX_RR ""
-cat > "$WORK/haproxy.cfg" <<EOF
-global
-    nbthread 1
-    maxconn 4000
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 60s
-    timeout server 60s
-    http-reuse always
+{
+    haproxy_head 1 "http-reuse always"
+    cat <<EOF
 frontend fe
     bind 127.0.0.1:$HAP_LC
     default_backend be
@@ -108,6 +101,7 @@ backend be
     server s2 127.0.0.1:${UP[2]} maxconn 1000
     server s3 127.0.0.1:${UP[3]} maxconn 1000
 EOF
+} > "$WORK/haproxy.cfg"
 haproxy -f "$WORK/haproxy.cfg" -db & PIDS+=($!)
 sleep 1
 

@@ -52,22 +52,16 @@ write_proxy_conf "$WORK/nginx-default.conf" $NGX_DEF $ORIGIN \
 write_proxy_conf "$WORK/nginx-tuned.conf" $NGX_TUNED $ORIGIN \
     "$LOG_FORMAT access_log $WORK/logs/tuned-access.log main buffer=64k flush=1s;" \
     "$FORWARD proxy_buffers 4 128k;"
-cat > "$WORK/haproxy.cfg" <<EOF
-global
-    nbthread 1
-    maxconn 4000
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 60s
-    timeout server 60s
-    option forwardfor
+{
+    haproxy_head 1 "option forwardfor"
+    cat <<EOF
 frontend fe
     bind 127.0.0.1:$HAP
     default_backend be
 backend be
     server origin 127.0.0.1:$ORIGIN maxconn 1000
 EOF
+} > "$WORK/haproxy.cfg"
 
 nginx -c "$WORK/origin.conf" & PIDS+=($!)
 nginx -c "$WORK/nginx-default.conf" & PIDS+=($!)

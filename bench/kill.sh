@@ -45,17 +45,9 @@ http {
     }
 }
 EOF
-cat > "$WORK/haproxy.cfg" <<EOF
-global
-    nbthread 2
-    maxconn 4000
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 60s
-    timeout server 60s
-    option redispatch
-    retries 3
+{
+    haproxy_head 2 "option redispatch" "retries 3"
+    cat <<EOF
 frontend fe
     bind 127.0.0.1:$PROXY
     default_backend be
@@ -63,6 +55,7 @@ backend be
     server a 127.0.0.1:$A check inter 1s
     server b 127.0.0.1:$B check inter 1s
 EOF
+} > "$WORK/haproxy.cfg"
 
 start_proxy() { # name; sets P_PID (stdout goes to a file, so no caller waits on it)
     case $1 in

@@ -92,6 +92,15 @@ http {
 EOF
 }
 
+# Prints the global and defaults sections of an HAProxy config: THREADS threads, HTTP mode,
+# the usual timeouts, then each further argument as a line of the defaults section.
+haproxy_head() { # threads [defaults line...]
+    printf 'global\n    nbthread %s\n    maxconn 4000\ndefaults\n    mode http\n' "$1"
+    printf '    timeout connect 5s\n    timeout client 60s\n    timeout server 60s\n'
+    shift
+    for line in "$@"; do printf '    %s\n' "$line"; done
+}
+
 # Background processes to stop when the script exits.
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
