@@ -124,15 +124,9 @@ impl Balancer {
         gone
     }
 
-    /// The servers as this worker sees them now.
-    pub fn peers(&self) -> Vec<Rc<Peer>> {
-        self.peers.borrow().clone()
-    }
-
     /// Chooses a server for a request, skipping `exclude` (servers this request already
     /// failed on); `key` is the request's hash for consistent hashing. None when no server
-    /// may take it.
-    /// A first try (`exclude` empty) counts toward the retry budget.
+    /// may take it. A first try (`exclude` empty) counts toward the retry budget.
     pub fn pick(&self, key: Option<u64>, exclude: &[SocketAddr]) -> Option<Lease> {
         let now = Instant::now();
         if exclude.is_empty() {
