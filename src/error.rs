@@ -56,6 +56,15 @@ pub enum Kind {
     ClientClosed,
     /// No site or route matches the request.
     NoRoute,
+    /// A static-file route has nothing at this path.
+    FileNotFound,
+    /// A static-file route refuses this path (dotfile, symlink out, permissions, special file,
+    /// directory without index).
+    FileForbidden,
+    /// The file system failed while opening or reading a file.
+    FileFailed,
+    /// A file became shorter than its announced length while it was sent.
+    FileTruncated,
     /// No upstream connection within the connect timeout.
     ConnectTimeout,
     /// The upstream refused the connection (nothing listens there).
@@ -89,7 +98,11 @@ impl Kind {
             | Kind::ExpectationFailed
             | Kind::ClientTimeout
             | Kind::ClientClosed => Side::Client,
-            Kind::NoRoute => Side::Local,
+            Kind::NoRoute
+            | Kind::FileNotFound
+            | Kind::FileForbidden
+            | Kind::FileFailed
+            | Kind::FileTruncated => Side::Local,
             Kind::ConnectTimeout
             | Kind::ConnectRefused
             | Kind::ConnectFailed
@@ -113,6 +126,10 @@ impl Kind {
             Kind::ClientTimeout => "client timed out",
             Kind::ClientClosed => "client closed the connection",
             Kind::NoRoute => "no route",
+            Kind::FileNotFound => "file not found",
+            Kind::FileForbidden => "file access forbidden",
+            Kind::FileFailed => "file system error",
+            Kind::FileTruncated => "file shrank while being sent",
             Kind::ConnectTimeout => "upstream connect timed out",
             Kind::ConnectRefused => "upstream refused the connection",
             Kind::ConnectFailed => "upstream connect failed",
@@ -257,6 +274,10 @@ impl Error {
             Kind::ClientTimeout => (408, Counter::ClientTimeouts),
             Kind::ClientClosed => (499, Counter::ClientClosed),
             Kind::NoRoute => (404, Counter::NoRoute),
+            Kind::FileNotFound => (404, Counter::FilesNotFound),
+            Kind::FileForbidden => (403, Counter::FilesForbidden),
+            Kind::FileFailed => (500, Counter::FilesErrors),
+            Kind::FileTruncated => (500, Counter::FilesTruncated),
             Kind::ConnectTimeout | Kind::UpstreamTimeout => (504, Counter::GatewayTimeout),
             Kind::NoLiveServers => (503, Counter::UpstreamNoLiveServers),
             Kind::ConnectRefused
@@ -274,7 +295,10 @@ impl Error {
         Answer {
             send,
             logged: self.started.unwrap_or(status),
-            keep_alive: self.kind == Kind::NoRoute,
+            keep_alive: matches!(
+                self.kind,
+                Kind::NoRoute | Kind::FileNotFound | Kind::FileForbidden
+            ),
             counter,
         }
     }
@@ -323,6 +347,9 @@ mod tests {
         assert_eq!(status(Kind::UriTooLong), Some(414));
         assert_eq!(status(Kind::NotImplemented("x")), Some(501));
         assert_eq!(status(Kind::NoRoute), Some(404));
+        assert_eq!(status(Kind::FileNotFound), Some(404));
+        assert_eq!(status(Kind::FileForbidden), Some(403));
+        assert_eq!(status(Kind::FileFailed), Some(500));
         assert_eq!(status(Kind::ConnectFailed), Some(502));
         assert_eq!(status(Kind::ConnectRefused), Some(502));
         assert_eq!(status(Kind::NoLiveServers), Some(503));

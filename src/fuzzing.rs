@@ -10,6 +10,7 @@ use crate::files::conditional::{
 };
 use crate::files::path::resolve as resolve_path;
 use crate::files::range::{parse_range, Ranges, MAX_RANGES};
+use crate::http1::accept::{accepted_codings, Codings};
 use crate::http1::request::{header_storage, ForwardedFor};
 use crate::http1::{
     parse_request, parse_response, BodyReader, ChunkedReader, Framing, MAX_HEADERS,
@@ -245,4 +246,17 @@ pub fn conditional(data: &[u8]) {
         ..Conditions::default()
     };
     assert_eq!(evaluate(&own, &v, true), ConditionalOutcome::NotModified);
+}
+
+/// An `Accept-Encoding` value: never panics; the same list split over two fields means the
+/// same; refusing every coding at the end leaves none accepted.
+pub fn accept_encoding(data: &[u8]) {
+    let whole = accepted_codings([data]);
+    if let Some(comma) = data.iter().position(|&b| b == b',') {
+        let split = accepted_codings([&data[..comma], &data[comma + 1..]]);
+        assert_eq!(whole, split, "{:?}", String::from_utf8_lossy(data));
+    }
+    let mut refused = data.to_vec();
+    refused.extend_from_slice(b", br;q=0, zstd;q=0, gzip;q=0");
+    assert_eq!(accepted_codings([refused.as_slice()]), Codings::default());
 }

@@ -43,6 +43,25 @@ enum Command {
         #[arg(long)]
         access_log: Option<PathBuf>,
     },
+    /// Zero-config static file server: ROOT for every path, with index.html, ranges,
+    /// conditional requests, precompressed siblings and the open-file cache.
+    Serve {
+        /// Address to listen on, e.g. 0.0.0.0:8080.
+        #[arg(long, value_parser = parse_addr)]
+        listen: SocketAddr,
+        /// Directory to serve.
+        #[arg(long)]
+        root: PathBuf,
+        /// List directories that have no index.html.
+        #[arg(long)]
+        browse: bool,
+        /// Worker threads (default: one per core).
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Write an access log to this file.
+        #[arg(long)]
+        access_log: Option<PathBuf>,
+    },
     /// Run from a config file, in the foreground.
     Run {
         /// Path to the TOML config.
@@ -93,6 +112,21 @@ fn main() -> ExitCode {
                 Some("least_conn") => Balance::LeastConn,
                 _ => Balance::P2c,
             };
+            config.access_log = access_log;
+            run_until_signalled(config, None)
+        }
+        Command::Serve {
+            listen,
+            root,
+            browse,
+            workers,
+            access_log,
+        } => {
+            if !root.is_dir() {
+                eprintln!("{}: not a directory", root.display());
+                return ExitCode::FAILURE;
+            }
+            let mut config = Config::for_files(listen, root, browse, workers);
             config.access_log = access_log;
             run_until_signalled(config, None)
         }

@@ -1,5 +1,6 @@
 //! Request routing: a site chosen by Host (exact name, then the longest `*.suffix` wildcard, then
-//! the default site), then a route chosen by the longest matching path prefix.
+//! the default site), then a route chosen by the longest matching path prefix. A route leads to
+//! an upstream group or to a static-file route.
 //!
 //! Host lookup is a hash lookup per label boundary, so its cost does not grow with the number of
 //! names configured.
@@ -25,12 +26,31 @@ struct Site {
 #[derive(Debug, Clone)]
 struct Route {
     prefix: String,
-    target: RouteTarget,
+    target: Target,
 }
 
-/// Where a route sends requests, and how.
+/// What a route leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RouteTarget {
+pub enum Target {
+    /// An upstream group.
+    Upstream(UpstreamTarget),
+    /// A static-file route, by its index in the config's file routes.
+    Files(usize),
+}
+
+impl Target {
+    /// The upstream target, if the route proxies.
+    pub fn upstream(self) -> Option<UpstreamTarget> {
+        match self {
+            Target::Upstream(u) => Some(u),
+            Target::Files(_) => None,
+        }
+    }
+}
+
+/// Where a proxied route sends requests, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpstreamTarget {
     /// Index of the upstream group.
     pub upstream: usize,
     /// Read responses up to this size whole into memory, so the upstream connection is freed
@@ -38,10 +58,10 @@ pub struct RouteTarget {
     pub buffer_response: Option<usize>,
 }
 
-impl RouteTarget {
+impl UpstreamTarget {
     /// A plain route to an upstream group.
-    pub fn to(upstream: usize) -> RouteTarget {
-        RouteTarget {
+    pub fn to(upstream: usize) -> UpstreamTarget {
+        UpstreamTarget {
             upstream,
             buffer_response: None,
         }
@@ -50,7 +70,7 @@ impl RouteTarget {
 
 impl Router {
     /// The route target for a request, or `None` (404).
-    pub fn route(&self, host: Option<&[u8]>, path: &str) -> Option<RouteTarget> {
+    pub fn route(&self, host: Option<&[u8]>, path: &str) -> Option<Target> {
         let site = self.site_for(host)?;
         self.sites[site]
             .routes
@@ -138,7 +158,7 @@ impl RouterBuilder {
     }
 
     /// Adds a route by path prefix to a site.
-    pub fn add_route(&mut self, site: usize, prefix: &str, target: RouteTarget) {
+    pub fn add_route(&mut self, site: usize, prefix: &str, target: Target) {
         self.router.sites[site].routes.push(Route {
             prefix: prefix.to_string(),
             target,
@@ -166,13 +186,13 @@ mod tests {
         let mut b = RouterBuilder::default();
         let a = b.add_site(false);
         b.add_host(a, "api.example.com").unwrap();
-        b.add_route(a, "/", RouteTarget::to(0));
-        b.add_route(a, "/v2/", RouteTarget::to(1));
+        b.add_route(a, "/", Target::Upstream(UpstreamTarget::to(0)));
+        b.add_route(a, "/v2/", Target::Upstream(UpstreamTarget::to(1)));
         let w = b.add_site(false);
         b.add_host(w, "*.example.com").unwrap();
-        b.add_route(w, "/", RouteTarget::to(2));
+        b.add_route(w, "/", Target::Upstream(UpstreamTarget::to(2)));
         let d = b.add_site(true);
-        b.add_route(d, "/static/", RouteTarget::to(3));
+        b.add_route(d, "/static/", Target::Files(3));
         b.build()
     }
 
@@ -181,29 +201,34 @@ mod tests {
         let r = router();
         assert_eq!(
             r.route(Some(b"API.example.com:8080"), "/v2/x")
+                .and_then(Target::upstream)
                 .map(|t| t.upstream),
             Some(1)
         );
         assert_eq!(
             r.route(Some(b"api.example.com."), "/v1")
+                .and_then(Target::upstream)
                 .map(|t| t.upstream),
             Some(0)
         );
         assert_eq!(
-            r.route(Some(b"www.example.com"), "/").map(|t| t.upstream),
-            Some(2)
-        );
-        assert_eq!(
-            r.route(Some(b"a.b.example.com"), "/").map(|t| t.upstream),
-            Some(2)
-        );
-        assert_eq!(
-            r.route(Some(b"example.com"), "/static/a")
+            r.route(Some(b"www.example.com"), "/")
+                .and_then(Target::upstream)
                 .map(|t| t.upstream),
-            Some(3)
+            Some(2)
+        );
+        assert_eq!(
+            r.route(Some(b"a.b.example.com"), "/")
+                .and_then(Target::upstream)
+                .map(|t| t.upstream),
+            Some(2)
+        );
+        assert_eq!(
+            r.route(Some(b"example.com"), "/static/a"),
+            Some(Target::Files(3))
         );
         assert_eq!(r.route(Some(b"other"), "/"), None);
-        assert_eq!(r.route(None, "/static/").map(|t| t.upstream), Some(3));
+        assert_eq!(r.route(None, "/static/"), Some(Target::Files(3)));
     }
 
     #[test]
@@ -213,12 +238,16 @@ mod tests {
             let site = b.add_site(false);
             b.add_host(site, &format!("host{i}.example.com")).unwrap();
             b.add_host(site, &format!("*.zone{i}.example.net")).unwrap();
-            b.add_route(site, "/", RouteTarget::to(i));
+            b.add_route(site, "/", Target::Upstream(UpstreamTarget::to(i)));
         }
         let r = b.build();
         assert_eq!(r.exact.len(), 10_000);
         assert_eq!(r.wildcard.len(), 10_000);
-        let route = |h: &str| r.route(Some(h.as_bytes()), "/").map(|t| t.upstream);
+        let route = |h: &str| {
+            r.route(Some(h.as_bytes()), "/")
+                .and_then(Target::upstream)
+                .map(|t| t.upstream)
+        };
         assert_eq!(route("host7777.example.com"), Some(7777));
         assert_eq!(route("a.b.zone4242.example.net"), Some(4242));
         assert_eq!(route("HOST9999.EXAMPLE.COM:443"), Some(9999));

@@ -1,6 +1,6 @@
 //! What one worker thread owns: its copy of the config, one balancer per upstream group, the
-//! buffer, pipe and upstream pools, its counter shard and access-log buffer. Everything here is
-//! single-threaded (`Rc`, `RefCell`, `Cell`); the only shared values are read-mostly (the config
+//! buffer, pipe and upstream pools, its open-file cache, its counter shard and access-log
+//! buffer. Everything here is single-threaded (`Rc`, `RefCell`, `Cell`); the only shared values are read-mostly (the config
 //! generation) or written by this worker alone (its counter shard).
 
 use std::cell::{Cell, RefCell};
@@ -13,6 +13,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::buffers::{BufferPool, MIN_BUFFER};
 use crate::config::{Config, SharedConfig};
+use crate::files::cache::FileCache;
 use crate::net::splice::PipePool;
 use crate::observe::access_log::AccessLog;
 use crate::observe::metrics::Shard;
@@ -37,6 +38,8 @@ pub struct Worker {
     pub upstreams: UpstreamPool,
     /// Empty pipes for zero-copy body transfer.
     pub pipes: PipePool,
+    /// Open static files.
+    pub files: FileCache,
     /// This worker's counters.
     pub counters: Arc<Shard>,
     /// This worker's access-log buffer.
@@ -112,6 +115,7 @@ impl Worker {
             buffers: BufferPool::default(),
             upstreams: UpstreamPool::default(),
             pipes: PipePool::new(pipe_size),
+            files: FileCache::default(),
             counters,
             log,
             shutdown,

@@ -11,11 +11,14 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::routing::{RouteTarget, Router, RouterBuilder};
+use crate::routing::{Router, RouterBuilder, Target, UpstreamTarget};
 
+pub mod files;
 pub mod shared;
 pub mod upstream;
 
+pub use files::{Fallback, FileRoute, FilesSettings, TryFiles};
+use files::{FileFilesSection, RouteSection};
 pub use shared::SharedConfig;
 use upstream::FileUpstream;
 pub use upstream::{
@@ -33,6 +36,10 @@ pub struct Config {
     pub upstreams: Vec<UpstreamGroup>,
     /// Host and path routing.
     pub router: Router,
+    /// Static-file routes; routes refer to them by index.
+    pub file_routes: Vec<FileRoute>,
+    /// Process-wide static-file settings.
+    pub files: FilesSettings,
     /// Request limits and client-side timeouts.
     pub limits: Limits,
     /// Where the access log goes, if anywhere.
@@ -107,7 +114,32 @@ impl Config {
     ) -> Self {
         let mut router = RouterBuilder::default();
         let site = router.add_site(true);
-        router.add_route(site, "/", RouteTarget::to(0));
+        router.add_route(site, "/", Target::Upstream(UpstreamTarget::to(0)));
+        Config {
+            upstreams: vec![UpstreamGroup::new("default", upstreams)],
+            router: router.build(),
+            ..Config::bare(listen, workers)
+        }
+    }
+
+    /// The zero-config static file server of `slipstream serve`: `root` for every path.
+    pub fn for_files(
+        listen: SocketAddr,
+        root: PathBuf,
+        list_directories: bool,
+        workers: Option<usize>,
+    ) -> Self {
+        let mut router = RouterBuilder::default();
+        let site = router.add_site(true);
+        router.add_route(site, "/", Target::Files(0));
+        Config {
+            router: router.build(),
+            file_routes: vec![FileRoute::for_root(root, list_directories)],
+            ..Config::bare(listen, workers)
+        }
+    }
+
+    fn bare(listen: SocketAddr, workers: Option<usize>) -> Self {
         Config {
             workers: workers.unwrap_or_else(default_workers),
             listeners: vec![ListenerConfig {
@@ -115,8 +147,10 @@ impl Config {
                 backlog: DEFAULT_BACKLOG,
                 max_connections: DEFAULT_MAX_CONNECTIONS,
             }],
-            upstreams: vec![UpstreamGroup::new("default", upstreams)],
-            router: router.build(),
+            upstreams: Vec::new(),
+            router: Router::default(),
+            file_routes: Vec::new(),
+            files: FilesSettings::default(),
             limits: Limits::default(),
             access_log: None,
             admin: None,
@@ -234,6 +268,8 @@ struct FileConfig {
     upstreams: BTreeMap<Spanned<String>, FileUpstream>,
     #[serde(default)]
     sites: Vec<FileSite>,
+    #[serde(default)]
+    files: FileFilesSection,
 }
 
 #[derive(Deserialize, Default)]
@@ -264,21 +300,13 @@ struct FileSite {
     #[serde(default)]
     default: Option<Spanned<bool>>,
     #[serde(default)]
-    routes: Vec<FileRoute>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileRoute {
-    path: Spanned<String>,
-    upstream: Spanned<String>,
-    buffer_response: Option<Spanned<Size>>,
+    routes: Vec<RouteSection>,
 }
 
 /// A byte size: an integer, or a string such as `"16KB"`, `"4k"`, `"1MB"`.
 #[derive(Deserialize, Clone)]
 #[serde(untagged)]
-enum Size {
+pub(crate) enum Size {
     Bytes(u64),
     Text(String),
 }
@@ -412,7 +440,9 @@ impl Validator<'_> {
         self.dns_at_start = !resolvers.is_empty();
         let listeners = self.build_listeners(&raw.listen);
         let upstreams = self.build_upstreams(&raw.upstreams);
-        let router = self.build_router(&raw.sites, &upstreams);
+        let mut file_routes = Vec::new();
+        let router = self.build_router(&raw.sites, &upstreams, &mut file_routes);
+        let files = self.build_files_settings(&raw.files);
         let admin = raw.admin.as_ref().and_then(|a| self.socket_addr(a));
 
         Config {
@@ -420,6 +450,8 @@ impl Validator<'_> {
             listeners,
             upstreams,
             router,
+            file_routes,
+            files,
             limits,
             access_log: raw.access_log.map(PathBuf::from),
             admin,
@@ -454,7 +486,12 @@ impl Validator<'_> {
         listeners
     }
 
-    fn build_router(&mut self, sites: &[FileSite], upstreams: &[UpstreamGroup]) -> Router {
+    fn build_router(
+        &mut self,
+        sites: &[FileSite],
+        upstreams: &[UpstreamGroup],
+        file_routes: &mut Vec<FileRoute>,
+    ) -> Router {
         let mut builder = RouterBuilder::default();
         let mut default_seen = false;
         if sites.is_empty() {
@@ -481,38 +518,69 @@ impl Validator<'_> {
                 );
             }
             for route in &site.routes {
-                if !route.path.get_ref().starts_with('/') {
-                    self.error(route.path.span().start, "route path must start with '/'");
-                }
-                let buffer_response = route
-                    .buffer_response
-                    .as_ref()
-                    .map(|_| self.size(&route.buffer_response, 0));
-                match upstreams
-                    .iter()
-                    .position(|u| u.name == *route.upstream.get_ref())
-                {
-                    Some(upstream) => {
-                        let target = RouteTarget {
-                            upstream,
-                            buffer_response,
-                        };
-                        builder.add_route(index, route.path.get_ref(), target);
-                    }
-                    None => {
-                        let names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
-                        let hint = nearest(route.upstream.get_ref(), &names)
-                            .map(|n| format!("; did you mean {n:?}?"))
-                            .unwrap_or_default();
-                        self.error(
-                            route.upstream.span().start,
-                            format!("unknown upstream {:?}{hint}", route.upstream.get_ref()),
-                        );
-                    }
+                if let Some(target) = self.build_route(route, upstreams, file_routes) {
+                    builder.add_route(index, route.path.get_ref(), target);
                 }
             }
         }
         builder.build()
+    }
+}
+
+impl Validator<'_> {
+    /// One route: to an upstream group, or to a directory.
+    fn build_route(
+        &mut self,
+        route: &RouteSection,
+        upstreams: &[UpstreamGroup],
+        file_routes: &mut Vec<FileRoute>,
+    ) -> Option<Target> {
+        let path = route.path.get_ref();
+        if !path.starts_with('/') {
+            self.error(route.path.span().start, "route path must start with '/'");
+        }
+        let group_named = |name: &str| upstreams.iter().position(|u| u.name == name);
+        match (&route.upstream, route.any()) {
+            (Some(_), true) => {
+                let message = "a route has either upstream or root/alias, not both";
+                self.error(route.path.span().start, message);
+                None
+            }
+            (None, false) => {
+                let message = "a route needs upstream, root or alias";
+                self.error(route.path.span().start, message);
+                None
+            }
+            (None, true) => {
+                if let Some(b) = &route.buffer_response {
+                    self.error(b.span().start, "buffer_response applies to upstream routes");
+                }
+                let file_route = self.build_file_route(path, route, &group_named)?;
+                file_routes.push(file_route);
+                Some(Target::Files(file_routes.len() - 1))
+            }
+            (Some(upstream), false) => {
+                let buffer_response = route
+                    .buffer_response
+                    .as_ref()
+                    .map(|_| self.size(&route.buffer_response, 0));
+                if let Some(group) = group_named(upstream.get_ref()) {
+                    return Some(Target::Upstream(UpstreamTarget {
+                        upstream: group,
+                        buffer_response,
+                    }));
+                }
+                let names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+                let hint = nearest(upstream.get_ref(), &names)
+                    .map(|n| format!("; did you mean {n:?}?"))
+                    .unwrap_or_default();
+                self.error(
+                    upstream.span().start,
+                    format!("unknown upstream {:?}{hint}", upstream.get_ref()),
+                );
+                None
+            }
+        }
     }
 }
 
@@ -705,6 +773,54 @@ routes = [{ path = "/", upstream = "app" }]
         assert_eq!(
             (&h.probe, h.interval),
             (&Probe::Tcp, Duration::from_secs(1))
+        );
+    }
+
+    /// Static-file routes: each bad key refused with its line; a good one parsed.
+    #[test]
+    fn file_routes_are_validated_with_lines() {
+        let text = r#"
+[[listen]]
+address = "127.0.0.1:8080"
+[upstreams.app]
+servers = ["127.0.0.1:9000"]
+[[sites]]
+default = true
+routes = [
+  { path = "/a/", root = "/nonexistent-slipstream-dir" },
+  { path = "/b/", root = "/tmp", upstream = "app" },
+  { path = "/c/", root = "/tmp", try_files = ["$uri", "@nope"] },
+  { path = "/d/", root = "/tmp", alias = "/tmp" },
+  { path = "/e/", index = ["i.html"] },
+  { path = "/f/", root = "/tmp", buffer_response = "1MB" },
+]
+"#;
+        let e = Config::parse(text, "t.toml").unwrap_err();
+        let expect = [
+            (9, "cannot use \"/nonexistent-slipstream-dir\""),
+            (10, "either upstream or root/alias"),
+            (11, "unknown upstream \"nope\""),
+            (12, "either root or alias"),
+            (13, "need root or alias"),
+            (14, "buffer_response applies to upstream routes"),
+        ];
+        assert_eq!(e.0.len(), expect.len(), "{e}");
+        for (line, message) in expect {
+            assert!(
+                e.0.iter()
+                    .any(|x| x.line == line && x.message.contains(message)),
+                "line {line}: {message}: got\n{e}"
+            );
+        }
+        let good = text.lines().take(8).collect::<Vec<_>>().join("\n")
+            + "\n  { path = \"/\", root = \"/tmp\", try_files = [\"$uri\", \"$uri/\", \"@app\"], cache_control = \"no-cache\" },\n]\n[files]\ncache_entries = 10\ncache_valid = \"5s\"\n";
+        let c = Config::parse(&good, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        let r = &c.file_routes[0];
+        assert_eq!(r.try_files.as_ref().unwrap().candidates, ["$uri", "$uri/"]);
+        assert_eq!(r.cache_control.as_deref(), Some("no-cache"));
+        assert_eq!(
+            (c.files.cache_entries, c.files.cache_valid),
+            (10, Duration::from_secs(5))
         );
     }
 

@@ -28,7 +28,8 @@ pub struct RelativePath {
     pub path: PathBuf,
     /// The target ended with `/` (a directory was asked for).
     pub directory: bool,
-    /// Some segment starts with `.` (a dotfile or dot-directory, refused by default).
+    /// Some segment starts with `.` (a dotfile or dot-directory, refused by default), other
+    /// than a leading `.well-known` (RFC 8615: ACME challenges and the like live there).
     pub hidden: bool,
 }
 
@@ -38,7 +39,15 @@ pub fn resolve(target: &str) -> Result<RelativePath, PathError> {
     if !path.starts_with('/') {
         return Err(PathError::NotAbsolute);
     }
-    let decoded = percent_decode(path.as_bytes())?;
+    normalize(&percent_decode(path.as_bytes())?)
+}
+
+/// Normalizes an already decoded absolute path (`try_files` candidates, built from a decoded
+/// path, are never decoded twice).
+pub fn normalize(decoded: &[u8]) -> Result<RelativePath, PathError> {
+    if decoded.first() != Some(&b'/') {
+        return Err(PathError::NotAbsolute);
+    }
     if decoded.iter().any(|&b| b == 0 || b == b'\\') {
         return Err(PathError::ForbiddenByte);
     }
@@ -56,7 +65,10 @@ pub fn resolve(target: &str) -> Result<RelativePath, PathError> {
     }
     let last = decoded.rsplit(|&b| b == b'/').next().unwrap_or_default();
     let directory = decoded.ends_with(b"/") || last == b"." || last == b"..";
-    let hidden = segments.iter().any(|s| s.starts_with(b"."));
+    let hidden = segments
+        .iter()
+        .enumerate()
+        .any(|(i, s)| s.starts_with(b".") && !(i == 0 && *s == b".well-known"));
     let joined = segments.join(&b'/');
     Ok(RelativePath {
         path: PathBuf::from(OsStr::from_bytes(&joined)),
@@ -107,6 +119,9 @@ mod tests {
         assert!(!resolve("/a").unwrap().directory);
         assert!(resolve("/.git/config").unwrap().hidden);
         assert!(resolve("/a/.env").unwrap().hidden);
+        assert!(!resolve("/.well-known/acme-challenge/x").unwrap().hidden);
+        assert!(resolve("/.well-known/.x").unwrap().hidden);
+        assert!(resolve("/a/.well-known/x").unwrap().hidden);
     }
 
     /// The traversal table of the issue: each fails safely, refused or kept under the root.

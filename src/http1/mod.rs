@@ -3,6 +3,7 @@
 //! tested on byte strings; `crate::proxy` drives it over real connections. Its parsers are fuzzed
 //! (`fuzz/`).
 
+pub mod accept;
 pub mod body;
 pub mod chunked;
 pub mod request;

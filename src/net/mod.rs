@@ -1,8 +1,9 @@
 //! Bytes on connections: the [`Stream`] type every client and upstream connection is, bounded
-//! reads and vectored writes with timeouts ([`io`]), and zero-copy transfer with splice(2)
-//! ([`splice`]). Nothing here knows HTTP.
+//! reads and vectored writes with timeouts ([`io`]), zero-copy transfer with splice(2)
+//! ([`splice`]), and file bodies with sendfile(2) ([`sendfile`]). Nothing here knows HTTP.
 
 pub mod io;
+pub mod sendfile;
 pub mod splice;
 pub mod stream;
 

@@ -64,6 +64,22 @@ pub enum Counter {
     SplicedBytes,
     /// Responses read whole under `buffer_response`, freeing the upstream connection early.
     BufferedResponses,
+    /// Static files found in the worker's open-file cache (no open or stat).
+    FilesCacheHits,
+    /// Static files opened because they were not cached or were due for a check.
+    FilesCacheMisses,
+    /// Static-file requests answered 404.
+    FilesNotFound,
+    /// Static-file requests refused with 403: a dotfile, a symlink out of the directory, a
+    /// special file, no permission, or a directory without index or listing.
+    FilesForbidden,
+    /// Files that became shorter while being sent: the connection was closed rather than
+    /// send fewer bytes than announced.
+    FilesTruncated,
+    /// File system errors opening or reading a static file (500).
+    FilesErrors,
+    /// Static-file body bytes sent with sendfile(2).
+    SendfileBytes,
 }
 
 impl Counter {
@@ -107,14 +123,29 @@ impl Counter {
             Counter::UpstreamStaleDiscarded => "slipstream_upstream_stale_discarded_total",
             Counter::SplicedBytes => "slipstream_spliced_bytes_total",
             Counter::BufferedResponses => "slipstream_buffered_responses_total",
+            Counter::FilesCacheHits => "slipstream_files_cache_hits_total",
+            Counter::FilesCacheMisses => "slipstream_files_cache_misses_total",
+            Counter::FilesNotFound => "slipstream_files_not_found_total",
+            Counter::FilesForbidden => "slipstream_files_forbidden_total",
+            Counter::FilesTruncated => "slipstream_files_truncated_total",
+            Counter::FilesErrors => "slipstream_files_errors_total",
+            Counter::SendfileBytes => "slipstream_sendfile_bytes_total",
         }
     }
 }
 
 /// One worker's counters.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Shard {
     values: [AtomicU64; Counter::COUNT],
+}
+
+impl Default for Shard {
+    fn default() -> Self {
+        Shard {
+            values: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
 }
 
 impl Shard {

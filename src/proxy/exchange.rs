@@ -20,7 +20,7 @@ use crate::http1::response::CONTINUE;
 use crate::http1::BodyReader;
 use crate::net::io::write_all;
 use crate::observe::metrics::Counter;
-use crate::routing::RouteTarget;
+use crate::routing::UpstreamTarget;
 use crate::upstream::connect::connect;
 use crate::upstream::{Balancer, Lease};
 
@@ -28,7 +28,7 @@ use crate::upstream::{Balancer, Lease};
 /// is added to `tried`.
 pub(super) async fn exchange(
     cx: &Ctx<'_>,
-    route: RouteTarget,
+    route: UpstreamTarget,
     client: &mut Client,
     buf: &mut Vec<u8>,
     tried: &mut Tried,

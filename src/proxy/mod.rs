@@ -9,9 +9,12 @@
 //! 5. [`relay`]: moves bodies both ways with bounded memory, by splice(2) when it can.
 //! 6. [`tunnel`]: after `101 Switching Protocols`, bytes both ways until either side closes.
 //!
+//! A static-file route takes [`files`] instead of phases 3 to 6.
+//!
 //! Nothing here panics on input, and no status code is chosen here for a failure.
 
 mod exchange;
+mod files;
 mod relay;
 mod request;
 mod response;

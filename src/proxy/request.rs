@@ -5,12 +5,14 @@
 use std::net::SocketAddr;
 
 use super::Client;
+use crate::config::Fallback;
 use crate::config::{Balance, Config};
 use crate::error::{Error, Kind};
+use crate::files::respond::FileRequest;
 use crate::http1::request::{header_storage, ForwardedFor, RequestHead};
 use crate::http1::{parse_request, Framing};
 use crate::net::io::read_some;
-use crate::routing::RouteTarget;
+use crate::routing::{Target, UpstreamTarget};
 use crate::upstream::ring::request_key;
 use crate::worker::Worker;
 
@@ -27,7 +29,12 @@ pub(super) struct Prepared {
     pub(super) upgrade: bool,
     pub(super) idempotent: bool,
     pub(super) is_head: bool,
-    pub(super) route: Option<RouteTarget>,
+    pub(super) route: Option<Target>,
+    /// The upstream group the request goes to if proxied: its route's, or the fallback of a
+    /// static-file route.
+    pub(super) upstream: Option<UpstreamTarget>,
+    /// What static serving reads, for a static-file route.
+    pub(super) files: Option<FileRequest>,
     /// The request's consistent-hashing key, when its group balances by hash and the key is
     /// present.
     pub(super) hash_key: Option<u64>,
@@ -45,8 +52,14 @@ pub(super) struct LogFields {
 impl Prepared {
     fn new(head: &RequestHead<'_, '_>, config: &Config, peer: SocketAddr, log: bool) -> Prepared {
         let route = config.router.route(head.host, head.path);
-        let mut upstream_head = Vec::with_capacity(head.head_len + 128);
-        if route.is_some() {
+        // The upstream a request may go to: its route's, or a static route's fallback.
+        let upstream = route.and_then(|r| match r {
+            Target::Upstream(u) => Some(u),
+            Target::Files(i) => upstream_fallback(config, i),
+        });
+        let mut upstream_head = Vec::new();
+        if upstream.is_some() {
+            upstream_head.reserve(head.head_len + 128);
             head.write_upstream_head(
                 &mut upstream_head,
                 ForwardedFor {
@@ -65,17 +78,30 @@ impl Prepared {
             upgrade: head.upgrade.is_some(),
             idempotent: head.is_idempotent(),
             is_head: head.method == "HEAD",
-            hash_key: route.and_then(|r| match &config.upstreams[r.upstream].balance {
+            hash_key: upstream.and_then(|r| match &config.upstreams[r.upstream].balance {
                 Balance::Hash(key) => request_key(head, key, peer),
                 _ => None,
             }),
+            files: match route {
+                Some(Target::Files(_)) => Some(FileRequest::from_head(head)),
+                _ => None,
+            },
             route,
+            upstream,
             log: log.then(|| LogFields {
                 method: head.method.to_string(),
                 path: head.path.to_string(),
                 host: String::from_utf8_lossy(head.host.unwrap_or_default()).into_owned(),
             }),
         }
+    }
+}
+
+/// The upstream a static-file route falls back to (`try_files` ending in `"@name"`).
+fn upstream_fallback(config: &Config, route: usize) -> Option<UpstreamTarget> {
+    match config.file_routes[route].try_files.as_ref()?.fallback {
+        Fallback::Upstream(u) => Some(u),
+        _ => None,
     }
 }
 

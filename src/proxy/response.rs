@@ -160,7 +160,7 @@ pub(super) async fn respond(
             Parsed::Final(head) => break head,
         }
     };
-    let buffer_limit = cx.request.route.and_then(|r| r.buffer_response);
+    let buffer_limit = cx.request.upstream.and_then(|r| r.buffer_response);
     if let Some(limit) = buffer_limit.filter(|_| head.relay == Relay::Pass) {
         let (head_len, framing) = (head.head_len, head.framing);
         let whole = relay::read_whole(&mut up.stream, ubuf, head_len, framing, limit, read_timeout);

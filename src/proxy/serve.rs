@@ -8,7 +8,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 use super::request::{self, Prepared};
-use super::{exchange, Client, Ctx, Outcome, Tried};
+use super::{exchange, files, Client, Ctx, Outcome, Tried};
 use crate::buffers::MIN_BUFFER;
 use crate::config::Config;
 use crate::error::{Error, Kind, Side};
@@ -18,6 +18,7 @@ use crate::net::io::write_all;
 use crate::net::Stream;
 use crate::observe::access_log::Entry;
 use crate::observe::metrics::Counter;
+use crate::routing::Target;
 use crate::worker::{Snapshot, Worker};
 
 /// Serves one client connection until it closes.
@@ -120,7 +121,12 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
     let mut tried = Tried::default();
     let result = match request.route {
         None => Err(Error::new(Kind::NoRoute)),
-        Some(route) => exchange::exchange(&cx, route, client, &mut buf, &mut tried).await,
+        Some(Target::Upstream(route)) => {
+            exchange::exchange(&cx, route, client, &mut buf, &mut tried).await
+        }
+        Some(Target::Files(index)) => {
+            files::serve_files(&cx, index, client, &mut buf, &mut tried).await
+        }
     };
     let outcome = match result {
         Ok(outcome) => outcome,

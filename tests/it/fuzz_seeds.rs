@@ -39,6 +39,11 @@ fn config_seeds() {
 }
 
 #[test]
+fn accept_encoding_seeds() {
+    replay("accept_encoding", slipstream::fuzzing::accept_encoding);
+}
+
+#[test]
 fn range_seeds() {
     replay("range", slipstream::fuzzing::range);
 }

@@ -537,6 +537,16 @@ impl Running {
         Running::spawn(&all, addr, None, None)
     }
 
+    /// Runs `slipstream serve --listen ADDR --root ROOT` with `args` after it.
+    pub(crate) fn serve(root: &std::path::Path, args: &[&str]) -> Running {
+        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let listen = addr.to_string();
+        let root = root.to_str().unwrap();
+        let mut all = vec!["serve", "--listen", &listen, "--root", root];
+        all.extend_from_slice(args);
+        Running::spawn(&all, addr, None, None)
+    }
+
     /// Runs `slipstream run` on `toml` written to the file `name`; `{listen}` and `{admin}` in
     /// it become addresses the harness picks.
     pub(crate) fn config(name: &str, toml: &str) -> Running {

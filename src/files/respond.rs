@@ -1,0 +1,457 @@
+//! The HTTP side of a static file, without I/O: which representation (the file or a
+//! precompressed sibling), which status (200, 206, 304, 412, 416, 405), the response head, and
+//! which bytes make the body. The caller sends what the [`Plan`] says.
+
+use std::cell::RefCell;
+use std::time::SystemTime;
+
+use super::cache::{Entry, Representation, CODINGS};
+use super::conditional::{evaluate, if_range_allows, Conditions, Outcome};
+use super::range::{parse_range, ByteRange, Ranges};
+use crate::config::FileRoute;
+use crate::http1::accept::{accepted_codings, Codings};
+use crate::http1::request::RequestHead;
+use crate::http1::response::reason_phrase;
+
+/// A request's method as static serving sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// GET.
+    Get,
+    /// HEAD: the head of the GET response, no body.
+    Head,
+    /// Anything else: 405 for a file.
+    Other,
+}
+
+/// The request fields static serving reads, copied out of the read buffer.
+#[derive(Debug, Clone)]
+pub struct FileRequest {
+    /// The method.
+    pub method: Method,
+    /// The request target as sent (`/a%20b?q`).
+    pub target: String,
+    /// `If-Match`.
+    pub if_match: Option<Vec<u8>>,
+    /// `If-None-Match`.
+    pub if_none_match: Option<Vec<u8>>,
+    /// `If-Modified-Since`.
+    pub if_modified_since: Option<Vec<u8>>,
+    /// `If-Unmodified-Since`.
+    pub if_unmodified_since: Option<Vec<u8>>,
+    /// `Range`.
+    pub range: Option<Vec<u8>>,
+    /// `If-Range`.
+    pub if_range: Option<Vec<u8>>,
+    /// The codings of `Accept-Encoding`.
+    pub codings: Codings,
+    /// HTTP/1.0 client (keep-alive must then be announced).
+    pub http10: bool,
+}
+
+impl FileRequest {
+    /// Copies what static serving needs out of a parsed head.
+    pub fn from_head(head: &RequestHead<'_, '_>) -> FileRequest {
+        let mut r = FileRequest {
+            method: match head.method {
+                "GET" => Method::Get,
+                "HEAD" => Method::Head,
+                _ => Method::Other,
+            },
+            target: head.path.to_string(),
+            if_match: None,
+            if_none_match: None,
+            if_modified_since: None,
+            if_unmodified_since: None,
+            range: None,
+            if_range: None,
+            codings: Codings::default(),
+            http10: head.minor_version == 0,
+        };
+        let mut accept = Vec::new();
+        for h in head.headers {
+            let slot = match h.name.len() {
+                5 if h.name.eq_ignore_ascii_case("range") => &mut r.range,
+                8 if h.name.eq_ignore_ascii_case("if-match") => &mut r.if_match,
+                8 if h.name.eq_ignore_ascii_case("if-range") => &mut r.if_range,
+                13 if h.name.eq_ignore_ascii_case("if-none-match") => &mut r.if_none_match,
+                15 if h.name.eq_ignore_ascii_case("accept-encoding") => {
+                    accept.push(h.value);
+                    continue;
+                }
+                17 if h.name.eq_ignore_ascii_case("if-modified-since") => &mut r.if_modified_since,
+                19 if h.name.eq_ignore_ascii_case("if-unmodified-since") => {
+                    &mut r.if_unmodified_since
+                }
+                _ => continue,
+            };
+            match slot {
+                // Repeated list fields combine; a repeated single field is kept as the first.
+                Some(v) if h.name.len() == 8 || h.name.len() == 13 => {
+                    v.extend_from_slice(b", ");
+                    v.extend_from_slice(h.value);
+                }
+                Some(_) => {}
+                None => *slot = Some(h.value.to_vec()),
+            }
+        }
+        r.codings = accepted_codings(accept);
+        r
+    }
+}
+
+/// What to send for a file.
+#[derive(Debug)]
+pub struct Plan<'e> {
+    /// The status.
+    pub status: u16,
+    /// The whole response head.
+    pub head: Vec<u8>,
+    /// The representation the body comes from.
+    pub representation: &'e Representation,
+    /// The body.
+    pub body: Body,
+}
+
+/// The body of a file response.
+#[derive(Debug)]
+pub enum Body {
+    /// No body (HEAD, 304, or an empty file).
+    Empty,
+    /// Bytes made here (the text of 405, 412, 416).
+    Text(Vec<u8>),
+    /// `len` bytes of the representation from `offset`.
+    Range {
+        /// First byte.
+        offset: u64,
+        /// Bytes to send.
+        len: u64,
+    },
+    /// multipart/byteranges: each part's head and range, then the closing delimiter.
+    Multipart {
+        /// Part heads with their ranges.
+        parts: Vec<(Vec<u8>, ByteRange)>,
+        /// The closing delimiter.
+        tail: Vec<u8>,
+    },
+}
+
+impl Body {
+    /// Bytes the body holds.
+    pub fn len(&self) -> u64 {
+        match self {
+            Body::Empty => 0,
+            Body::Text(t) => t.len() as u64,
+            Body::Range { len, .. } => *len,
+            Body::Multipart { parts, tail } => {
+                let parts: u64 = parts.iter().map(|(h, r)| h.len() as u64 + r.len()).sum();
+                parts + tail.len() as u64
+            }
+        }
+    }
+
+    /// Whether the body is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// How the response head ends: the connection decision.
+#[derive(Debug, Clone, Copy)]
+pub struct Framing {
+    /// The connection stays open.
+    pub keep_alive: bool,
+    /// The client speaks HTTP/1.0 (keep-alive is then announced).
+    pub http10: bool,
+}
+
+/// Decides the response for `entry`.
+pub fn plan<'e>(
+    entry: &'e Entry,
+    req: &FileRequest,
+    route: &FileRoute,
+    framing: Framing,
+) -> Plan<'e> {
+    let rep = choose(entry, req.codings, route.precompressed);
+    let vary = route.precompressed && entry.has_siblings();
+    let mut h = HeadWriter::new(framing);
+    let allowed = matches!(req.method, Method::Get | Method::Head);
+    if !allowed {
+        let text = h.text(405);
+        h.field("Allow", b"GET, HEAD");
+        return h.finish_text(text, rep, req);
+    }
+    let conditions = Conditions {
+        if_match: req.if_match.as_deref(),
+        if_none_match: req.if_none_match.as_deref(),
+        if_modified_since: req.if_modified_since.as_deref(),
+        if_unmodified_since: req.if_unmodified_since.as_deref(),
+    };
+    match evaluate(&conditions, &rep.validators, true) {
+        Outcome::Proceed => {}
+        Outcome::Failed => {
+            let text = h.text(412);
+            return h.finish_text(text, rep, req);
+        }
+        Outcome::NotModified => {
+            h.status(304);
+            h.raw(&rep.fields);
+            h.cache_fields(route, vary);
+            return h.finish(rep, Body::Empty);
+        }
+    }
+    let ranges = match (&req.range, req.method) {
+        (Some(range), Method::Get) => {
+            let applies = req
+                .if_range
+                .as_deref()
+                .is_none_or(|v| if_range_allows(v, &rep.validators));
+            if applies {
+                parse_range(range, rep.size)
+            } else {
+                Ranges::Whole
+            }
+        }
+        _ => Ranges::Whole,
+    };
+    let content_type = entry.content_type.as_bytes();
+    let body = match ranges {
+        Ranges::Whole => {
+            h.status(200);
+            h.field("Content-Type", content_type);
+            h.length(rep.size);
+            Body::Range {
+                offset: 0,
+                len: rep.size,
+            }
+        }
+        Ranges::One(r) => {
+            h.status(206);
+            h.field("Content-Type", content_type);
+            h.length(r.len());
+            h.field("Content-Range", content_range(Some(r), rep.size).as_bytes());
+            Body::Range {
+                offset: r.start,
+                len: r.len(),
+            }
+        }
+        Ranges::Many(list) => {
+            let boundary = format!("{:016x}", fastrand::u64(..));
+            let body = multipart(&list, &boundary, content_type, rep.size);
+            h.status(206);
+            let ty = format!("multipart/byteranges; boundary={boundary}");
+            h.field("Content-Type", ty.as_bytes());
+            h.length(body.len());
+            body
+        }
+        Ranges::Unsatisfiable => {
+            let text = h.text(416);
+            h.field("Content-Range", content_range(None, rep.size).as_bytes());
+            return h.finish_text(text, rep, req);
+        }
+    };
+    h.raw(&rep.fields);
+    h.field("Accept-Ranges", b"bytes");
+    h.cache_fields(route, vary);
+    let body = if req.method == Method::Head || body.is_empty() {
+        Body::Empty
+    } else {
+        body
+    };
+    h.finish(rep, body)
+}
+
+/// The representation to send: the first precompressed sibling the client accepts, else the
+/// file.
+fn choose(entry: &Entry, codings: Codings, precompressed: bool) -> &Representation {
+    if precompressed {
+        for ((coding, _), sibling) in CODINGS.iter().zip(&entry.siblings) {
+            if let Some(s) = sibling {
+                if codings.accepts(coding) {
+                    return s;
+                }
+            }
+        }
+    }
+    &entry.identity
+}
+
+fn content_range(r: Option<ByteRange>, size: u64) -> String {
+    match r {
+        Some(r) => format!("bytes {}-{}/{size}", r.start, r.end),
+        None => format!("bytes */{size}"),
+    }
+}
+
+fn multipart(list: &[ByteRange], boundary: &str, content_type: &[u8], size: u64) -> Body {
+    let parts = list
+        .iter()
+        .map(|r| {
+            let mut head = Vec::with_capacity(96);
+            head.extend_from_slice(b"\r\n--");
+            head.extend_from_slice(boundary.as_bytes());
+            head.extend_from_slice(b"\r\nContent-Type: ");
+            head.extend_from_slice(content_type);
+            head.extend_from_slice(b"\r\nContent-Range: ");
+            head.extend_from_slice(content_range(Some(*r), size).as_bytes());
+            head.extend_from_slice(b"\r\n\r\n");
+            (head, *r)
+        })
+        .collect();
+    Body::Multipart {
+        parts,
+        tail: format!("\r\n--{boundary}--\r\n").into_bytes(),
+    }
+}
+
+/// Writes a response head.
+struct HeadWriter {
+    out: Vec<u8>,
+    framing: Framing,
+    status: u16,
+}
+
+impl HeadWriter {
+    fn new(framing: Framing) -> HeadWriter {
+        HeadWriter {
+            out: Vec::with_capacity(320),
+            framing,
+            status: 0,
+        }
+    }
+
+    fn status(&mut self, status: u16) {
+        self.status = status;
+        self.out.extend_from_slice(b"HTTP/1.1 ");
+        self.out.extend_from_slice(status.to_string().as_bytes());
+        self.out.push(b' ');
+        self.out.extend_from_slice(reason_phrase(status).as_bytes());
+        self.out
+            .extend_from_slice(b"\r\nServer: slipstream\r\nDate: ");
+        self.out.extend_from_slice(&http_date_now());
+        self.out.extend_from_slice(b"\r\n");
+    }
+
+    /// A text response of `status`: its status line, type and length; returns the text.
+    fn text(&mut self, status: u16) -> Vec<u8> {
+        let text = format!("{status} {}\n", reason_phrase(status)).into_bytes();
+        self.status(status);
+        self.field("Content-Type", b"text/plain");
+        self.length(text.len() as u64);
+        text
+    }
+
+    fn field(&mut self, name: &str, value: &[u8]) {
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b": ");
+        self.out.extend_from_slice(value);
+        self.out.extend_from_slice(b"\r\n");
+    }
+
+    fn length(&mut self, n: u64) {
+        self.field("Content-Length", n.to_string().as_bytes());
+    }
+
+    fn raw(&mut self, fields: &[u8]) {
+        self.out.extend_from_slice(fields);
+    }
+
+    fn cache_fields(&mut self, route: &FileRoute, vary: bool) {
+        if vary {
+            self.field("Vary", b"Accept-Encoding");
+        }
+        if let Some(cc) = &route.cache_control {
+            self.field("Cache-Control", cc.as_bytes());
+        }
+    }
+
+    fn finish_text<'e>(
+        self,
+        text: Vec<u8>,
+        rep: &'e Representation,
+        req: &FileRequest,
+    ) -> Plan<'e> {
+        let body = if req.method == Method::Head {
+            Body::Empty
+        } else {
+            Body::Text(text)
+        };
+        self.finish(rep, body)
+    }
+
+    fn finish<'e>(self, rep: &'e Representation, body: Body) -> Plan<'e> {
+        let status = self.status;
+        Plan {
+            status,
+            head: self.finish_head(),
+            representation: rep,
+            body,
+        }
+    }
+
+    fn finish_head(mut self) -> Vec<u8> {
+        if !self.framing.keep_alive {
+            self.out.extend_from_slice(b"Connection: close\r\n");
+        } else if self.framing.http10 {
+            self.out.extend_from_slice(b"Connection: keep-alive\r\n");
+        }
+        self.out.extend_from_slice(b"\r\n");
+        self.out
+    }
+}
+
+thread_local! {
+    /// The current second and its HTTP date, formatted once per second per worker.
+    static DATE: RefCell<(u64, [u8; 29])> = const { RefCell::new((0, [0; 29])) };
+}
+
+/// The `Date` field value for now (IMF-fixdate, 29 bytes).
+pub fn http_date_now() -> [u8; 29] {
+    let now = SystemTime::now();
+    let secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    DATE.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.0 != secs {
+            let text = httpdate::fmt_http_date(now);
+            if text.len() == 29 {
+                d.1.copy_from_slice(text.as_bytes());
+                d.0 = secs;
+            }
+        }
+        d.1
+    })
+}
+
+/// A response made here rather than from a file (a redirect, a listing, a `try_files`
+/// status): its status, extra fields and body, for `method`. Returns the head and the body.
+pub fn simple(
+    status: u16,
+    fields: &[(&str, &[u8])],
+    body: Option<(&[u8], Vec<u8>)>,
+    method: Method,
+    framing: Framing,
+) -> (Vec<u8>, Vec<u8>) {
+    let mut h = HeadWriter::new(framing);
+    let (content_type, text) = match body {
+        Some((ty, text)) => (ty, text),
+        None => (
+            b"text/plain".as_slice(),
+            format!("{status} {}\n", reason_phrase(status)).into_bytes(),
+        ),
+    };
+    h.status(status);
+    for (name, value) in fields {
+        h.field(name, value);
+    }
+    h.field("Content-Type", content_type);
+    h.length(text.len() as u64);
+    let plan_head = h.finish_head();
+    let text = if method == Method::Head {
+        Vec::new()
+    } else {
+        text
+    };
+    (plan_head, text)
+}

@@ -1,0 +1,135 @@
+//! File bodies onto a connection: the head with `MSG_MORE` (so it leaves in the same packet as
+//! the first file bytes, what nginx's `tcp_nopush` does with two more syscalls), then
+//! sendfile(2) from the page cache, never through user space. A file that turns out shorter
+//! than announced is reported, so the caller closes the connection instead of sending a body
+//! whose length disagrees with its head. Streams without a socket underneath (TLS, later) get
+//! the same contract by reading and writing.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::time::Duration;
+
+use rustix::fs::sendfile;
+use rustix::net::{send, SendFlags};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+use super::io::write_all;
+use super::Stream;
+
+/// Why a file body was not sent whole.
+#[derive(Debug)]
+pub enum SendFileError {
+    /// The file ended before the announced length (it was truncated while being sent).
+    Truncated,
+    /// Writing to the client failed or timed out.
+    Client(io::Error),
+}
+
+/// Sends `head`, then `len` bytes of `file` from `offset`. Returns the bytes that went by
+/// sendfile(2).
+pub async fn send_file(
+    stream: &mut Stream,
+    head: &[u8],
+    file: &File,
+    offset: u64,
+    len: u64,
+    timeout: Duration,
+) -> Result<u64, SendFileError> {
+    match stream.tcp() {
+        Some(tcp) => {
+            send_head(tcp, head, len > 0, timeout)
+                .await
+                .map_err(SendFileError::Client)?;
+            send_body(tcp, file, offset, len, timeout).await?;
+            Ok(len)
+        }
+        None => {
+            copy_body(stream, head, file, offset, len, timeout).await?;
+            Ok(0)
+        }
+    }
+}
+
+async fn wait_writable(tcp: &TcpStream, timeout: Duration) -> io::Result<()> {
+    match tokio::time::timeout(timeout, tcp.writable()).await {
+        Ok(r) => r,
+        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
+async fn send_head(tcp: &TcpStream, head: &[u8], more: bool, timeout: Duration) -> io::Result<()> {
+    let flags = if more {
+        SendFlags::MORE | SendFlags::NOSIGNAL
+    } else {
+        SendFlags::NOSIGNAL
+    };
+    let mut sent = 0;
+    while sent < head.len() {
+        match tcp.try_io(Interest::WRITABLE, || {
+            send(tcp, &head[sent..], flags).map_err(io::Error::from)
+        }) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(tcp, timeout).await?,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+async fn send_body(
+    tcp: &TcpStream,
+    file: &File,
+    offset: u64,
+    len: u64,
+    timeout: Duration,
+) -> Result<(), SendFileError> {
+    let mut at = offset;
+    let end = offset + len;
+    while at < end {
+        let want = (end - at).min(1 << 30) as usize;
+        match tcp.try_io(Interest::WRITABLE, || {
+            sendfile(tcp, file, Some(&mut at), want).map_err(io::Error::from)
+        }) {
+            Ok(0) => return Err(SendFileError::Truncated),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(tcp, timeout)
+                .await
+                .map_err(SendFileError::Client)?,
+            Err(e) => return Err(SendFileError::Client(e)),
+        }
+    }
+    Ok(())
+}
+
+async fn copy_body(
+    stream: &mut Stream,
+    head: &[u8],
+    file: &File,
+    offset: u64,
+    len: u64,
+    timeout: Duration,
+) -> Result<(), SendFileError> {
+    write_all(stream, &[head], timeout)
+        .await
+        .map_err(SendFileError::Client)?;
+    let mut chunk = vec![0u8; len.min(64 * 1024) as usize];
+    let mut at = offset;
+    let end = offset + len;
+    while at < end {
+        let want = (end - at).min(chunk.len() as u64) as usize;
+        let n = match file.read_at(&mut chunk[..want], at) {
+            Ok(0) => return Err(SendFileError::Truncated),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return Err(SendFileError::Truncated),
+        };
+        write_all(stream, &[&chunk[..n]], timeout)
+            .await
+            .map_err(SendFileError::Client)?;
+        at += n as u64;
+    }
+    Ok(())
+}

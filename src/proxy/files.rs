@@ -1,0 +1,169 @@
+//! The static-file phase: a request on a static-file route is resolved on its route
+//! (`files::lookup`), its response decided (`files::respond`), and sent: a file kept in memory
+//! with one `writev`, a larger one as the head plus sendfile(2), multipart ranges part by part.
+//! A `try_files` fallback to an upstream group continues in [`super::exchange`].
+
+use std::time::Instant;
+
+use super::{exchange, Client, Ctx, Outcome, Tried};
+use crate::error::{Error, Kind};
+use crate::files::listing;
+use crate::files::lookup::{Lookup, Refusal, Resolution};
+use crate::files::respond::{plan, simple, Body, Framing, Method, Plan};
+use crate::http1::Framing as BodyFraming;
+use crate::net::io::write_all;
+use crate::net::sendfile::{send_file, SendFileError};
+use crate::observe::metrics::Counter;
+
+/// Answers a request on the static-file route `index`.
+pub(super) async fn serve_files(
+    cx: &Ctx<'_>,
+    index: usize,
+    client: &mut Client,
+    buf: &mut Vec<u8>,
+    tried: &mut Tried,
+) -> Result<Outcome, Error> {
+    let p = cx.request;
+    let (Some(req), Some(route)) = (&p.files, cx.config().file_routes.get(index)) else {
+        return Err(Error::new(Kind::NoRoute));
+    };
+    let lookup = Lookup {
+        cache: &cx.worker.files,
+        route,
+        settings: &cx.config().files,
+        now: Instant::now(),
+        counters: &cx.worker.counters,
+    };
+    // A request body is never read here: the connection then closes after the response.
+    let framing = Framing {
+        keep_alive: p.keep_alive && p.framing == BodyFraming::Empty && !cx.worker.shutting_down(),
+        http10: req.http10,
+    };
+    let outcome = match lookup.resolve(&req.target) {
+        Resolution::File(entry) => {
+            let plan = plan(&entry, req, route, framing);
+            send_plan(cx, client, &plan, framing).await?
+        }
+        Resolution::Upstream(u) => return exchange::exchange(cx, u, client, buf, tried).await,
+        Resolution::Refused(r) => return Err(Error::new(refusal_kind(r))),
+        Resolution::Status(404) => return Err(Error::new(Kind::FileNotFound)),
+        Resolution::Status(status) => {
+            let (head, body) = simple(status, &[], None, req.method, framing);
+            send_simple(cx, client, status, &head, &body, framing).await?
+        }
+        Resolution::Redirect(location) => {
+            let fields = [("Location", location.as_bytes())];
+            let (head, body) = simple(301, &fields, None, req.method, framing);
+            send_simple(cx, client, 301, &head, &body, framing).await?
+        }
+        Resolution::Listing { dir, uri } => {
+            let (status, head, body) = match listing::render(&dir, &uri, route.dotfiles) {
+                _ if req.method == Method::Other => {
+                    let fields = [("Allow", b"GET, HEAD".as_slice())];
+                    let (h, b) = simple(405, &fields, None, req.method, framing);
+                    (405, h, b)
+                }
+                Ok(html) => {
+                    let body = Some((b"text/html; charset=utf-8".as_slice(), html));
+                    let (h, b) = simple(200, &[], body, req.method, framing);
+                    (200, h, b)
+                }
+                Err(_) => return Err(Error::new(Kind::FileFailed)),
+            };
+            send_simple(cx, client, status, &head, &body, framing).await?
+        }
+    };
+    if outcome.keep_alive {
+        buf.drain(..p.head_len.min(buf.len()));
+    }
+    Ok(outcome)
+}
+
+fn refusal_kind(r: Refusal) -> Kind {
+    match r {
+        Refusal::BadPath => Kind::BadRequest("invalid path"),
+        Refusal::NotFound => Kind::FileNotFound,
+        Refusal::Forbidden => Kind::FileForbidden,
+        Refusal::Failed => Kind::FileFailed,
+    }
+}
+
+async fn send_simple(
+    cx: &Ctx<'_>,
+    client: &mut Client,
+    status: u16,
+    head: &[u8],
+    body: &[u8],
+    framing: Framing,
+) -> Result<Outcome, Error> {
+    let timeout = cx.config().limits.client_body_timeout;
+    write_all(&mut client.stream, &[head, body], timeout)
+        .await
+        .map_err(|_| Error::client_write().after_head(status))?;
+    Ok(Outcome {
+        status,
+        body_bytes: body.len() as u64,
+        keep_alive: framing.keep_alive,
+    })
+}
+
+/// Sends a file response as its plan says.
+async fn send_plan(
+    cx: &Ctx<'_>,
+    client: &mut Client,
+    plan: &Plan<'_>,
+    framing: Framing,
+) -> Result<Outcome, Error> {
+    let timeout = cx.config().limits.client_body_timeout;
+    let rep = plan.representation;
+    let stream = &mut client.stream;
+    let failed = |e: SendFileError| match e {
+        SendFileError::Truncated => Error::new(Kind::FileTruncated).after_head(plan.status),
+        SendFileError::Client(_) => Error::client_write().after_head(plan.status),
+    };
+    let written = |r: std::io::Result<()>| r.map_err(SendFileError::Client).map_err(failed);
+    let mut sendfile_bytes = 0;
+    match &plan.body {
+        Body::Empty => written(write_all(stream, &[&plan.head], timeout).await)?,
+        Body::Text(t) => written(write_all(stream, &[&plan.head, t], timeout).await)?,
+        Body::Range { offset, len } => match &rep.memory {
+            Some(m) => {
+                let part = &m[*offset as usize..(*offset + *len) as usize];
+                written(write_all(stream, &[&plan.head, part], timeout).await)?;
+            }
+            None => {
+                sendfile_bytes += send_file(stream, &plan.head, &rep.file, *offset, *len, timeout)
+                    .await
+                    .map_err(failed)?;
+            }
+        },
+        Body::Multipart { parts, tail } => {
+            written(write_all(stream, &[&plan.head], timeout).await)?;
+            for (head, r) in parts {
+                match &rep.memory {
+                    Some(m) => {
+                        let part = &m[r.start as usize..=r.end as usize];
+                        written(write_all(stream, &[head, part], timeout).await)?;
+                    }
+                    None => {
+                        sendfile_bytes +=
+                            send_file(stream, head, &rep.file, r.start, r.len(), timeout)
+                                .await
+                                .map_err(failed)?;
+                    }
+                }
+            }
+            written(write_all(stream, &[tail], timeout).await)?;
+        }
+    }
+    if sendfile_bytes > 0 {
+        cx.worker
+            .counters
+            .add(Counter::SendfileBytes, sendfile_bytes);
+    }
+    Ok(Outcome {
+        status: plan.status,
+        body_bytes: plan.body.len(),
+        keep_alive: framing.keep_alive,
+    })
+}
