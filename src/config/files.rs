@@ -189,7 +189,11 @@ impl Validator<'_> {
                 return None;
             }
         };
-        let path = PathBuf::from(dir.get_ref());
+        // A relative directory is relative to the config file's folder.
+        let path = match std::path::Path::new(self.file).parent() {
+            Some(base) if PathBuf::from(dir.get_ref()).is_relative() => base.join(dir.get_ref()),
+            _ => PathBuf::from(dir.get_ref()),
+        };
         match std::fs::metadata(&path) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => self.error(

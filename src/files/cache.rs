@@ -327,3 +327,53 @@ pub fn content_type(rel: &Path, settings: &FilesSettings) -> String {
     }
     settings.default_type.clone()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn bounded_least_recently_used_and_in_memory_only_when_small() {
+        let dir = std::env::temp_dir().join(format!("slipstream-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["a", "b", "c"] {
+            std::fs::write(dir.join(name), name).unwrap();
+        }
+        std::fs::write(dir.join("large"), vec![7u8; 20_000]).unwrap();
+        let route = FileRoute::for_root(dir.clone(), false);
+        let settings = FilesSettings {
+            cache_entries: 2,
+            cache_valid: Duration::from_secs(3600),
+            ..FilesSettings::default()
+        };
+        let cache = FileCache::default();
+        let counters = Shard::default();
+        let start = Instant::now();
+        let mut tick = 0;
+        let mut get = |name: &str| {
+            tick += 1;
+            let now = start + Duration::from_millis(tick);
+            match cache.lookup(&route, &settings, Path::new(name), now, &counters) {
+                Ok(Found::File(e)) => e,
+                other => panic!("{other:?}"),
+            }
+        };
+        get("a");
+        get("b");
+        get("a"); // b is now the least recently used
+        get("c"); // evicts b
+        let misses = || counters.get(Counter::FilesCacheMisses);
+        assert_eq!((misses(), counters.get(Counter::FilesCacheHits)), (3, 1));
+        get("a");
+        assert_eq!(misses(), 3, "a stayed");
+        get("b");
+        assert_eq!(misses(), 4, "b was evicted");
+        assert_eq!(cache.len(), 2);
+        assert!(get("a").identity.memory.is_some());
+        assert!(get("large").identity.memory.is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -70,24 +70,29 @@ impl FileRequest {
         };
         let mut accept = Vec::new();
         for h in head.headers {
-            let slot = match h.name.len() {
-                5 if h.name.eq_ignore_ascii_case("range") => &mut r.range,
-                8 if h.name.eq_ignore_ascii_case("if-match") => &mut r.if_match,
-                8 if h.name.eq_ignore_ascii_case("if-range") => &mut r.if_range,
-                13 if h.name.eq_ignore_ascii_case("if-none-match") => &mut r.if_none_match,
-                15 if h.name.eq_ignore_ascii_case("accept-encoding") => {
+            let name = h.name;
+            // List fields (If-Match, If-None-Match) combine when repeated; for the others the
+            // first is kept.
+            let (slot, list) = if name.eq_ignore_ascii_case("range") {
+                (&mut r.range, false)
+            } else if name.eq_ignore_ascii_case("if-match") {
+                (&mut r.if_match, true)
+            } else if name.eq_ignore_ascii_case("if-range") {
+                (&mut r.if_range, false)
+            } else if name.eq_ignore_ascii_case("if-none-match") {
+                (&mut r.if_none_match, true)
+            } else if name.eq_ignore_ascii_case("if-modified-since") {
+                (&mut r.if_modified_since, false)
+            } else if name.eq_ignore_ascii_case("if-unmodified-since") {
+                (&mut r.if_unmodified_since, false)
+            } else {
+                if name.eq_ignore_ascii_case("accept-encoding") {
                     accept.push(h.value);
-                    continue;
                 }
-                17 if h.name.eq_ignore_ascii_case("if-modified-since") => &mut r.if_modified_since,
-                19 if h.name.eq_ignore_ascii_case("if-unmodified-since") => {
-                    &mut r.if_unmodified_since
-                }
-                _ => continue,
+                continue;
             };
             match slot {
-                // Repeated list fields combine; a repeated single field is kept as the first.
-                Some(v) if h.name.len() == 8 || h.name.len() == 13 => {
+                Some(v) if list => {
                     v.extend_from_slice(b", ");
                     v.extend_from_slice(h.value);
                 }
