@@ -2,7 +2,8 @@
 //! entry holds the open file, its validators and the head fields they give, its precompressed
 //! siblings, and, for small files, the bytes themselves. Entries are trusted for `cache_valid`,
 //! then checked again by reopening the path: a file replaced, rewritten or removed is noticed
-//! then. The cache is bounded (`cache_entries`; the least recently used entry goes first).
+//! then; a route directory replaced (a deploy swapping a symlink) drops its entries. The cache
+//! is bounded (`cache_entries`; the least recently used entry goes first).
 //! Nothing here is shared between threads.
 
 use std::cell::{Cell, RefCell};
@@ -14,6 +15,8 @@ use std::rc::Rc;
 use std::time::{Instant, SystemTime};
 
 use super::conditional::Validators;
+use xxhash_rust::xxh3::Xxh3DefaultBuilder;
+
 use super::open::{open_beneath, open_root, root_identity, Identity, OpenError, Opened};
 use crate::config::{FileRoute, FilesSettings};
 use crate::observe::metrics::{Counter, Shard};
@@ -70,7 +73,6 @@ pub struct Entry {
     pub siblings: [Option<Representation>; 3],
     checked: Cell<Instant>,
     last_used: Cell<Instant>,
-    root: Identity,
 }
 
 impl Entry {
@@ -80,19 +82,15 @@ impl Entry {
     }
 }
 
-/// The cache key: the route's directory, the path under it, and the options that change what
-/// opening finds.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key {
-    path: PathBuf,
-    precompressed: bool,
-    out_of_root: bool,
-}
+/// Entries of one route directory, in four tables by the route options that change what
+/// opening finds (precompressed siblings looked up; symlinks out of the directory followed).
+type Tables = [HashMap<PathBuf, Rc<Entry>, Xxh3DefaultBuilder>; 4];
 
 struct Root {
     file: Rc<File>,
     identity: Identity,
     checked: Instant,
+    entries: Tables,
 }
 
 /// What a lookup found.
@@ -104,11 +102,16 @@ pub enum Found {
     Directory(File),
 }
 
-/// One worker's open files.
+/// One worker's open files, by route directory, then path under it.
 #[derive(Default)]
 pub struct FileCache {
-    entries: RefCell<HashMap<Key, Rc<Entry>>>,
-    roots: RefCell<HashMap<PathBuf, Root>>,
+    roots: RefCell<HashMap<PathBuf, Root, Xxh3DefaultBuilder>>,
+    len: Cell<usize>,
+}
+
+/// How a route opens files: the index of its table.
+fn table_of(route: &FileRoute) -> usize {
+    usize::from(route.precompressed) | usize::from(route.symlinks_out_of_root) << 1
 }
 
 impl FileCache {
@@ -122,61 +125,57 @@ impl FileCache {
         now: Instant,
         counters: &Shard,
     ) -> Result<Found, OpenError> {
-        let (root, root_id) = self.root(&route.dir, settings, now)?;
-        let key = Key {
-            path: route.dir.join(rel),
-            precompressed: route.precompressed,
-            out_of_root: route.symlinks_out_of_root,
-        };
-        let cached = self.entries.borrow().get(&key).cloned();
-        if let Some(entry) = cached {
+        let mut roots = self.roots.borrow_mut();
+        let root = self.root(&mut roots, &route.dir, settings, now)?;
+        let dir = root.file.clone();
+        let table = &mut root.entries[table_of(route)];
+        if let Some(entry) = table.get(rel) {
             let fresh = now.duration_since(entry.checked.get()) < settings.cache_valid;
-            if entry.root == root_id && (fresh || self.still_current(&entry, &root, rel, &key)) {
-                entry
-                    .checked
-                    .set(if fresh { entry.checked.get() } else { now });
+            if fresh || still_current(entry, &dir, rel, route) {
+                if !fresh {
+                    entry.checked.set(now);
+                }
                 entry.last_used.set(now);
                 counters.inc(Counter::FilesCacheHits);
-                return Ok(Found::File(entry));
+                return Ok(Found::File(entry.clone()));
             }
-            self.entries.borrow_mut().remove(&key);
+            table.remove(rel);
+            self.len.set(self.len.get() - 1);
         }
         counters.inc(Counter::FilesCacheMisses);
-        let (file, meta) = match open_beneath(&root, rel, key.out_of_root)? {
+        let (file, meta) = match open_beneath(&dir, rel, route.symlinks_out_of_root)? {
             Opened::Directory(d) => return Ok(Found::Directory(d)),
             Opened::File(f, m) => (f, m),
         };
         let entry = Rc::new(Entry {
             identity: representation(file, &meta, None, settings),
             content_type: content_type(rel, settings),
-            siblings: if key.precompressed {
-                siblings(&root, rel, key.out_of_root, settings)
+            siblings: if route.precompressed {
+                siblings(&dir, rel, route.symlinks_out_of_root, settings)
             } else {
                 Default::default()
             },
             checked: Cell::new(now),
             last_used: Cell::new(now),
-            root: root_id,
         });
         if settings.cache_entries > 0 {
-            self.insert(key, entry.clone(), settings.cache_entries);
+            if self.len.get() >= settings.cache_entries && evict_oldest(&mut roots) {
+                self.len.set(self.len.get() - 1);
+            }
+            let table = match roots.get_mut(&route.dir) {
+                Some(root) => &mut root.entries[table_of(route)],
+                None => return Ok(Found::File(entry)),
+            };
+            if table.insert(rel.to_path_buf(), entry.clone()).is_none() {
+                self.len.set(self.len.get() + 1);
+            }
         }
         Ok(Found::File(entry))
     }
 
-    /// Opens a directory's entry for a listing (never cached).
-    pub fn root_file(
-        &self,
-        route: &FileRoute,
-        settings: &FilesSettings,
-        now: Instant,
-    ) -> Result<Rc<File>, OpenError> {
-        self.root(&route.dir, settings, now).map(|(f, _)| f)
-    }
-
     /// Files open in the cache now.
     pub fn len(&self) -> usize {
-        self.entries.borrow().len()
+        self.len.get()
     }
 
     /// Whether the cache is empty.
@@ -184,66 +183,76 @@ impl FileCache {
         self.len() == 0
     }
 
-    fn root(
+    /// The route directory's open descriptor, opened again when it was replaced (its entries
+    /// are then dropped: they belong to the old directory).
+    fn root<'r>(
         &self,
+        roots: &'r mut HashMap<PathBuf, Root, Xxh3DefaultBuilder>,
         dir: &Path,
         settings: &FilesSettings,
         now: Instant,
-    ) -> Result<(Rc<File>, Identity), OpenError> {
-        let mut roots = self.roots.borrow_mut();
-        if let Some(r) = roots.get_mut(dir) {
-            if now.duration_since(r.checked) < settings.cache_valid {
-                return Ok((r.file.clone(), r.identity));
-            }
-            if root_identity(dir) == Some(r.identity) {
+    ) -> Result<&'r mut Root, OpenError> {
+        let current = match roots.get_mut(dir) {
+            Some(r) if now.duration_since(r.checked) < settings.cache_valid => true,
+            Some(r) if root_identity(dir) == Some(r.identity) => {
                 r.checked = now;
-                return Ok((r.file.clone(), r.identity));
+                true
             }
-        }
-        let (file, identity) = open_root(dir).map_err(|_| OpenError::Failed)?;
-        let file = Rc::new(file);
-        roots.insert(
-            dir.to_path_buf(),
-            Root {
-                file: file.clone(),
+            _ => false,
+        };
+        if !current {
+            let (file, identity) = open_root(dir).map_err(|_| OpenError::Failed)?;
+            let root = Root {
+                file: Rc::new(file),
                 identity,
                 checked: now,
-            },
-        );
-        Ok((file, identity))
-    }
-
-    /// Reopens an entry's path and its siblings' and compares what is there now.
-    fn still_current(&self, entry: &Entry, root: &File, rel: &Path, key: &Key) -> bool {
-        let current = |rel: &Path| match open_beneath(root, rel, key.out_of_root) {
-            Ok(Opened::File(_, m)) => Some(Stamp::of(&m)),
-            _ => None,
-        };
-        if current(rel) != Some(entry.identity.stamp) {
-            return false;
-        }
-        if !key.precompressed {
-            return true;
-        }
-        CODINGS
-            .iter()
-            .zip(&entry.siblings)
-            .all(|((_, ext), s)| current(&with_suffix(rel, ext)) == s.as_ref().map(|s| s.stamp))
-    }
-
-    fn insert(&self, key: Key, entry: Rc<Entry>, max: usize) {
-        let mut entries = self.entries.borrow_mut();
-        if entries.len() >= max {
-            let oldest = entries
-                .iter()
-                .min_by_key(|(_, e)| e.last_used.get())
-                .map(|(k, _)| k.clone());
-            if let Some(k) = oldest {
-                entries.remove(&k);
+                entries: Default::default(),
+            };
+            if let Some(old) = roots.insert(dir.to_path_buf(), root) {
+                let dropped: usize = old.entries.iter().map(HashMap::len).sum();
+                self.len.set(self.len.get() - dropped);
             }
         }
-        entries.insert(key, entry);
+        roots.get_mut(dir).ok_or(OpenError::Failed)
     }
+}
+
+/// Removes the least recently used entry of the whole cache; false if it was empty.
+fn evict_oldest(roots: &mut HashMap<PathBuf, Root, Xxh3DefaultBuilder>) -> bool {
+    let oldest = roots
+        .iter()
+        .flat_map(|(dir, root)| {
+            root.entries.iter().enumerate().flat_map(move |(t, table)| {
+                table
+                    .iter()
+                    .map(move |(rel, e)| (e.last_used.get(), dir, t, rel))
+            })
+        })
+        .min_by_key(|(used, ..)| *used)
+        .map(|(_, dir, t, rel)| (dir.clone(), t, rel.clone()));
+    oldest.is_some_and(|(dir, t, rel)| {
+        roots
+            .get_mut(&dir)
+            .is_some_and(|root| root.entries[t].remove(&rel).is_some())
+    })
+}
+
+/// Reopens an entry's path and its siblings' and compares what is there now.
+fn still_current(entry: &Entry, dir: &File, rel: &Path, route: &FileRoute) -> bool {
+    let current = |rel: &Path| match open_beneath(dir, rel, route.symlinks_out_of_root) {
+        Ok(Opened::File(_, m)) => Some(Stamp::of(&m)),
+        _ => None,
+    };
+    if current(rel) != Some(entry.identity.stamp) {
+        return false;
+    }
+    if !route.precompressed {
+        return true;
+    }
+    CODINGS
+        .iter()
+        .zip(&entry.siblings)
+        .all(|((_, ext), s)| current(&with_suffix(rel, ext)) == s.as_ref().map(|s| s.stamp))
 }
 
 fn with_suffix(rel: &Path, ext: &str) -> PathBuf {

@@ -5,7 +5,7 @@
 //! again.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -99,13 +99,13 @@ impl Lookup<'_> {
             };
             let Some(fs) = self.fs_path(&c) else { continue };
             if c.directory {
-                if let Ok(Found::Directory(_)) = self.find(&fs) {
+                if let Ok(Found::Directory(_)) = self.find(fs) {
                     if !rel.directory && uri_of(&c) == format!("{uri}/") {
                         return Resolution::Redirect(location(&uri, target));
                     }
-                    return self.index_or_listing(&fs, &uri_of(&c));
+                    return self.index_or_listing(fs, &uri_of(&c));
                 }
-            } else if let Ok(Found::File(e)) = self.find(&fs) {
+            } else if let Ok(Found::File(e)) = self.find(fs) {
                 return Resolution::File(e);
             }
         }
@@ -129,9 +129,9 @@ impl Lookup<'_> {
             return Resolution::Refused(Refusal::NotFound);
         };
         if rel.directory {
-            return self.index_or_listing(&fs, uri);
+            return self.index_or_listing(fs, uri);
         }
-        match self.find(&fs) {
+        match self.find(fs) {
             Ok(Found::File(e)) => Resolution::File(e),
             Ok(Found::Directory(_)) => Resolution::Redirect(location(uri, target)),
             Err(e) => Resolution::Refused(e.into()),
@@ -164,15 +164,12 @@ impl Lookup<'_> {
 
     /// The path under the route's directory: the whole path under `root`, the part after the
     /// prefix under `alias` (`None` when it is not under the prefix).
-    fn fs_path(&self, rel: &RelativePath) -> Option<PathBuf> {
-        if !self.route.alias {
-            return Some(rel.path.clone());
-        }
+    fn fs_path<'r>(&self, rel: &'r RelativePath) -> Option<&'r Path> {
         let prefix = self.route.prefix.trim_matches('/');
-        if prefix.is_empty() {
-            return Some(rel.path.clone());
+        if !self.route.alias || prefix.is_empty() {
+            return Some(&rel.path);
         }
-        rel.path.strip_prefix(prefix).ok().map(Path::to_path_buf)
+        rel.path.strip_prefix(prefix).ok()
     }
 }
 

@@ -39,7 +39,11 @@ pub fn resolve(target: &str) -> Result<RelativePath, PathError> {
     if !path.starts_with('/') {
         return Err(PathError::NotAbsolute);
     }
-    normalize(&percent_decode(path.as_bytes())?)
+    if path.contains('%') {
+        normalize(&percent_decode(path.as_bytes())?)
+    } else {
+        normalize(path.as_bytes())
+    }
 }
 
 /// Normalizes an already decoded absolute path (`try_files` candidates, built from a decoded
@@ -51,6 +55,31 @@ pub fn normalize(decoded: &[u8]) -> Result<RelativePath, PathError> {
     if decoded.iter().any(|&b| b == 0 || b == b'\\') {
         return Err(PathError::ForbiddenByte);
     }
+    // The common case, a path already in normal form (`/a/b.css`, `/dir/`), needs no
+    // segment list: the path is the bytes after the first slash.
+    let body = &decoded[1..];
+    let body = body.strip_suffix(b"/").unwrap_or(body);
+    let normal = body.is_empty()
+        || body
+            .split(|&b| b == b'/')
+            .all(|s| !matches!(s, b"" | b"." | b".."));
+    if normal {
+        let hidden = body
+            .split(|&b| b == b'/')
+            .enumerate()
+            .any(|(i, s)| s.starts_with(b".") && !(i == 0 && s == b".well-known"));
+        return Ok(RelativePath {
+            path: PathBuf::from(OsStr::from_bytes(body)),
+            directory: decoded.ends_with(b"/"),
+            hidden,
+        });
+    }
+    normalize_segments(decoded)
+}
+
+/// The general case of [`normalize`], segment by segment (public so the fuzzer can check that
+/// the fast path agrees with it). `decoded` starts with `/` and holds no NUL or backslash.
+pub fn normalize_segments(decoded: &[u8]) -> Result<RelativePath, PathError> {
     let mut segments: Vec<&[u8]> = Vec::new();
     for segment in decoded.split(|&b| b == b'/') {
         match segment {

@@ -10,6 +10,7 @@ use super::conditional::{evaluate, if_range_allows, Conditions, Outcome};
 use super::range::{parse_range, ByteRange, Ranges};
 use crate::config::FileRoute;
 use crate::http1::accept::{accepted_codings, Codings};
+use crate::http1::put_decimal;
 use crate::http1::request::RequestHead;
 use crate::http1::response::reason_phrase;
 
@@ -328,7 +329,7 @@ impl HeadWriter {
     fn status(&mut self, status: u16) {
         self.status = status;
         self.out.extend_from_slice(b"HTTP/1.1 ");
-        self.out.extend_from_slice(status.to_string().as_bytes());
+        put_decimal(&mut self.out, u64::from(status));
         self.out.push(b' ');
         self.out.extend_from_slice(reason_phrase(status).as_bytes());
         self.out
@@ -354,7 +355,9 @@ impl HeadWriter {
     }
 
     fn length(&mut self, n: u64) {
-        self.field("Content-Length", n.to_string().as_bytes());
+        self.out.extend_from_slice(b"Content-Length: ");
+        put_decimal(&mut self.out, n);
+        self.out.extend_from_slice(b"\r\n");
     }
 
     fn raw(&mut self, fields: &[u8]) {
