@@ -18,6 +18,15 @@ pub async fn write_all(stream: &mut Stream, parts: &[&[u8]], timeout: Duration) 
         iov[count] = IoSlice::new(p);
         count += 1;
     }
+    if count == 1 {
+        // One buffer: send(2) skips the iovec import and the VFS layer writev(2) goes through.
+        return write_one(
+            stream,
+            parts.iter().find(|p| !p.is_empty()).unwrap_or(&&[][..]),
+            timeout,
+        )
+        .await;
+    }
     let mut slices = &mut iov[..count];
     while !slices.is_empty() {
         let n = match tokio::time::timeout(timeout, stream.write_vectored(slices)).await {
@@ -28,6 +37,20 @@ pub async fn write_all(stream: &mut Stream, parts: &[&[u8]], timeout: Duration) 
             return Err(io::ErrorKind::WriteZero.into());
         }
         IoSlice::advance_slices(&mut slices, n);
+    }
+    Ok(())
+}
+
+async fn write_one(stream: &mut Stream, mut buf: &[u8], timeout: Duration) -> io::Result<()> {
+    while !buf.is_empty() {
+        let n = match tokio::time::timeout(timeout, stream.write(buf)).await {
+            Ok(r) => r?,
+            Err(_) => return Err(io::ErrorKind::TimedOut.into()),
+        };
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        buf = &buf[n..];
     }
     Ok(())
 }
