@@ -1,10 +1,13 @@
 //! Opening a path under a route's directory, safely: `openat2(2)` with `RESOLVE_BENEATH`
 //! refuses any resolution that leaves the directory, through `..` or a symlink, in the kernel,
 //! with no race between a check and the open. Routes that allow symlinks out of the directory
-//! open with plain resolution (magic links such as `/proc/self/fd/N` stay refused).
+//! open with plain resolution (magic links such as `/proc/self/fd/N` stay refused). Where
+//! openat2 is missing (Linux before 5.6, some sandboxes) a file is opened normally and kept only
+//! if the kernel reports its real path under the directory.
 
 use std::fs::File;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -65,13 +68,43 @@ pub fn open_beneath(root: &File, rel: &Path, out_of_root: bool) -> Result<Opened
     } else {
         ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS
     };
-    let fd = openat2(root, rel, flags, Mode::empty(), resolve).map_err(classify)?;
+    let fd = match openat2(root, rel, flags, Mode::empty(), resolve) {
+        Ok(fd) => fd,
+        // Kernels before 5.6, and sandboxes that filter openat2, have no RESOLVE_BENEATH.
+        Err(rustix::io::Errno::NOSYS) => open_verified(root, rel, flags, out_of_root)?,
+        Err(e) => return Err(classify(e)),
+    };
     let file = File::from(fd);
     let meta = file.metadata().map_err(|_| OpenError::Failed)?;
     if meta.is_dir() {
         Ok(Opened::Directory(file))
     } else if meta.is_file() {
         Ok(Opened::File(file, meta))
+    } else {
+        Err(OpenError::Forbidden)
+    }
+}
+
+/// Without openat2: opens with ordinary resolution, then asks the kernel where the file really
+/// is (`/proc/self/fd`) and refuses it unless that is under the directory.
+fn open_verified(
+    root: &File,
+    rel: &Path,
+    flags: OFlags,
+    out_of_root: bool,
+) -> Result<OwnedFd, OpenError> {
+    let fd = rustix::fs::openat(root, rel, flags, Mode::empty()).map_err(classify)?;
+    if out_of_root {
+        return Ok(fd);
+    }
+    let real = |fd: std::os::fd::BorrowedFd<'_>| {
+        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+    };
+    let (Ok(dir), Ok(file)) = (real(root.as_fd()), real(fd.as_fd())) else {
+        return Err(OpenError::Failed);
+    };
+    if file.starts_with(&dir) {
+        Ok(fd)
     } else {
         Err(OpenError::Forbidden)
     }
@@ -116,6 +149,14 @@ mod tests {
         assert_eq!(open("../secret", false), Err(OpenError::Forbidden));
         assert_eq!(open("missing", false), Err(OpenError::NotFound));
         assert_eq!(open("sub/in.txt/x", false), Err(OpenError::NotFound));
+        // The fallback for kernels without openat2 draws the same line.
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+        let verified = |p: &str, out| open_verified(&dir, Path::new(p), flags, out).map(drop);
+        assert_eq!(verified("out", false), Err(OpenError::Forbidden));
+        assert_eq!(verified("../secret", false), Err(OpenError::Forbidden));
+        assert_eq!(verified("out", true), Ok(()));
+        assert_eq!(verified("inside", false), Ok(()));
+        assert_eq!(verified("missing", false), Err(OpenError::NotFound));
         std::fs::remove_dir_all(&base).unwrap();
     }
 }
