@@ -113,7 +113,6 @@ proxy_pids() {
         *) listener_pids "$1" ;;
     esac
 }
-to_us() { awk '{v=$1; if (v ~ /us$/) {sub(/us/,"",v); print v} else if (v ~ /ms$/) {sub(/ms/,"",v); print v*1000} else if (v ~ /s$/) {sub(/s/,"",v); print v*1000000} else print v}'; }
 
 run() { # port -> "req/s p50us p99us p999us slow_share cpu_us_per_req"
     local port=$1 pids before after

@@ -95,7 +95,6 @@ proxy_pids() {
     esac
 }
 # wrk's latency figure in microseconds.
-to_us() { awk '{v=$1; if (v ~ /us$/) {sub(/us/,"",v); print v} else if (v ~ /ms$/) {sub(/ms/,"",v); print v*1000} else if (v ~ /s$/) {sub(/s/,"",v); print v*1000000} else print v}'; }
 
 run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
     local port=$1 path=$2 pids="" before after

@@ -42,6 +42,9 @@ disk_write_bytes() {
     echo "$total"
 }
 
+# Converts wrk's latency figure (e.g. 812.00us, 1.93ms, 2.01s) on stdin to microseconds.
+to_us() { awk '{v=$1; if (v ~ /us$/) {sub(/us/,"",v); print v} else if (v ~ /ms$/) {sub(/ms/,"",v); print v*1000} else if (v ~ /s$/) {sub(/s/,"",v); print v*1000000} else print v}'; }
+
 # PIDs of the processes listening on a local TCP port.
 listener_pids() {
     ss -ltnpH "sport = :$1" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u | tr '\n' ' '

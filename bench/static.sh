@@ -89,7 +89,6 @@ server_pids() {
         *) listener_pids "$1" ;;
     esac
 }
-to_us() { awk '{v=$1; if (v ~ /us$/) {sub(/us/,"",v); print v} else if (v ~ /ms$/) {sub(/ms/,"",v); print v*1000} else if (v ~ /s$/) {sub(/s/,"",v); print v*1000000} else print v}'; }
 
 run() { # port file bytes -> "req/s p50us p99us cpu_us_per_req syscalls_per_req cpu_ms_per_gb"
     local port=$1 file=$2 bytes=$3 pids before after

@@ -1,0 +1,165 @@
+//! Config validation: good files parse, and every bad key is refused with its line.
+
+use super::*;
+
+/// `e` holds exactly the expected errors, each on its line.
+fn assert_errors(e: &ConfigErrors, expect: &[(usize, &str)]) {
+    assert_eq!(e.0.len(), expect.len(), "{e}");
+    for (line, message) in expect {
+        assert!(
+            e.0.iter()
+                .any(|x| x.line == *line && x.message.contains(message)),
+            "line {line}: {message}: got\n{e}"
+        );
+    }
+}
+
+const GOOD: &str = r#"
+[[listen]]
+address = "127.0.0.1:8080"
+
+[upstreams.app]
+servers = ["127.0.0.1:9000"]
+
+[[sites]]
+default = true
+routes = [{ path = "/", upstream = "app" }]
+"#;
+
+#[test]
+fn good_config_parses() {
+    let c = Config::parse(GOOD, "t.toml").unwrap();
+    assert_eq!(c.listeners[0].address, "127.0.0.1:8080".parse().unwrap());
+    assert_eq!(c.upstreams[0].servers.len(), 1);
+}
+
+#[test]
+fn unknown_key_names_nearest() {
+    let text = GOOD.replace("servers =", "keepalive_pool = 3\nservers =");
+    let e = Config::parse(&text, "t.toml").unwrap_err();
+    assert_eq!(e.0[0].line, 6);
+    assert!(
+        e.0[0].message.contains("did you mean `keepalive`"),
+        "{}",
+        e.0[0].message
+    );
+}
+
+#[test]
+fn semantic_errors_are_all_reported_with_lines() {
+    let text = GOOD
+        .replace("upstream = \"app\"", "upstream = \"apq\"")
+        .replace("127.0.0.1:9000", "nonsense");
+    let e = Config::parse(&text, "t.toml").unwrap_err();
+    assert_eq!(e.0.len(), 2, "{e}");
+    assert!(e
+        .0
+        .iter()
+        .any(|x| x.line == 6 && x.message.contains("invalid address")));
+    assert!(e
+        .0
+        .iter()
+        .any(|x| x.line == 10 && x.message.contains("did you mean \"app\"")));
+}
+
+/// Each bad upstream setting is refused, all at once, each on its own line.
+#[test]
+fn bad_balancing_settings_are_refused_with_lines() {
+    let text = r#"
+[[listen]]
+address = "127.0.0.1:8080"
+[upstreams.app]
+servers = ["127.0.0.1:9000 weight=0", "127.0.0.1:9001"]
+balance = "random"
+[upstreams.hashed]
+servers = ["127.0.0.1:9002"]
+balance = "hash"
+[upstreams.empty]
+servers = []
+[upstreams.checked]
+servers = ["127.0.0.1:9003"]
+[upstreams.checked.health]
+path = "health"
+[[sites]]
+default = true
+routes = [{ path = "/", upstream = "app" }]
+"#;
+    let e = Config::parse(text, "t.toml").unwrap_err();
+    let expect = [
+        (5, "invalid weight"),
+        (6, "unknown balance \"random\""),
+        (9, "needs hash_key"),
+        (11, "has no servers"),
+        (15, "must start with '/'"),
+    ];
+    assert_errors(&e, &expect);
+}
+
+#[test]
+fn balancing_settings_parse() {
+    let text = GOOD.replace(
+        "servers = [\"127.0.0.1:9000\"]",
+        "servers = [\"127.0.0.1:9000 weight=3\", \"127.0.0.1:9001 backup\"]\nbalance = \"hash\"\nhash_key = \"cookie:sid\"\nretries = 1\n[upstreams.app.health]\ntype = \"tcp\"\ninterval = \"1s\"",
+    );
+    let c = Config::parse(&text, "t.toml").unwrap();
+    let g = &c.upstreams[0];
+    assert_eq!(g.balance, Balance::Hash(HashKey::Cookie("sid".into())));
+    assert_eq!((g.servers[0].weight, g.servers[1].backup), (3, true));
+    assert_eq!(g.retries, 1);
+    let h = g.health.as_ref().unwrap();
+    assert_eq!(
+        (&h.probe, h.interval),
+        (&Probe::Tcp, Duration::from_secs(1))
+    );
+}
+
+/// Static-file routes: each bad key refused with its line; a good one parsed.
+#[test]
+fn file_routes_are_validated_with_lines() {
+    let text = r#"
+[[listen]]
+address = "127.0.0.1:8080"
+[upstreams.app]
+servers = ["127.0.0.1:9000"]
+[[sites]]
+default = true
+routes = [
+  { path = "/a/", root = "/nonexistent-slipstream-dir" },
+  { path = "/b/", root = "/tmp", upstream = "app" },
+  { path = "/c/", root = "/tmp", try_files = ["$uri", "@nope"] },
+  { path = "/d/", root = "/tmp", alias = "/tmp" },
+  { path = "/e/", index = ["i.html"] },
+  { path = "/f/", root = "/tmp", buffer_response = "1MB" },
+]
+"#;
+    let e = Config::parse(text, "t.toml").unwrap_err();
+    let expect = [
+        (9, "cannot use \"/nonexistent-slipstream-dir\""),
+        (10, "either upstream or root/alias"),
+        (11, "unknown upstream \"nope\""),
+        (12, "either root or alias"),
+        (13, "need root or alias"),
+        (14, "buffer_response applies to upstream routes"),
+    ];
+    assert_errors(&e, &expect);
+    let good = text.lines().take(8).collect::<Vec<_>>().join("\n")
+        + "\n  { path = \"/\", root = \"/tmp\", try_files = [\"$uri\", \"$uri/\", \"@app\"], cache_control = \"no-cache\" },\n]\n[files]\ncache_entries = 10\ncache_valid = \"5s\"\n";
+    let c = Config::parse(&good, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+    let r = &c.file_routes[0];
+    assert_eq!(r.try_files.as_ref().unwrap().candidates, ["$uri", "$uri/"]);
+    assert_eq!(r.cache_control.as_deref(), Some("no-cache"));
+    assert_eq!(
+        (c.files.cache_entries, c.files.cache_valid),
+        (10, Duration::from_secs(5))
+    );
+}
+
+#[test]
+fn sizes_and_durations() {
+    assert_eq!(parse_size("16KB"), Some(16384));
+    assert_eq!(parse_size("1m"), Some(1 << 20));
+    assert_eq!(parse_size("x"), None);
+    assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+    assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+    assert_eq!(parse_duration("5"), None);
+}
