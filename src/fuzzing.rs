@@ -5,6 +5,8 @@
 use std::net::SocketAddr;
 
 use crate::config::{Config, HashKey};
+use crate::fastcgi::cgi::parse_cgi_head;
+use crate::fastcgi::record::{parse_pairs, parse_record, put_params, Record};
 use crate::files::conditional::{
     evaluate, if_range_allows, Conditions, Outcome as ConditionalOutcome, Validators,
 };
@@ -268,4 +270,45 @@ pub fn accept_encoding(data: &[u8]) {
     let mut refused = data.to_vec();
     refused.extend_from_slice(b", br;q=0, zstd;q=0, gzip;q=0");
     assert_eq!(accepted_codings([refused.as_slice()]), Codings::default());
+}
+
+/// Bytes from a FastCGI server: reading records one after another never panics, and every
+/// record read lies inside the bytes. The same bytes split at 0xFF into names and values
+/// survive a PARAMS round trip.
+pub fn fastcgi_records(data: &[u8]) {
+    let mut at = 0;
+    while let Ok(Some((record, used))) = parse_record(&data[at..]) {
+        assert!(used >= 8 && at + used <= data.len());
+        if let Record::Stdout { start, len } | Record::Stderr { start, len } = record {
+            assert!(start + len <= used);
+        }
+        at += used;
+    }
+    let parts: Vec<&[u8]> = data.split(|&b| b == 0xff).collect();
+    let pairs: Vec<(&[u8], &[u8])> = parts
+        .chunks(2)
+        .map(|c| (c[0], *c.get(1).unwrap_or(&&[][..])))
+        .collect();
+    let mut out = Vec::new();
+    put_params(&mut out, pairs.iter().copied());
+    let mut content = Vec::new();
+    let mut rest = out.as_slice();
+    while rest.len() >= 8 {
+        let len = usize::from(u16::from_be_bytes([rest[4], rest[5]]));
+        let padding = usize::from(rest[6]);
+        content.extend_from_slice(&rest[8..8 + len]);
+        rest = &rest[8 + len + padding..];
+    }
+    assert!(rest.is_empty());
+    assert_eq!(parse_pairs(&content), Some(pairs));
+}
+
+/// A CGI response head from a script: never panics; an accepted head has a status from 100 to
+/// 599 and lies within the bytes.
+pub fn cgi_head(data: &[u8]) {
+    let mut storage = header_storage();
+    if let Ok(Some(head)) = parse_cgi_head(data, &mut storage, 16 * 1024) {
+        assert!((100..=599).contains(&head.status));
+        assert!(head.head_len <= data.len());
+    }
 }

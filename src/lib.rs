@@ -19,6 +19,7 @@
 pub mod buffers;
 pub mod config;
 pub mod error;
+pub mod fastcgi;
 pub mod files;
 pub mod fuzzing;
 pub mod http1;

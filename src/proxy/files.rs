@@ -56,21 +56,17 @@ pub(super) async fn serve_files(
             let (head, body) = simple(301, &fields, None, req.method, framing);
             send_simple(cx, client, 301, &head, &body, framing).await?
         }
+        Resolution::Listing { .. } if req.method == Method::Other => {
+            let fields = [("Allow", b"GET, HEAD".as_slice())];
+            let (head, body) = simple(405, &fields, None, req.method, framing);
+            send_simple(cx, client, 405, &head, &body, framing).await?
+        }
         Resolution::Listing { dir, uri } => {
-            let (status, head, body) = match listing::render(&dir, &uri, route.dotfiles) {
-                _ if req.method == Method::Other => {
-                    let fields = [("Allow", b"GET, HEAD".as_slice())];
-                    let (h, b) = simple(405, &fields, None, req.method, framing);
-                    (405, h, b)
-                }
-                Ok(html) => {
-                    let body = Some((b"text/html; charset=utf-8".as_slice(), html));
-                    let (h, b) = simple(200, &[], body, req.method, framing);
-                    (200, h, b)
-                }
-                Err(_) => return Err(Error::new(Kind::FileFailed)),
-            };
-            send_simple(cx, client, status, &head, &body, framing).await?
+            let html = listing::render(&dir, &uri, route.dotfiles)
+                .map_err(|_| Error::new(Kind::FileFailed))?;
+            let body = Some((b"text/html; charset=utf-8".as_slice(), html));
+            let (head, body) = simple(200, &[], body, req.method, framing);
+            send_simple(cx, client, 200, &head, &body, framing).await?
         }
     };
     if outcome.keep_alive {

@@ -44,6 +44,16 @@ fn accept_encoding_seeds() {
 }
 
 #[test]
+fn fastcgi_records_seeds() {
+    replay("fastcgi_records", slipstream::fuzzing::fastcgi_records);
+}
+
+#[test]
+fn cgi_head_seeds() {
+    replay("cgi_head", slipstream::fuzzing::cgi_head);
+}
+
+#[test]
 fn range_seeds() {
     replay("range", slipstream::fuzzing::range);
 }
