@@ -2,6 +2,7 @@
 #![allow(clippy::disallowed_methods)] // test threads may block and sleep
 
 mod balancing;
+mod fastcgi;
 mod files;
 mod fleet;
 mod framing;
