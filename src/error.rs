@@ -6,9 +6,9 @@
 //! close the connection, and the counter to bump. No other module writes a status literal for
 //! a failure.
 
+use crate::net::Address;
 use std::fmt;
 use std::io;
-use std::net::SocketAddr;
 
 use crate::http1::{RequestError, ResponseError};
 use crate::observe::metrics::Counter;
@@ -144,7 +144,7 @@ impl Kind {
 }
 
 /// A failure on the request path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     /// What went wrong.
     pub kind: Kind,
@@ -154,7 +154,7 @@ pub struct Error {
     /// can then get no error status, only a closed connection.
     pub started: Option<u16>,
     /// The upstream server involved, for logs.
-    pub server: Option<SocketAddr>,
+    pub server: Option<Address>,
 }
 
 /// What the client gets for a failure, and how it is counted.
@@ -229,7 +229,7 @@ impl Error {
     }
 
     /// Names the upstream server involved.
-    pub fn at(mut self, server: SocketAddr) -> Error {
+    pub fn at(mut self, server: Address) -> Error {
         self.server = Some(server);
         self
     }

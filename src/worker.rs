@@ -3,9 +3,9 @@
 //! buffer. Everything here is single-threaded (`Rc`, `RefCell`, `Cell`); the only shared values are read-mostly (the config
 //! generation) or written by this worker alone (its counter shard).
 
+use crate::net::Address;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -52,7 +52,7 @@ pub struct Worker {
     pub connection_closed: Notify,
     /// Size of the last response from each server: the first read of the next one uses a buffer
     /// that large, so a response that has arrived whole is read with one read.
-    response_size: RefCell<HashMap<SocketAddr, usize>>,
+    response_size: RefCell<HashMap<Address, usize>>,
 }
 
 /// The config generation a worker runs, with the per-worker state built from it. A request
@@ -151,7 +151,7 @@ impl Worker {
         }
         for (balancer, members) in snapshot.balancers.iter().zip(&table.groups) {
             for gone in balancer.sync(members, &self.fleet.stats, true) {
-                self.upstreams.forget(gone);
+                self.upstreams.forget(&gone);
             }
         }
     }
@@ -159,11 +159,11 @@ impl Worker {
     /// Buffer size to start reading a response from `server` with: the size of its last
     /// response, unless that did not fit the buffer and was spliced (then the buffer only needs
     /// the head and the first bytes).
-    pub fn response_buffer_hint(&self, server: SocketAddr, max: usize, zero_copy: bool) -> usize {
+    pub fn response_buffer_hint(&self, server: &Address, max: usize, zero_copy: bool) -> usize {
         let last = self
             .response_size
             .borrow()
-            .get(&server)
+            .get(server)
             .copied()
             .unwrap_or(0);
         if zero_copy && last > max {
@@ -173,8 +173,14 @@ impl Worker {
     }
 
     /// Records the size of a response from `server` (head plus body as received).
-    pub fn note_response_size(&self, server: SocketAddr, size: usize) {
-        self.response_size.borrow_mut().insert(server, size);
+    pub fn note_response_size(&self, server: &Address, size: usize) {
+        let mut sizes = self.response_size.borrow_mut();
+        match sizes.get_mut(server) {
+            Some(s) => *s = size,
+            None => {
+                sizes.insert(server.clone(), size);
+            }
+        }
     }
 
     /// Whether shutdown has begun.

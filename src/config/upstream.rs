@@ -10,6 +10,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::Validator;
+use crate::net::Address;
 
 /// Default idle keep-alive connections per upstream server per worker.
 pub const DEFAULT_UPSTREAM_KEEPALIVE: usize = 128;
@@ -59,8 +60,8 @@ pub struct ServerSpec {
     pub host: String,
     /// Port.
     pub port: u16,
-    /// The addresses found at load time.
-    pub addrs: Vec<SocketAddr>,
+    /// The addresses found at load time (one for a literal address or a unix socket).
+    pub addrs: Vec<Address>,
     /// Relative share of requests (at least 1).
     pub weight: u32,
     /// Used only when no primary server is available.
@@ -70,9 +71,10 @@ pub struct ServerSpec {
 }
 
 impl ServerSpec {
-    /// True when the host is a name to resolve again over time, not a literal address.
+    /// True when the host is a name to resolve again over time, not a literal address or a
+    /// unix socket.
     pub fn is_name(&self) -> bool {
-        self.host.parse::<IpAddr>().is_err()
+        !self.host.starts_with(UNIX_PREFIX) && self.host.parse::<IpAddr>().is_err()
     }
 }
 
@@ -170,7 +172,10 @@ pub enum LoadResolver {
     Later,
 }
 
-/// Parses a server line: `HOST:PORT` followed by options `weight=N`, `backup`,
+/// How a unix socket address starts in a server line.
+pub const UNIX_PREFIX: &str = "unix:";
+
+/// Parses a server line: `HOST:PORT` or `unix:/PATH` followed by options `weight=N`, `backup`,
 /// `slow_start=DURATION`. An error says what is wrong.
 pub fn parse_server(
     text: &str,
@@ -179,16 +184,31 @@ pub fn parse_server(
 ) -> Result<ServerSpec, String> {
     let mut words = text.split_whitespace();
     let address = words.next().ok_or("empty server")?;
-    let address = address.strip_prefix("http://").unwrap_or(address);
-    let address = address.strip_suffix('/').unwrap_or(address);
-    let (host, port) = address
-        .rsplit_once(':')
-        .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
-        .ok_or_else(|| format!("invalid address {address:?}: expected HOST:PORT"))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() {
-        return Err(format!("invalid address {address:?}: expected HOST:PORT"));
-    }
+    let address = ["http://", "fastcgi://"]
+        .iter()
+        .find_map(|scheme| address.strip_prefix(scheme))
+        .unwrap_or(address);
+    let (host, port) = if let Some(path) = address.strip_prefix(UNIX_PREFIX) {
+        if !path.starts_with('/') {
+            return Err(format!(
+                "invalid address {address:?}: a unix socket path must be absolute (unix:/run/php/fpm.sock)"
+            ));
+        }
+        (address, 0)
+    } else {
+        let address = address.strip_suffix('/').unwrap_or(address);
+        let (host, port) = address
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+            .ok_or_else(|| {
+                format!("invalid address {address:?}: expected HOST:PORT or unix:/PATH")
+            })?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err(format!("invalid address {address:?}: expected HOST:PORT"));
+        }
+        (host, port)
+    };
     let mut spec = ServerSpec {
         host: host.to_string(),
         port,
@@ -215,9 +235,16 @@ pub fn parse_server(
             }
         }
     }
+    if let Some(path) = spec.host.strip_prefix(UNIX_PREFIX) {
+        spec.addrs = vec![Address::Unix(std::path::Path::new(path).into())];
+        return Ok(spec);
+    }
     spec.addrs = match (spec.host.parse::<IpAddr>(), resolve) {
-        (Ok(ip), _) => vec![SocketAddr::new(ip, port)],
-        (Err(_), LoadResolver::Now(resolve)) => resolve(&format!("{}:{port}", spec.host)),
+        (Ok(ip), _) => vec![Address::Tcp(SocketAddr::new(ip, port))],
+        (Err(_), LoadResolver::Now(resolve)) => resolve(&format!("{}:{port}", spec.host))
+            .into_iter()
+            .map(Address::Tcp)
+            .collect(),
         (Err(_), LoadResolver::Later) => return Ok(spec),
     };
     if spec.addrs.is_empty() {
@@ -474,14 +501,26 @@ mod tests {
         assert_eq!(s.weight, 3);
         assert!(s.backup);
         assert_eq!(s.slow_start, Duration::from_secs(30));
-        assert_eq!(s.addrs, ["10.0.0.1:80".parse().unwrap()]);
+        let tcp = |s: &str| Address::Tcp(s.parse().unwrap());
+        assert_eq!(s.addrs, [tcp("10.0.0.1:80")]);
         let s = parse_server("http://[::1]:8080/", NO_DNS, Duration::ZERO).unwrap();
-        assert_eq!(s.addrs, ["[::1]:8080".parse().unwrap()]);
+        assert_eq!(s.addrs, [tcp("[::1]:8080")]);
+        let s = parse_server(
+            "fastcgi://unix:/run/php/fpm.sock weight=2",
+            NO_DNS,
+            Duration::ZERO,
+        )
+        .unwrap();
+        let unix = Address::Unix(std::path::Path::new("/run/php/fpm.sock").into());
+        assert_eq!((s.is_name(), s.weight), (false, 2));
+        assert_eq!(s.addrs, [unix]);
+        assert_eq!(s.host, "unix:/run/php/fpm.sock");
         for bad in [
             "10.0.0.1:80 weight=0",
             "10.0.0.1",
             "x.invalid:80",
             "10.0.0.1:80 heavy",
+            "unix:run/fpm.sock",
         ] {
             assert!(parse_server(bad, NO_DNS, Duration::ZERO).is_err(), "{bad}");
         }

@@ -1,10 +1,13 @@
-//! Bytes on connections: the [`Stream`] type every client and upstream connection is, bounded
-//! reads and vectored writes with timeouts ([`io`]), zero-copy transfer with splice(2)
-//! ([`splice`]), and file bodies with sendfile(2) ([`sendfile`]). Nothing here knows HTTP.
+//! Bytes on connections: the [`Stream`] type every client and upstream connection is (TCP, or
+//! a unix socket to an upstream [`Address`]), bounded reads and vectored writes with timeouts
+//! ([`io`]), zero-copy transfer with splice(2) ([`splice`]), and file bodies with sendfile(2)
+//! ([`sendfile`]). Nothing here knows HTTP.
 
+pub mod address;
 pub mod io;
 pub mod sendfile;
 pub mod splice;
 pub mod stream;
 
+pub use address::Address;
 pub use stream::Stream;

@@ -1,5 +1,5 @@
-//! [`Stream`]: one client or upstream connection, whatever carries it. Today a TCP socket; TLS
-//! and unix sockets become variants here. It implements tokio's `AsyncRead`/`AsyncWrite`, so
+//! [`Stream`]: one client or upstream connection, whatever carries it: a TCP socket, or a unix
+//! socket to an upstream; TLS becomes a variant here. It implements tokio's `AsyncRead`/`AsyncWrite`, so
 //! the request path is written once, and exposes the raw TCP socket where splice(2) and
 //! readiness checks need it. Tests add a scripted in-memory variant.
 
@@ -8,13 +8,15 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
 /// A connection to a client or an upstream server.
 #[derive(Debug)]
 pub enum Stream {
     /// A plain TCP connection.
     Tcp(TcpStream),
+    /// A unix stream socket (upstreams only).
+    Unix(UnixStream),
     /// A scripted connection for unit tests of the relay code.
     #[cfg(test)]
     Mock(Box<tokio_test::io::Mock>),
@@ -26,6 +28,7 @@ impl Stream {
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
             Stream::Tcp(s) => Some(s),
+            Stream::Unix(_) => None,
             #[cfg(test)]
             Stream::Mock(_) => None,
         }
@@ -35,6 +38,7 @@ impl Stream {
     pub async fn readable(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.readable().await,
+            Stream::Unix(s) => s.readable().await,
             #[cfg(test)]
             Stream::Mock(_) => Ok(()),
         }
@@ -47,8 +51,22 @@ impl Stream {
                 let mut cx = Context::from_waker(std::task::Waker::noop());
                 s.poll_read_ready(&mut cx).is_ready()
             }
+            Stream::Unix(s) => {
+                let mut cx = Context::from_waker(std::task::Waker::noop());
+                s.poll_read_ready(&mut cx).is_ready()
+            }
             #[cfg(test)]
             Stream::Mock(_) => false,
+        }
+    }
+
+    /// Reads without waiting: `WouldBlock` when nothing is there.
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.try_read(buf),
+            Stream::Unix(s) => s.try_read(buf),
+            #[cfg(test)]
+            Stream::Mock(_) => Err(io::ErrorKind::WouldBlock.into()),
         }
     }
 
@@ -81,6 +99,7 @@ impl AsyncRead for Stream {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_read(cx, buf),
         }
@@ -95,6 +114,7 @@ impl AsyncWrite for Stream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_write(cx, buf),
         }
@@ -107,6 +127,7 @@ impl AsyncWrite for Stream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
@@ -115,6 +136,7 @@ impl AsyncWrite for Stream {
     fn is_write_vectored(&self) -> bool {
         match self {
             Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::Unix(s) => s.is_write_vectored(),
             #[cfg(test)]
             Stream::Mock(s) => s.is_write_vectored(),
         }
@@ -123,6 +145,7 @@ impl AsyncWrite for Stream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_flush(cx),
         }
@@ -131,6 +154,7 @@ impl AsyncWrite for Stream {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_shutdown(cx),
         }

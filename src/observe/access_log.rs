@@ -37,7 +37,7 @@ pub struct Entry<'a> {
     /// Host the request was for.
     pub host: &'a str,
     /// Upstream servers tried, in order (the last one answered, unless all failed).
-    pub upstreams: &'a [std::net::SocketAddr],
+    pub upstreams: &'a [crate::net::Address],
 }
 
 /// The writer thread shared by all workers.

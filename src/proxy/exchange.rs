@@ -45,7 +45,10 @@ pub(super) async fn exchange(
     let body_in_hand = body.is_done();
     let (lease, conn, mut ubuf) = loop {
         let Some(lease) = balancer.pick(p.hash_key, tried.as_slice()) else {
-            return Err(tried.last_error.unwrap_or(Error::new(Kind::NoLiveServers)));
+            return Err(tried
+                .last_error
+                .take()
+                .unwrap_or(Error::new(Kind::NoLiveServers)));
         };
         tried.push(lease.addr());
         let attempt = Attempt {
@@ -58,11 +61,11 @@ pub(super) async fn exchange(
         match attempt.run(cx, client, buf, &mut body).await {
             Ok((conn, ubuf)) => break (lease, conn, ubuf),
             Err(e) => {
-                let server = lease.addr();
-                let e = e.at(server);
+                let server = lease.addr().clone();
+                let e = e.at(server.clone());
                 if lease.failed(e.kind) {
                     cx.worker.counters.inc(Counter::UpstreamEjections);
-                    cx.worker.upstreams.forget(server);
+                    cx.worker.upstreams.forget(&server);
                 }
                 if !may_retry_elsewhere(cx, group, balancer, tried, &e, body_in_hand) {
                     return Err(e);
@@ -80,14 +83,14 @@ pub(super) async fn exchange(
         // Nothing pipelined: the read buffer goes back to the pool for the whole response.
         cx.worker.buffers.give(std::mem::take(buf), max_buffer);
     }
-    let server = conn.server;
+    let server = conn.server.clone();
     let result = response::respond(cx, group, client, buf, conn, &mut ubuf).await;
     cx.worker.buffers.give(ubuf, max_buffer);
     match result {
         Ok(outcome) if group.fail_on_5xx && outcome.status >= 500 => {
             if lease.failed_status() {
                 cx.worker.counters.inc(Counter::UpstreamEjections);
-                cx.worker.upstreams.forget(server);
+                cx.worker.upstreams.forget(&server);
             }
             Ok(outcome)
         }
@@ -152,6 +155,7 @@ impl Attempt<'_> {
         let pooled = cx.worker.upstreams.take(server, counters);
         if let Some(stream) = pooled {
             counters.inc(Counter::UpstreamReused);
+            let server = server.clone();
             let mut conn = Conn { server, stream };
             match self.send(cx, client, buf, &mut conn, body).await {
                 Ok(ubuf) => return Ok((conn, ubuf)),
@@ -162,6 +166,7 @@ impl Attempt<'_> {
             }
         }
         let stream = connect(server, self.group.connect_timeout, counters).await?;
+        let server = server.clone();
         let mut conn = Conn { server, stream };
         let ubuf = self.send(cx, client, buf, &mut conn, body).await?;
         Ok((conn, ubuf))
@@ -208,9 +213,9 @@ impl Attempt<'_> {
             })
             .await?;
         }
-        let hint = cx
-            .worker
-            .response_buffer_hint(conn.server, limits.max_buffer, limits.zero_copy);
+        let hint =
+            cx.worker
+                .response_buffer_hint(&conn.server, limits.max_buffer, limits.zero_copy);
         let mut ubuf = cx.worker.buffers.take(hint);
         let read = response::read_head(
             &mut conn.stream,

@@ -23,6 +23,8 @@ mod tunnel;
 
 use std::net::SocketAddr;
 
+use crate::net::Address;
+
 pub use serve::serve;
 
 use crate::net::Stream;
@@ -38,7 +40,7 @@ struct Client {
 
 /// A connection to one server of an upstream group.
 struct Conn {
-    server: SocketAddr,
+    server: Address,
     stream: Stream,
 }
 
@@ -71,27 +73,18 @@ const MAX_TRIES: usize = 11;
 
 /// The servers a request was sent to, in order, for the access log and to send retries
 /// elsewhere; kept inline, so a request allocates nothing for it.
+#[derive(Default)]
 struct Tried {
-    addrs: [SocketAddr; MAX_TRIES],
+    addrs: [Address; MAX_TRIES],
     len: usize,
     /// The failure of the last server tried, answered if no server is left to try.
     last_error: Option<crate::error::Error>,
 }
 
-impl Default for Tried {
-    fn default() -> Self {
-        Tried {
-            addrs: [SocketAddr::from(([0, 0, 0, 0], 0)); MAX_TRIES],
-            len: 0,
-            last_error: None,
-        }
-    }
-}
-
 impl Tried {
-    fn push(&mut self, addr: SocketAddr) {
+    fn push(&mut self, addr: &Address) {
         if self.len < MAX_TRIES {
-            self.addrs[self.len] = addr;
+            self.addrs[self.len] = addr.clone();
             self.len += 1;
         }
     }
@@ -101,7 +94,7 @@ impl Tried {
     }
 
     /// The addresses tried, in order.
-    fn as_slice(&self) -> &[SocketAddr] {
+    fn as_slice(&self) -> &[Address] {
         &self.addrs[..self.len]
     }
 }

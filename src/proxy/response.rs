@@ -254,7 +254,7 @@ async fn relay_body(
         Framing::Length(n) => head.head_len + n as usize,
         _ => received,
     };
-    cx.worker.note_response_size(up.server, size);
+    cx.worker.note_response_size(&up.server, size);
     if head.reusable && relayed.clean_end {
         cx.worker
             .upstreams

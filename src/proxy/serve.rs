@@ -156,7 +156,7 @@ async fn answer_failure(cx: &Ctx<'_>, client: &mut Client, buf: &mut Vec<u8>, e:
     let p: &Prepared = cx.request;
     cx.worker.counters.inc(answer.counter);
     match e.side() {
-        Side::Upstream => match e.server {
+        Side::Upstream => match &e.server {
             Some(server) => tracing::warn!(%server, "{e}"),
             None => tracing::warn!("{e}"),
         },

@@ -15,8 +15,8 @@
 //! across workers (SO_REUSEPORT does). Each worker learns a slow server's latency on its own,
 //! so a slow server gets one probe per worker, not one per process.
 
+use crate::net::Address;
 use std::cell::{Cell, RefCell};
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -86,18 +86,13 @@ impl Balancer {
     /// Takes a newly published member list: known servers keep their state, new ones start
     /// (with slow start when `recovered`), removed ones are dropped (requests in flight on them
     /// finish). Returns the addresses no longer to be used, whose pooled connections should go.
-    pub fn sync(
-        &self,
-        members: &[Member],
-        stats: &StatsRegistry,
-        recovered: bool,
-    ) -> Vec<SocketAddr> {
+    pub fn sync(&self, members: &[Member], stats: &StatsRegistry, recovered: bool) -> Vec<Address> {
         let now = Instant::now();
         let mut peers = self.peers.borrow_mut();
-        let mut gone: Vec<SocketAddr> = peers
+        let mut gone: Vec<Address> = peers
             .iter()
             .filter(|p| !members.iter().any(|m| m.addr == p.addr))
-            .map(|p| p.addr)
+            .map(|p| p.addr.clone())
             .collect();
         let new: Vec<Rc<Peer>> = members
             .iter()
@@ -105,12 +100,12 @@ impl Balancer {
                 Some(p) => {
                     p.update(m, now);
                     if !m.up {
-                        gone.push(m.addr);
+                        gone.push(m.addr.clone());
                     }
                     p.clone()
                 }
                 None => {
-                    let s = stats.get(self.worker, &self.group, m.addr);
+                    let s = stats.get(self.worker, &self.group, &m.addr);
                     Rc::new(Peer::new(m, s, now, recovered))
                 }
             })
@@ -119,7 +114,7 @@ impl Balancer {
         if matches!(self.balance, Balance::Hash(_)) {
             let primaries = peers.iter().enumerate().filter(|(_, p)| !p.backup.get());
             *self.ring.borrow_mut() =
-                Ring::new(primaries.map(|(i, p)| (i, p.addr, p.weight.get())));
+                Ring::new(primaries.map(|(i, p)| (i, &p.addr, p.weight.get())));
         }
         gone
     }
@@ -127,7 +122,7 @@ impl Balancer {
     /// Chooses a server for a request, skipping `exclude` (servers this request already
     /// failed on); `key` is the request's hash for consistent hashing. None when no server
     /// may take it. A first try (`exclude` empty) counts toward the retry budget.
-    pub fn pick(&self, key: Option<u64>, exclude: &[SocketAddr]) -> Option<Lease> {
+    pub fn pick(&self, key: Option<u64>, exclude: &[Address]) -> Option<Lease> {
         let now = Instant::now();
         if exclude.is_empty() {
             self.budget.note_request(now);
@@ -276,7 +271,7 @@ fn p2c_load(p: &Peer, now: Instant) -> f64 {
     p.latency(now) * (1.0 + f64::from(p.in_flight()) / weight) + P2C_NOISE_FLOOR_US
 }
 
-fn eligible(p: &Peer, tier: Tier, now: Instant, exclude: &[SocketAddr]) -> bool {
+fn eligible(p: &Peer, tier: Tier, now: Instant, exclude: &[Address]) -> bool {
     !exclude.contains(&p.addr)
         && match tier {
             Tier::Primary => !p.backup.get() && p.available(now),
@@ -295,8 +290,8 @@ pub struct Lease {
 
 impl Lease {
     /// The chosen server.
-    pub fn addr(&self) -> SocketAddr {
-        self.peer.addr
+    pub fn addr(&self) -> &Address {
+        &self.peer.addr
     }
 
     /// Records the time the server took to start answering (feeds P2C).

@@ -1,33 +1,28 @@
 //! Opening a new upstream connection, with every failure classified and the classic trap
 //! (ephemeral port exhaustion) counted and logged by name.
 
-use std::net::SocketAddr;
+use crate::net::Address;
 use std::time::Duration;
 
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
 use crate::error::{Error, Kind};
 use crate::net::Stream;
 use crate::observe::metrics::{Counter, Shard};
 
 /// Opens a new connection to an upstream server, counting failures by kind.
-pub async fn connect(
-    addr: SocketAddr,
-    timeout: Duration,
-    counters: &Shard,
-) -> Result<Stream, Error> {
+pub async fn connect(addr: &Address, timeout: Duration, counters: &Shard) -> Result<Stream, Error> {
     counters.inc(Counter::UpstreamConnects);
-    let kind = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-        Ok(Ok(stream)) => {
-            let _ = stream.set_nodelay(true);
-            return Ok(Stream::Tcp(stream));
-        }
+    let kind = match tokio::time::timeout(timeout, open(addr)).await {
+        Ok(Ok(stream)) => return Ok(stream),
         Ok(Err(e)) => {
             if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
                 counters.inc(Counter::UpstreamPortsExhausted);
                 tracing::error!(%addr, "cannot connect upstream: ephemeral ports exhausted (EADDRNOTAVAIL); raise the upstream keepalive pool or net.ipv4.ip_local_port_range");
                 Kind::PortsExhausted
-            } else if e.kind() == std::io::ErrorKind::ConnectionRefused {
+            } else if e.kind() == std::io::ErrorKind::ConnectionRefused
+                || e.kind() == std::io::ErrorKind::NotFound
+            {
                 tracing::debug!(%addr, "upstream refused the connection");
                 Kind::ConnectRefused
             } else {
@@ -39,4 +34,16 @@ pub async fn connect(
     };
     counters.inc(Counter::UpstreamConnectErrors);
     Err(Error::connect(kind))
+}
+
+/// Opens a TCP connection (without Nagle's delay) or a unix socket connection.
+pub async fn open(addr: &Address) -> std::io::Result<Stream> {
+    match addr {
+        Address::Tcp(a) => {
+            let stream = TcpStream::connect(a).await?;
+            let _ = stream.set_nodelay(true);
+            Ok(Stream::Tcp(stream))
+        }
+        Address::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
+    }
 }

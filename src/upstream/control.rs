@@ -4,10 +4,10 @@
 //! publishes a new [`Table`] to the [`Fleet`] whenever something changed. Started with a config
 //! and stopped (joined) when it is replaced; health survives the swap through `Fleet::checks`.
 
+use crate::net::Address;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -36,8 +36,8 @@ struct Health {
 /// The control thread's knowledge of one group.
 struct GroupState {
     /// The addresses each configured server stands for now.
-    addrs: Vec<Vec<SocketAddr>>,
-    health: HashMap<SocketAddr, Health>,
+    addrs: Vec<Vec<Address>>,
+    health: HashMap<Address, Health>,
 }
 
 struct State {
@@ -107,13 +107,12 @@ impl State {
             .upstreams
             .iter()
             .map(|g| {
-                let addrs: Vec<Vec<SocketAddr>> =
-                    g.servers.iter().map(|s| s.addrs.clone()).collect();
+                let addrs: Vec<Vec<Address>> = g.servers.iter().map(|s| s.addrs.clone()).collect();
                 let mut health = HashMap::new();
                 if g.health.is_some() {
-                    for &a in addrs.iter().flatten() {
-                        let up = known.get(&(g.name.clone(), a)).map(|r| r.up);
-                        health.insert(a, initial_health(g, up));
+                    for a in addrs.iter().flatten() {
+                        let up = known.get(&(g.name.clone(), a.clone())).map(|r| r.up);
+                        health.insert(a.clone(), initial_health(g, up));
                     }
                 }
                 GroupState { addrs, health }
@@ -137,16 +136,16 @@ impl State {
             .map(|(g, state)| {
                 let mut members = Vec::new();
                 for (spec, addrs) in g.servers.iter().zip(&state.addrs) {
-                    for &addr in addrs {
-                        if members.iter().any(|m: &Member| m.addr == addr) {
+                    for addr in addrs {
+                        if members.iter().any(|m: &Member| m.addr == *addr) {
                             continue;
                         }
                         members.push(Member {
-                            addr,
+                            addr: addr.clone(),
                             weight: spec.weight,
                             backup: spec.backup,
                             slow_start: spec.slow_start,
-                            up: state.health.get(&addr).is_none_or(|h| h.up),
+                            up: state.health.get(addr).is_none_or(|h| h.up),
                         });
                     }
                 }
@@ -299,7 +298,7 @@ async fn resolve_group(
             tracing::info!(group = %group.name, host = %spec.host, server = %a, "new address: server added");
             if group.health.is_some() {
                 gs.health
-                    .entry(*a)
+                    .entry(a.clone())
                     .or_insert_with(|| initial_health(group, None));
             }
         }
@@ -317,9 +316,9 @@ async fn check_group(index: usize, group: &UpstreamGroup, state: &Rc<RefCell<Sta
     let Some(check) = &group.health else {
         return false;
     };
-    let addrs: Vec<SocketAddr> = {
+    let addrs: Vec<Address> = {
         let st = state.borrow();
-        let mut a: Vec<SocketAddr> = st.groups[index].addrs.iter().flatten().copied().collect();
+        let mut a: Vec<Address> = st.groups[index].addrs.iter().flatten().cloned().collect();
         a.sort_unstable();
         a.dedup();
         a
@@ -327,7 +326,10 @@ async fn check_group(index: usize, group: &UpstreamGroup, state: &Rc<RefCell<Sta
     let mut set = tokio::task::JoinSet::new();
     for addr in addrs {
         let check = check.clone();
-        set.spawn_local(async move { (addr, health::check(addr, &check).await) });
+        set.spawn_local(async move {
+            let result = health::check(&addr, &check).await;
+            (addr, result)
+        });
     }
     let mut changed = false;
     let fleet = state.borrow().fleet.clone();
@@ -339,9 +341,9 @@ async fn check_group(index: usize, group: &UpstreamGroup, state: &Rc<RefCell<Sta
         let mut st = state.borrow_mut();
         let h = st.groups[index]
             .health
-            .entry(addr)
+            .entry(addr.clone())
             .or_insert_with(|| initial_health(group, None));
-        changed |= apply(h, &result, check.rise, check.fall, &group.name, addr);
+        changed |= apply(h, &result, check.rise, check.fall, &group.name, &addr);
         let record = records
             .entry((group.name.clone(), addr))
             .or_insert(CheckRecord {
@@ -365,7 +367,7 @@ fn apply(
     rise: u32,
     fall: u32,
     group: &str,
-    addr: SocketAddr,
+    addr: &Address,
 ) -> bool {
     match result {
         Ok(()) => {

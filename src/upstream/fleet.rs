@@ -4,8 +4,8 @@
 //! compare a generation number per request (one atomic load) and copy the table only when it
 //! changed, so nothing on the request path takes a lock.
 
+use crate::net::Address;
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,7 +19,7 @@ use crate::config::Config;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Member {
     /// Where to connect.
-    pub addr: SocketAddr,
+    pub addr: Address,
     /// Relative share of requests.
     pub weight: u32,
     /// Used only when no primary is available.
@@ -51,8 +51,8 @@ impl Table {
                 g.servers
                     .iter()
                     .flat_map(|s| {
-                        s.addrs.iter().map(move |&addr| Member {
-                            addr,
+                        s.addrs.iter().map(move |addr| Member {
+                            addr: addr.clone(),
                             weight: s.weight,
                             backup: s.backup,
                             slow_start: s.slow_start,
@@ -89,7 +89,7 @@ pub struct Fleet {
     table: ArcSwap<Table>,
     /// Active-check results by (group name, address); kept across reloads so a server's
     /// health survives them.
-    pub checks: Mutex<HashMap<(String, SocketAddr), CheckRecord>>,
+    pub checks: Mutex<HashMap<(String, Address), CheckRecord>>,
     /// Every worker's per-server figures.
     pub stats: StatsRegistry,
 }

@@ -2,26 +2,26 @@
 //! must fall in the expected range, all within the check's timeout. Runs on the control thread;
 //! the rise/fall bookkeeping that turns results into up and down is in `control`.
 
-use std::net::SocketAddr;
+use crate::net::Address;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
+use super::connect::open;
 use crate::config::{HealthCheck, Probe};
 
 /// Most response bytes read to find the status line.
 const MAX_CHECK_RESPONSE: usize = 8192;
 
 /// Runs one check; Ok when the server is healthy, else why not.
-pub async fn check(addr: SocketAddr, check: &HealthCheck) -> Result<(), String> {
+pub async fn check(addr: &Address, check: &HealthCheck) -> Result<(), String> {
     match tokio::time::timeout(check.timeout, probe(addr, &check.probe)).await {
         Ok(result) => result,
         Err(_) => Err(format!("no answer within {:?}", check.timeout)),
     }
 }
 
-async fn probe(addr: SocketAddr, probe: &Probe) -> Result<(), String> {
-    let mut stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+async fn probe(addr: &Address, probe: &Probe) -> Result<(), String> {
+    let mut stream = open(addr).await.map_err(|e| e.to_string())?;
     let Probe::Http {
         method,
         path,
@@ -31,7 +31,6 @@ async fn probe(addr: SocketAddr, probe: &Probe) -> Result<(), String> {
     else {
         return Ok(());
     };
-    let _ = stream.set_nodelay(true);
     let host = host.clone().unwrap_or_else(|| addr.to_string());
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: slipstream-health-check\r\nConnection: close\r\n\r\n"

@@ -2,8 +2,8 @@
 //! passive health (failures counted in a window, ejection, one trial request afterwards) and
 //! slow start. Single-threaded (`Cell`s); its [`ServerStats`] mirror what `/metrics` shows.
 
+use crate::net::Address;
 use std::cell::Cell;
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +39,7 @@ pub struct PassiveHealth {
 #[derive(Debug)]
 pub struct Peer {
     /// Where to connect.
-    pub addr: SocketAddr,
+    pub addr: Address,
     pub(super) weight: Cell<u32>,
     pub(super) backup: Cell<bool>,
     slow_start: Cell<Duration>,
@@ -66,7 +66,7 @@ impl Peer {
     /// came up after start).
     pub fn new(member: &Member, stats: Arc<ServerStats>, now: Instant, recovered: bool) -> Peer {
         Peer {
-            addr: member.addr,
+            addr: member.addr.clone(),
             weight: Cell::new(member.weight.max(1)),
             backup: Cell::new(member.backup),
             slow_start: Cell::new(member.slow_start),

@@ -1,11 +1,10 @@
 //! Each worker's LIFO pool of idle keep-alive upstream connections, per server. Reusing
 //! connections is what keeps ephemeral ports and TIME_WAIT from running out under load.
 
+use crate::net::Address;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
-use std::task::{Context, Waker};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -21,15 +20,15 @@ struct Idle {
 /// A worker's idle upstream connections, keyed by server address. Single-threaded.
 #[derive(Default)]
 pub struct UpstreamPool {
-    idle: RefCell<HashMap<SocketAddr, Vec<Idle>>>,
+    idle: RefCell<HashMap<Address, Vec<Idle>>>,
 }
 
 impl UpstreamPool {
     /// The most recently used live idle connection to `addr`, if any. Connections the upstream
     /// has closed (or that hold unexpected bytes) are discarded.
-    pub fn take(&self, addr: SocketAddr, counters: &Shard) -> Option<Stream> {
+    pub fn take(&self, addr: &Address, counters: &Shard) -> Option<Stream> {
         let mut idle = self.idle.borrow_mut();
-        let list = idle.get_mut(&addr)?;
+        let list = idle.get_mut(addr)?;
         let now = Instant::now();
         while let Some(conn) = list.pop() {
             if conn.expires > now && is_quiet(&conn.stream) {
@@ -41,7 +40,7 @@ impl UpstreamPool {
     }
 
     /// Keeps a connection for reuse, up to `cap` per server.
-    pub fn give(&self, addr: SocketAddr, stream: Stream, cap: usize, idle_timeout: Duration) {
+    pub fn give(&self, addr: Address, stream: Stream, cap: usize, idle_timeout: Duration) {
         let mut idle = self.idle.borrow_mut();
         let list = idle.entry(addr).or_default();
         if list.len() < cap {
@@ -53,8 +52,8 @@ impl UpstreamPool {
     }
 
     /// Closes every idle connection to `addr` (the server left, went down or was ejected).
-    pub fn forget(&self, addr: SocketAddr) {
-        self.idle.borrow_mut().remove(&addr);
+    pub fn forget(&self, addr: &Address) {
+        self.idle.borrow_mut().remove(addr);
     }
 
     /// Closes expired connections and those the upstream closed.
@@ -82,11 +81,7 @@ impl UpstreamPool {
 /// closed it nor sent bytes). This costs no syscall unless readiness is set, in which case one
 /// non-blocking read tells a spurious wake-up from a real event.
 fn is_quiet(stream: &Stream) -> bool {
-    let Some(stream) = stream.tcp() else {
-        return true;
-    };
-    let mut cx = Context::from_waker(Waker::noop());
-    if stream.poll_read_ready(&mut cx).is_pending() {
+    if !stream.ready_now() {
         return true;
     }
     let mut probe = [0u8; 1];

@@ -5,6 +5,8 @@
 
 use std::net::SocketAddr;
 
+use crate::net::Address;
+
 use hickory_resolver::config::{
     LookupIpStrategy, NameServerConfig, NameServerConfigGroup, ResolveHosts, ResolverConfig,
 };
@@ -50,9 +52,12 @@ pub async fn lookup(
     resolver: &TokioResolver,
     host: &str,
     port: u16,
-) -> Result<Vec<SocketAddr>, String> {
+) -> Result<Vec<Address>, String> {
     let answer = resolver.lookup_ip(host).await.map_err(|e| e.to_string())?;
-    let mut addrs: Vec<SocketAddr> = answer.iter().map(|ip| SocketAddr::new(ip, port)).collect();
+    let mut addrs: Vec<Address> = answer
+        .iter()
+        .map(|ip| Address::Tcp(SocketAddr::new(ip, port)))
+        .collect();
     addrs.sort_unstable();
     addrs.dedup();
     if addrs.is_empty() {

@@ -4,7 +4,7 @@
 //! point at or after its hash; the walk onward (to skip servers that are down or full) is in
 //! `balance`.
 
-use std::net::SocketAddr;
+use crate::net::Address;
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -25,7 +25,7 @@ pub struct Ring {
 impl Ring {
     /// The ring over `servers`: each one's index (returned by [`Ring::walk`]), address and
     /// weight.
-    pub fn new(servers: impl Iterator<Item = (usize, SocketAddr, u32)>) -> Ring {
+    pub fn new<'a>(servers: impl Iterator<Item = (usize, &'a Address, u32)>) -> Ring {
         let mut points = Vec::new();
         for (index, addr, weight) in servers {
             let name = addr.to_string();
@@ -61,7 +61,11 @@ pub fn hash_key(key: &[u8]) -> u64 {
 /// The hash of the part of the request that consistent hashing keys on; None when the request
 /// lacks it (the group then balances it like P2C). Cookies are split on `;` without
 /// allocating; the first cookie of that name counts.
-pub fn request_key(head: &RequestHead<'_, '_>, key: &HashKey, peer: SocketAddr) -> Option<u64> {
+pub fn request_key(
+    head: &RequestHead<'_, '_>,
+    key: &HashKey,
+    peer: std::net::SocketAddr,
+) -> Option<u64> {
     let headers = head.headers;
     let bytes: &[u8] = match key {
         HashKey::ClientIp => {
@@ -94,12 +98,12 @@ pub fn request_key(head: &RequestHead<'_, '_>, key: &HashKey, peer: SocketAddr) 
 mod tests {
     use super::*;
 
-    fn addrs(n: u16) -> Vec<(usize, SocketAddr, u32)> {
+    fn addrs(n: u16) -> Vec<(usize, Address, u32)> {
         (0..n)
             .map(|i| {
                 (
                     usize::from(i),
-                    SocketAddr::from(([10, 0, 0, 1], 8000 + i)),
+                    Address::Tcp(std::net::SocketAddr::from(([10, 0, 0, 1], 8000 + i))),
                     1,
                 )
             })
@@ -112,8 +116,8 @@ mod tests {
 
     #[test]
     fn adding_a_server_moves_about_one_share_of_keys() {
-        let four = Ring::new(addrs(4).into_iter());
-        let five = Ring::new(addrs(5).into_iter());
+        let four = Ring::new(addrs(4).iter().map(|(i, a, w)| (*i, a, *w)));
+        let five = Ring::new(addrs(5).iter().map(|(i, a, w)| (*i, a, *w)));
         let keys = 20_000;
         let mut moved = 0;
         let mut counts = [0usize; 5];
@@ -142,7 +146,7 @@ mod tests {
         let head = crate::http1::parse_request(raw, &mut storage, 4096)
             .unwrap()
             .unwrap();
-        let peer: SocketAddr = "192.0.2.7:5000".parse().unwrap();
+        let peer: std::net::SocketAddr = "192.0.2.7:5000".parse().unwrap();
         let key = |k: HashKey| request_key(&head, &k, peer);
         assert_eq!(key(HashKey::Cookie("sid".into())), Some(hash_key(b"abc")));
         assert_eq!(key(HashKey::Header("x-user".into())), Some(hash_key(b"u1")));
@@ -156,7 +160,7 @@ mod tests {
     fn weight_scales_the_share() {
         let mut servers = addrs(2);
         servers[1].2 = 3;
-        let ring = Ring::new(servers.into_iter());
+        let ring = Ring::new(servers.iter().map(|(i, a, w)| (*i, a, *w)));
         let heavy = (0..10_000u32)
             .filter(|k| owner(&ring, hash_key(&k.to_le_bytes())) == 1)
             .count();

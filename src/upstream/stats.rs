@@ -3,9 +3,9 @@
 //! atomics, no contention); the admin thread sums the workers' entries. The registry is touched
 //! only when a worker builds or updates its server table, never per request.
 
+use crate::net::Address;
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -84,7 +84,7 @@ impl ServerStats {
 }
 
 /// The key of a server's figures: group name and address.
-pub type ServerKey = (String, SocketAddr);
+pub type ServerKey = (String, Address);
 
 /// Each worker's figures for one server, by worker number.
 pub type PerWorker = Vec<(usize, Arc<ServerStats>)>;
@@ -98,12 +98,14 @@ pub struct StatsRegistry {
 impl StatsRegistry {
     /// The figures of `worker` for a server, created on first use and kept across reloads so
     /// the counters do not restart.
-    pub fn get(&self, worker: usize, group: &str, addr: SocketAddr) -> Arc<ServerStats> {
+    pub fn get(&self, worker: usize, group: &str, addr: &Address) -> Arc<ServerStats> {
         let mut entries = self
             .entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let list = entries.entry((group.to_string(), addr)).or_default();
+        let list = entries
+            .entry((group.to_string(), addr.clone()))
+            .or_default();
         if let Some((_, s)) = list.iter().find(|(w, _)| *w == worker) {
             return s.clone();
         }
@@ -184,7 +186,7 @@ pub fn render(fleet: &Fleet, config: &Config, out: &mut String) {
                 "slipstream_upstream_server_failures_total{{{labels},kind=\"{kind}\"}} {n}"
             );
         }
-        if let Some(c) = checks.get(&(group.clone(), *addr)) {
+        if let Some(c) = checks.get(&(group.clone(), addr.clone())) {
             let ok = u8::from(c.last_ok);
             let _ = writeln!(out, "slipstream_upstream_server_check_ok{{{labels}}} {ok}");
             let _ = writeln!(

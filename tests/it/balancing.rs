@@ -570,7 +570,7 @@ fn health_survives_a_reload() {
         let checks = proxy.fleet().checks.lock().unwrap().clone();
         checks
             .iter()
-            .any(|((_, addr), c)| *addr == ups[1].addr && !c.up)
+            .any(|((_, addr), c)| addr.tcp() == Some(ups[1].addr) && !c.up)
     };
     assert!(eventually(|| down(&proxy)));
     ups[1].set_health(200);

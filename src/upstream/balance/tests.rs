@@ -6,10 +6,15 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::{HashKey, ServerSpec};
+use crate::net::Address;
+
+fn local(port: u16) -> Address {
+    Address::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+}
 
 fn member(port: u16, weight: u32) -> Member {
     Member {
-        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        addr: local(port),
         weight,
         backup: false,
         slow_start: Duration::ZERO,
@@ -32,7 +37,9 @@ fn spread(b: &Balancer, n: usize) -> HashMap<u16, usize> {
     let mut counts = HashMap::new();
     for _ in 0..n {
         let lease = b.pick(None, &[]).unwrap();
-        *counts.entry(lease.addr().port()).or_default() += 1;
+        *counts
+            .entry(lease.addr().tcp().unwrap().port())
+            .or_default() += 1;
         lease.succeeded();
     }
     counts
@@ -47,7 +54,7 @@ fn smooth_round_robin_follows_weights_without_runs() {
     let order: Vec<u16> = (0..7)
         .map(|_| {
             let l = b.pick(None, &[]).unwrap();
-            let port = l.addr().port();
+            let port = l.addr().tcp().unwrap().port();
             l.succeeded();
             port
         })
@@ -62,7 +69,10 @@ fn least_conn_prefers_the_idle_server_per_weight() {
     let b = balancer(Balance::LeastConn, &[member(1, 1), member(2, 2)]);
     // Hold requests open: the weight-2 server takes two for each one of the other.
     let held: Vec<Lease> = (0..30).map(|_| b.pick(None, &[]).unwrap()).collect();
-    let on2 = held.iter().filter(|l| l.addr().port() == 2).count();
+    let on2 = held
+        .iter()
+        .filter(|l| l.addr().tcp().unwrap().port() == 2)
+        .count();
     assert_eq!(on2, 20);
 }
 
@@ -73,7 +83,7 @@ fn p2c_avoids_a_slow_server() {
     let mut counts: HashMap<u16, usize> = HashMap::new();
     for _ in 0..4000 {
         let l = b.pick(None, &[]).unwrap();
-        let port = l.addr().port();
+        let port = l.addr().tcp().unwrap().port();
         let ms = if port == 4 { 50 } else { 1 };
         l.observe_latency(Duration::from_millis(ms));
         *counts.entry(port).or_default() += 1;
@@ -89,16 +99,16 @@ fn hashing_is_sticky_and_load_is_bounded() {
     let b = balancer(Balance::Hash(HashKey::Uri), &members);
     let key = crate::upstream::ring::hash_key(b"/hot");
     let first = b.pick(Some(key), &[]).unwrap();
-    let home = first.addr();
+    let home = first.addr().clone();
     first.succeeded();
     for _ in 0..10 {
         let l = b.pick(Some(key), &[]).unwrap();
-        assert_eq!(l.addr(), home);
+        assert_eq!(*l.addr(), home);
         l.succeeded();
     }
     // Held open, one key cannot pile more than its bounded share on its home server.
     let held: Vec<Lease> = (0..40).map(|_| b.pick(Some(key), &[]).unwrap()).collect();
-    let at_home = held.iter().filter(|l| l.addr() == home).count();
+    let at_home = held.iter().filter(|l| *l.addr() == home).count();
     assert!(at_home <= 13, "{at_home} of 40 on one server");
     assert!(at_home >= 10);
 }
@@ -113,10 +123,10 @@ async fn refused_ejects_at_once_then_one_trial() {
         &[member(1, 1), member(2, 1)],
         &StatsRegistry::default(),
     );
-    let bad = SocketAddr::from(([127, 0, 0, 1], 1));
+    let bad = local(1);
     loop {
         let l = b.pick(None, &[]).unwrap();
-        if l.addr() == bad {
+        if *l.addr() == bad {
             assert!(l.failed(Kind::ConnectRefused));
             break;
         }
@@ -126,7 +136,7 @@ async fn refused_ejects_at_once_then_one_trial() {
     tokio::time::advance(Duration::from_millis(60)).await;
     // One trial request goes to it; while it is out, nothing else does.
     let held: Vec<Lease> = (0..6).map(|_| b.pick(None, &[]).unwrap()).collect();
-    let trials: Vec<&Lease> = held.iter().filter(|l| l.addr() == bad).collect();
+    let trials: Vec<&Lease> = held.iter().filter(|l| *l.addr() == bad).collect();
     assert_eq!(trials.len(), 1);
     for l in held {
         l.succeeded();
@@ -141,13 +151,13 @@ async fn refused_ejects_at_once_then_one_trial() {
 #[test]
 fn failures_eject_after_max_fails_within_the_window() {
     let b = balancer(Balance::RoundRobin, &[member(1, 1)]);
-    let addr = SocketAddr::from(([127, 0, 0, 1], 1));
+    let addr = local(1);
     for i in 0..3 {
         let l = b.pick(None, &[]).unwrap();
         assert_eq!(l.failed(Kind::UpstreamClosed), i == 2);
     }
     // Every server ejected: the balancer still tries one rather than fail for certain.
-    assert_eq!(b.pick(None, &[]).unwrap().addr(), addr);
+    assert_eq!(*b.pick(None, &[]).unwrap().addr(), addr);
     assert!(
         b.pick(None, &[addr]).is_none(),
         "excluded servers are never picked"
