@@ -75,6 +75,10 @@ pub enum Kind {
     PortsExhausted,
     /// Every server of the group is down (active checks) or the group has none.
     NoLiveServers,
+    /// The server was at its `max_conns` and no connection came free within `queue_timeout`.
+    QueueTimeout,
+    /// A request body larger than the proxy may hold to learn its length.
+    BodyTooLarge,
     /// The upstream closed or reset the connection before sending a byte of response.
     UpstreamClosed,
     /// The upstream connection failed after the response began, or while the request was sent.
@@ -97,7 +101,8 @@ impl Kind {
             | Kind::NotImplemented(_)
             | Kind::ExpectationFailed
             | Kind::ClientTimeout
-            | Kind::ClientClosed => Side::Client,
+            | Kind::ClientClosed
+            | Kind::BodyTooLarge => Side::Client,
             Kind::NoRoute
             | Kind::FileNotFound
             | Kind::FileForbidden
@@ -108,6 +113,7 @@ impl Kind {
             | Kind::ConnectFailed
             | Kind::PortsExhausted
             | Kind::NoLiveServers
+            | Kind::QueueTimeout
             | Kind::UpstreamClosed
             | Kind::UpstreamFailed
             | Kind::UpstreamTimeout
@@ -135,6 +141,8 @@ impl Kind {
             Kind::ConnectFailed => "upstream connect failed",
             Kind::PortsExhausted => "no local port free to connect upstream (EADDRNOTAVAIL)",
             Kind::NoLiveServers => "no live upstream server",
+            Kind::QueueTimeout => "no upstream connection came free within queue_timeout",
+            Kind::BodyTooLarge => "request body too large to buffer",
             Kind::UpstreamClosed => "upstream closed before responding",
             Kind::UpstreamFailed => "upstream connection failed",
             Kind::UpstreamTimeout => "upstream timed out",
@@ -280,6 +288,8 @@ impl Error {
             Kind::FileTruncated => (500, Counter::FilesTruncated),
             Kind::ConnectTimeout | Kind::UpstreamTimeout => (504, Counter::GatewayTimeout),
             Kind::NoLiveServers => (503, Counter::UpstreamNoLiveServers),
+            Kind::QueueTimeout => (503, Counter::UpstreamQueueTimeouts),
+            Kind::BodyTooLarge => (413, Counter::BadRequests),
             Kind::ConnectRefused
             | Kind::ConnectFailed
             | Kind::PortsExhausted

@@ -56,6 +56,8 @@ pub struct UpstreamTarget {
     /// Read responses up to this size whole into memory, so the upstream connection is freed
     /// before a slow client has read them.
     pub buffer_response: Option<usize>,
+    /// The route's extra FastCGI variables: an index into the config's `route_params`.
+    pub params: Option<u16>,
 }
 
 impl UpstreamTarget {
@@ -64,6 +66,7 @@ impl UpstreamTarget {
         UpstreamTarget {
             upstream,
             buffer_response: None,
+            params: None,
         }
     }
 }

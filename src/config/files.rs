@@ -106,6 +106,7 @@ pub(super) struct RouteSection {
     pub(super) path: Spanned<String>,
     pub(super) upstream: Option<Spanned<String>>,
     pub(super) buffer_response: Option<Spanned<Size>>,
+    pub(super) params: Option<std::collections::BTreeMap<String, String>>,
     pub(super) root: Option<Spanned<String>>,
     pub(super) alias: Option<Spanned<String>>,
     index: Option<Vec<String>>,
@@ -133,6 +134,14 @@ impl RouteSection {
 }
 
 impl FileRoute {
+    /// The scripts of a FastCGI group under `dir`: opened only to check they exist beneath it.
+    pub fn for_scripts(dir: PathBuf) -> FileRoute {
+        FileRoute {
+            precompressed: false,
+            ..FileRoute::for_root(dir, false)
+        }
+    }
+
     /// A route serving `dir` for every path, with the defaults (`slipstream serve`).
     pub fn for_root(dir: PathBuf, list_directories: bool) -> FileRoute {
         FileRoute {
@@ -189,22 +198,7 @@ impl Validator<'_> {
                 return None;
             }
         };
-        // A relative directory is relative to the config file's folder.
-        let path = match std::path::Path::new(self.file).parent() {
-            Some(base) if PathBuf::from(dir.get_ref()).is_relative() => base.join(dir.get_ref()),
-            _ => PathBuf::from(dir.get_ref()),
-        };
-        match std::fs::metadata(&path) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => self.error(
-                dir.span().start,
-                format!("{:?} is not a directory", dir.get_ref()),
-            ),
-            Err(e) => self.error(
-                dir.span().start,
-                format!("cannot use {:?}: {e}", dir.get_ref()),
-            ),
-        }
+        let path = self.directory(dir);
         let try_files = keys
             .try_files
             .as_ref()

@@ -13,10 +13,12 @@ use toml::Spanned;
 
 use crate::routing::{Router, RouterBuilder, Target, UpstreamTarget};
 
+pub mod fastcgi;
 pub mod files;
 pub mod shared;
 pub mod upstream;
 
+pub use fastcgi::{FastCgi, Protocol};
 pub use files::{Fallback, FileRoute, FilesSettings, TryFiles};
 use files::{FileFilesSection, RouteSection};
 pub use shared::SharedConfig;
@@ -38,6 +40,8 @@ pub struct Config {
     pub router: Router,
     /// Static-file routes; routes refer to them by index.
     pub file_routes: Vec<FileRoute>,
+    /// Extra FastCGI variables of routes (`params`); routes refer to them by index.
+    pub route_params: Vec<Vec<(String, String)>>,
     /// Process-wide static-file settings.
     pub files: FilesSettings,
     /// Request limits and client-side timeouts.
@@ -150,6 +154,7 @@ impl Config {
             upstreams: Vec::new(),
             router: Router::default(),
             file_routes: Vec::new(),
+            route_params: Vec::new(),
             files: FilesSettings::default(),
             limits: Limits::default(),
             access_log: None,
@@ -441,7 +446,15 @@ impl Validator<'_> {
         let listeners = self.build_listeners(&raw.listen);
         let upstreams = self.build_upstreams(&raw.upstreams);
         let mut file_routes = Vec::new();
-        let router = self.build_router(&raw.sites, &upstreams, &mut file_routes);
+        let mut route_params = Vec::new();
+        let router = self.build_router(
+            &raw.sites,
+            &upstreams,
+            &mut Built {
+                file_routes: &mut file_routes,
+                route_params: &mut route_params,
+            },
+        );
         let files = self.build_files_settings(&raw.files);
         let admin = raw.admin.as_ref().and_then(|a| self.socket_addr(a));
 
@@ -451,6 +464,7 @@ impl Validator<'_> {
             upstreams,
             router,
             file_routes,
+            route_params,
             files,
             limits,
             access_log: raw.access_log.map(PathBuf::from),
@@ -490,7 +504,7 @@ impl Validator<'_> {
         &mut self,
         sites: &[FileSite],
         upstreams: &[UpstreamGroup],
-        file_routes: &mut Vec<FileRoute>,
+        built: &mut Built<'_>,
     ) -> Router {
         let mut builder = RouterBuilder::default();
         let mut default_seen = false;
@@ -518,7 +532,7 @@ impl Validator<'_> {
                 );
             }
             for route in &site.routes {
-                if let Some(target) = self.build_route(route, upstreams, file_routes) {
+                if let Some(target) = self.build_route(route, upstreams, built) {
                     builder.add_route(index, route.path.get_ref(), target);
                 }
             }
@@ -533,7 +547,7 @@ impl Validator<'_> {
         &mut self,
         route: &RouteSection,
         upstreams: &[UpstreamGroup],
-        file_routes: &mut Vec<FileRoute>,
+        built: &mut Built<'_>,
     ) -> Option<Target> {
         let path = route.path.get_ref();
         if !path.starts_with('/') {
@@ -555,9 +569,13 @@ impl Validator<'_> {
                 if let Some(b) = &route.buffer_response {
                     self.error(b.span().start, "buffer_response applies to upstream routes");
                 }
+                if route.params.is_some() {
+                    let message = "params applies to routes to a FastCGI upstream";
+                    self.error(route.path.span().start, message);
+                }
                 let file_route = self.build_file_route(path, route, &group_named)?;
-                file_routes.push(file_route);
-                Some(Target::Files(file_routes.len() - 1))
+                built.file_routes.push(file_route);
+                Some(Target::Files(built.file_routes.len() - 1))
             }
             (Some(upstream), false) => {
                 let buffer_response = route
@@ -565,9 +583,11 @@ impl Validator<'_> {
                     .as_ref()
                     .map(|_| self.size(&route.buffer_response, 0));
                 if let Some(group) = group_named(upstream.get_ref()) {
+                    let params = self.route_params(route, &upstreams[group], built);
                     return Some(Target::Upstream(UpstreamTarget {
                         upstream: group,
                         buffer_response,
+                        params,
                     }));
                 }
                 let names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
@@ -581,6 +601,41 @@ impl Validator<'_> {
                 None
             }
         }
+    }
+}
+
+/// What routes add to the config besides the router.
+struct Built<'a> {
+    file_routes: &'a mut Vec<FileRoute>,
+    route_params: &'a mut Vec<Vec<(String, String)>>,
+}
+
+impl Validator<'_> {
+    /// A route's FastCGI `params` (only on routes to FastCGI groups) and what FastCGI
+    /// refuses (`buffer_response`).
+    fn route_params(
+        &mut self,
+        route: &RouteSection,
+        group: &UpstreamGroup,
+        built: &mut Built<'_>,
+    ) -> Option<u16> {
+        let at = route.path.span().start;
+        if group.protocol != Protocol::FastCgi {
+            if route.params.is_some() {
+                self.error(at, "params applies to routes to a FastCGI upstream");
+            }
+            return None;
+        }
+        if let Some(b) = &route.buffer_response {
+            let message = "buffer_response applies to HTTP upstreams (FastCGI responses are read whole when they fit a buffer)";
+            self.error(b.span().start, message);
+        }
+        let params = self.build_params(route.params.as_ref(), at);
+        if params.is_empty() {
+            return None;
+        }
+        built.route_params.push(params);
+        u16::try_from(built.route_params.len() - 1).ok()
     }
 }
 

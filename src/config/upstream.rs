@@ -9,7 +9,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::Validator;
+use super::fastcgi::{FastCgi, FileFastCgi, Protocol, DEFAULT_FASTCGI_MAX_CONNS};
+use super::{Size, Validator};
 use crate::net::Address;
 
 /// Default idle keep-alive connections per upstream server per worker.
@@ -51,6 +52,15 @@ pub struct UpstreamGroup {
     pub send_timeout: Duration,
     /// How long an idle pooled connection is kept.
     pub idle_timeout: Duration,
+    /// HTTP or FastCGI.
+    pub protocol: Protocol,
+    /// Most connections open to one server, over all workers (0: no cap); each worker may
+    /// open its share. Requests beyond it wait in line for a connection.
+    pub max_conns: usize,
+    /// How long a request waits for a connection under `max_conns` (503 after).
+    pub queue_timeout: Duration,
+    /// The FastCGI settings, when the protocol is FastCGI.
+    pub fastcgi: Option<FastCgi>,
 }
 
 /// One configured server: an address, or a name resolved to every address it has.
@@ -159,6 +169,30 @@ impl UpstreamGroup {
             read_timeout: Duration::from_secs(60),
             send_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),
+            protocol: Protocol::Http,
+            max_conns: 0,
+            queue_timeout: Duration::from_secs(10),
+            fastcgi: None,
+        }
+    }
+
+    /// A FastCGI group with default settings.
+    pub fn fastcgi(name: &str, servers: Vec<ServerSpec>, fastcgi: FastCgi) -> Self {
+        UpstreamGroup {
+            protocol: Protocol::FastCgi,
+            max_conns: DEFAULT_FASTCGI_MAX_CONNS,
+            fastcgi: Some(fastcgi),
+            ..UpstreamGroup::new(name, servers)
+        }
+    }
+
+    /// Connections one of `workers` workers may open to one server (0: no cap): an even
+    /// share of `max_conns`, at least one, so that all workers together stay within it
+    /// whenever `max_conns` is at least the number of workers.
+    pub fn max_conns_per_worker(&self, workers: usize) -> usize {
+        match self.max_conns {
+            0 => 0,
+            n => (n / workers.max(1)).max(1),
         }
     }
 }
@@ -320,6 +354,26 @@ pub(super) struct FileUpstream {
     read_timeout: Option<Spanned<String>>,
     send_timeout: Option<Spanned<String>>,
     idle_timeout: Option<Spanned<String>>,
+    protocol: Option<Spanned<String>>,
+    max_conns: Option<usize>,
+    queue_timeout: Option<Spanned<String>>,
+    root: Option<Spanned<String>>,
+    index: Option<Spanned<String>>,
+    front_controller: Option<Spanned<String>>,
+    params: Option<BTreeMap<String, String>>,
+    max_chunked_body: Option<Spanned<Size>>,
+}
+
+impl FileUpstream {
+    fn fastcgi_keys(&self) -> FileFastCgi {
+        FileFastCgi {
+            root: self.root.clone(),
+            index: self.index.clone(),
+            front_controller: self.front_controller.clone(),
+            params: self.params.clone(),
+            max_chunked_body: self.max_chunked_body.clone(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -415,7 +469,50 @@ impl Validator<'_> {
         g.read_timeout = self.duration(&u.read_timeout, g.read_timeout);
         g.send_timeout = self.duration(&u.send_timeout, g.send_timeout);
         g.idle_timeout = self.duration(&u.idle_timeout, g.idle_timeout);
+        self.build_protocol(&mut g, name, u);
+        g.max_conns = u.max_conns.unwrap_or(g.max_conns);
+        g.queue_timeout = self.duration(&u.queue_timeout, g.queue_timeout);
         g
+    }
+
+    /// `protocol` and, for FastCGI, its keys; FastCGI keys on an HTTP group are refused.
+    fn build_protocol(&mut self, g: &mut UpstreamGroup, name: &Spanned<String>, u: &FileUpstream) {
+        let keys = u.fastcgi_keys();
+        match u
+            .protocol
+            .as_ref()
+            .map(|p| (p.get_ref().as_str(), p.span().start))
+        {
+            None | Some(("http", _)) => {
+                if let Some(at) = keys.first_key() {
+                    self.error(
+                        at,
+                        "root, index and front_controller need protocol = \"fastcgi\"",
+                    );
+                }
+            }
+            Some(("fastcgi", _)) => {
+                g.protocol = Protocol::FastCgi;
+                g.max_conns = DEFAULT_FASTCGI_MAX_CONNS;
+                g.fastcgi = Some(self.build_fastcgi(name.get_ref(), name.span().start, &keys));
+                let kind = u.health.as_ref().and_then(|h| h.kind.as_ref());
+                if let Some(check) = g.health.as_mut() {
+                    match kind {
+                        // A FastCGI server does not speak HTTP: its checks are connects.
+                        None => check.probe = Probe::Tcp,
+                        Some(k) if k.get_ref() == "http" => self.error(
+                            k.span().start,
+                            "a FastCGI group's health check is type = \"tcp\"",
+                        ),
+                        Some(_) => {}
+                    }
+                }
+            }
+            Some((other, at)) => self.error(
+                at,
+                format!("unknown protocol {other:?} (use \"http\" or \"fastcgi\")"),
+            ),
+        }
     }
 
     fn build_health(&mut self, h: &FileHealth) -> Option<HealthCheck> {

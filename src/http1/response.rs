@@ -275,15 +275,29 @@ pub fn write_simple_response(out: &mut Vec<u8>, status: u16, keep_alive: bool, h
     }
 }
 
-/// The standard reason phrase for the statuses the proxy generates.
+/// The standard reason phrase for the statuses the proxy generates or a CGI script sets
+/// without one.
 pub fn reason_phrase(status: u16) -> &'static str {
     match status {
         100 => "Continue",
+        101 => "Switching Protocols",
         200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
         206 => "Partial Content",
         301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
         304 => "Not Modified",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        409 => "Conflict",
+        410 => "Gone",
+        422 => "Unprocessable Content",
+        429 => "Too Many Requests",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",

@@ -60,6 +60,14 @@ pub enum Counter {
     UpstreamEjections,
     /// Pooled connections found closed by the upstream and discarded.
     UpstreamStaleDiscarded,
+    /// Requests that waited for a connection because their server was at `max_conns`.
+    UpstreamQueued,
+    /// Requests answered 503 after waiting `queue_timeout` for a connection.
+    UpstreamQueueTimeouts,
+    /// Lines a FastCGI application wrote on STDERR (PHP warnings and errors).
+    FastcgiStderrLines,
+    /// STDERR lines not written to the error log because more than the rate limit came.
+    FastcgiStderrNotLogged,
     /// Body bytes moved with splice(2), never entering user space.
     SplicedBytes,
     /// Responses read whole under `buffer_response`, freeing the upstream connection early.
@@ -121,6 +129,10 @@ impl Counter {
             Counter::UpstreamNoLiveServers => "slipstream_upstream_no_live_servers_total",
             Counter::UpstreamEjections => "slipstream_upstream_ejections_total",
             Counter::UpstreamStaleDiscarded => "slipstream_upstream_stale_discarded_total",
+            Counter::UpstreamQueued => "slipstream_upstream_queued_total",
+            Counter::UpstreamQueueTimeouts => "slipstream_upstream_queue_timeouts_total",
+            Counter::FastcgiStderrLines => "slipstream_fastcgi_stderr_lines_total",
+            Counter::FastcgiStderrNotLogged => "slipstream_fastcgi_stderr_lines_not_logged_total",
             Counter::SplicedBytes => "slipstream_spliced_bytes_total",
             Counter::BufferedResponses => "slipstream_buffered_responses_total",
             Counter::FilesCacheHits => "slipstream_files_cache_hits_total",

@@ -11,6 +11,7 @@
 
 use tokio::time::Instant;
 
+use super::fastcgi;
 use super::relay::{self, RequestBody};
 use super::response;
 use super::{Client, Conn, Ctx, Outcome, Tried};
@@ -19,9 +20,11 @@ use crate::error::{Error, Kind};
 use crate::http1::response::CONTINUE;
 use crate::http1::BodyReader;
 use crate::net::io::write_all;
+use crate::net::Address;
 use crate::observe::metrics::Counter;
 use crate::routing::UpstreamTarget;
 use crate::upstream::connect::connect;
+use crate::upstream::pool::Obtained;
 use crate::upstream::{Balancer, Lease};
 
 /// Sends the request to the route's upstream group and relays the response. Every server tried
@@ -34,6 +37,9 @@ pub(super) async fn exchange(
     tried: &mut Tried,
 ) -> Result<Outcome, Error> {
     let group = &cx.config().upstreams[route.upstream];
+    if fastcgi::handles(group) {
+        return fastcgi::exchange(cx, route, client, buf, tried).await;
+    }
     let balancer = &cx.snapshot.balancers[route.upstream];
     let p = cx.request;
     let mut body = BodyReader::new(p.framing);
@@ -107,7 +113,7 @@ pub(super) async fn exchange(
 
 /// Whether a failed request goes to another server: it may be resent, a try is left, and the
 /// retry budget allows it.
-fn may_retry_elsewhere(
+pub(super) fn may_retry_elsewhere(
     cx: &Ctx<'_>,
     group: &UpstreamGroup,
     balancer: &Balancer,
@@ -128,6 +134,25 @@ fn may_retry_elsewhere(
     }
     cx.worker.counters.inc(Counter::UpstreamRetries);
     true
+}
+
+/// A pooled connection to `server`, or the right to open one, waiting in line when the server
+/// is at the group's `max_conns`.
+pub(super) async fn obtain(
+    cx: &Ctx<'_>,
+    group: &UpstreamGroup,
+    server: &Address,
+) -> Result<Obtained, Error> {
+    let cap = group.max_conns_per_worker(cx.config().workers);
+    let counters = &cx.worker.counters;
+    let pool = &cx.worker.upstreams;
+    match pool
+        .obtain(server, cap, group.queue_timeout, counters)
+        .await
+    {
+        Some(obtained) => Ok(obtained),
+        None => Err(Error::connect(Kind::QueueTimeout)),
+    }
 }
 
 /// One server's try at a request.
@@ -152,22 +177,34 @@ impl Attempt<'_> {
     ) -> Result<(Conn, Vec<u8>), Error> {
         let server = self.lease.addr();
         let counters = &cx.worker.counters;
-        let pooled = cx.worker.upstreams.take(server, counters);
-        if let Some(stream) = pooled {
-            counters.inc(Counter::UpstreamReused);
-            let server = server.clone();
-            let mut conn = Conn { server, stream };
-            match self.send(cx, client, buf, &mut conn, body).await {
-                Ok(ubuf) => return Ok((conn, ubuf)),
-                Err(e) if e.may_retry(cx.request.idempotent, self.body_in_hand) => {
-                    counters.inc(Counter::UpstreamStaleRetries);
+        let slot = match obtain(cx, self.group, server).await? {
+            Obtained::Reused(stream, slot) => {
+                counters.inc(Counter::UpstreamReused);
+                let server = server.clone();
+                let mut conn = Conn {
+                    server,
+                    stream,
+                    slot,
+                };
+                match self.send(cx, client, buf, &mut conn, body).await {
+                    Ok(ubuf) => return Ok((conn, ubuf)),
+                    Err(e) if e.may_retry(cx.request.idempotent, self.body_in_hand) => {
+                        counters.inc(Counter::UpstreamStaleRetries);
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
+                // The dead connection's slot serves the new one.
+                conn.slot
             }
-        }
+            Obtained::Open(slot) => slot,
+        };
         let stream = connect(server, self.group.connect_timeout, counters).await?;
         let server = server.clone();
-        let mut conn = Conn { server, stream };
+        let mut conn = Conn {
+            server,
+            stream,
+            slot,
+        };
         let ubuf = self.send(cx, client, buf, &mut conn, body).await?;
         Ok((conn, ubuf))
     }

@@ -9,11 +9,13 @@
 //! 5. [`relay`]: moves bodies both ways with bounded memory, by splice(2) when it can.
 //! 6. [`tunnel`]: after `101 Switching Protocols`, bytes both ways until either side closes.
 //!
-//! A static-file route takes [`files`] instead of phases 3 to 6.
+//! A static-file route takes [`files`] instead of phases 3 to 6; a route to a FastCGI group
+//! takes [`fastcgi`] instead of phases 3 to 5.
 //!
 //! Nothing here panics on input, and no status code is chosen here for a failure.
 
 mod exchange;
+mod fastcgi;
 mod files;
 mod relay;
 mod request;
@@ -35,6 +37,8 @@ use request::Prepared;
 struct Client {
     stream: Stream,
     peer: SocketAddr,
+    /// The address the client connected to, once a FastCGI request needed it.
+    local: Option<SocketAddr>,
     buf: Option<Vec<u8>>,
 }
 
@@ -42,6 +46,22 @@ struct Client {
 struct Conn {
     server: Address,
     stream: Stream,
+    /// Its place under the server's `max_conns`.
+    slot: crate::upstream::pool::Slot,
+}
+
+impl Conn {
+    /// Returns the connection to the worker's pool (or to a request waiting for one).
+    fn reuse(self, worker: &Worker, group: &crate::config::UpstreamGroup) {
+        let Conn {
+            server,
+            stream,
+            slot,
+        } = self;
+        worker
+            .upstreams
+            .give(&server, stream, slot, group.keepalive, group.idle_timeout);
+    }
 }
 
 /// What every phase of one request reads.

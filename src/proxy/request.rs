@@ -58,7 +58,9 @@ impl Prepared {
             Target::Files(i) => upstream_fallback(config, i),
         });
         let mut upstream_head = Vec::new();
-        if upstream.is_some() {
+        // FastCGI requests are written from the head when they are sent.
+        let http = upstream.is_some_and(|u| config.upstreams[u.upstream].fastcgi.is_none());
+        if http {
             upstream_head.reserve(head.head_len + 128);
             head.write_upstream_head(
                 &mut upstream_head,

@@ -169,10 +169,7 @@ pub(super) async fn respond(
             // before a slow client has read a byte of it.
             cx.worker.counters.inc(Counter::BufferedResponses);
             if head.reusable && end == ubuf.len() {
-                let (server, stream) = (up.server, up.stream);
-                cx.worker
-                    .upstreams
-                    .give(server, stream, group.keepalive, group.idle_timeout);
+                up.reuse(cx.worker, group);
             }
             return send_whole(cx, client, &ubuf[..end], &head).await;
         }
@@ -256,9 +253,7 @@ async fn relay_body(
     };
     cx.worker.note_response_size(&up.server, size);
     if head.reusable && relayed.clean_end {
-        cx.worker
-            .upstreams
-            .give(up.server, up.stream, group.keepalive, group.idle_timeout);
+        up.reuse(cx.worker, group);
     }
     Ok(Outcome {
         status: head.status,

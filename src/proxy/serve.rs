@@ -26,6 +26,7 @@ pub async fn serve(worker: Rc<Worker>, stream: Stream, peer: SocketAddr) {
     let mut client = Client {
         stream,
         peer,
+        local: None,
         buf: None,
     };
     let mut shutdown = worker.shutdown.clone();

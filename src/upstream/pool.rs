@@ -1,69 +1,224 @@
-//! Each worker's LIFO pool of idle keep-alive upstream connections, per server. Reusing
-//! connections is what keeps ephemeral ports and TIME_WAIT from running out under load.
+//! Each worker's LIFO pool of idle keep-alive upstream connections, per server, and the cap on
+//! connections a group may set (`max_conns`). Reusing connections is what keeps ephemeral ports
+//! and TIME_WAIT from running out under load.
+//!
+//! The cap matters most for FastCGI: a PHP-FPM child serves one connection at a time and stays
+//! with a kept connection until it closes, so a proxy holding more connections than the pool has
+//! children leaves the extra ones waiting in FPM's accept queue for ever. With a cap, a request
+//! that finds every connection busy waits here, in order, for the first one to come back (or to
+//! close, freeing a slot to open another).
 
-use crate::net::Address;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::rc::Rc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::net::Stream;
+use crate::net::{Address, Stream};
 use crate::observe::metrics::{Counter, Shard};
 
 struct Idle {
     stream: Stream,
+    slot: Slot,
     expires: Instant,
+}
+
+/// Open connections per capped server, and the requests waiting for one.
+#[derive(Default)]
+struct Slots {
+    open: usize,
+    waiters: VecDeque<oneshot::Sender<Grant>>,
+}
+
+type SlotTable = Rc<RefCell<HashMap<Address, Slots>>>;
+
+/// The right to hold one open connection to a capped server; dropping it (with its connection)
+/// frees the slot for the next waiting request. Servers without a cap get an untracked slot.
+pub struct Slot {
+    held: Option<(SlotTable, Address)>,
+}
+
+impl Slot {
+    /// A slot that counts nothing (no cap).
+    pub fn untracked() -> Slot {
+        Slot { held: None }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let Some((table, addr)) = self.held.take() else {
+            return;
+        };
+        let mut grant = Grant::Open(Slot {
+            held: Some((table.clone(), addr.clone())),
+        });
+        // The slot passes to the first request still waiting; else it is freed.
+        loop {
+            let waiter = table
+                .borrow_mut()
+                .get_mut(&addr)
+                .and_then(|s| s.waiters.pop_front());
+            let Some(waiter) = waiter else { break };
+            match waiter.send(grant) {
+                Ok(()) => return,
+                Err(back) => grant = back,
+            }
+        }
+        // Nobody waits: forget the grant's slot without running this again.
+        if let Grant::Open(mut slot) = grant {
+            slot.held = None;
+        }
+        let mut slots = table.borrow_mut();
+        if let Some(s) = slots.get_mut(&addr) {
+            s.open = s.open.saturating_sub(1);
+        }
+    }
+}
+
+/// What a waiting request receives.
+enum Grant {
+    /// A connection someone finished with.
+    Conn(Stream, Slot),
+    /// A freed slot: open a new connection.
+    Open(Slot),
+}
+
+/// A connection to use: pooled, or to be opened under `slot`.
+pub enum Obtained {
+    /// An idle (or handed-over) connection.
+    Reused(Stream, Slot),
+    /// None idle: open one, holding this slot.
+    Open(Slot),
 }
 
 /// A worker's idle upstream connections, keyed by server address. Single-threaded.
 #[derive(Default)]
 pub struct UpstreamPool {
     idle: RefCell<HashMap<Address, Vec<Idle>>>,
+    slots: SlotTable,
 }
 
 impl UpstreamPool {
+    /// A connection to `addr`: the most recently used live idle one, or a slot to open one.
+    /// With a cap (`max_conns` > 0) and every slot taken, waits in line up to `queue_timeout`;
+    /// `None` when that ran out.
+    pub async fn obtain(
+        &self,
+        addr: &Address,
+        max_conns: usize,
+        queue_timeout: Duration,
+        counters: &Shard,
+    ) -> Option<Obtained> {
+        if let Some((stream, slot)) = self.take(addr, counters) {
+            return Some(Obtained::Reused(stream, slot));
+        }
+        if max_conns == 0 {
+            return Some(Obtained::Open(Slot::untracked()));
+        }
+        let rx = {
+            let mut table = self.slots.borrow_mut();
+            let slots = table.entry(addr.clone()).or_default();
+            if slots.open < max_conns {
+                slots.open += 1;
+                let held = Some((self.slots.clone(), addr.clone()));
+                return Some(Obtained::Open(Slot { held }));
+            }
+            let (tx, rx) = oneshot::channel();
+            slots.waiters.push_back(tx);
+            rx
+        };
+        counters.inc(Counter::UpstreamQueued);
+        match tokio::time::timeout(queue_timeout, rx).await {
+            Ok(Ok(Grant::Conn(stream, slot))) => Some(Obtained::Reused(stream, slot)),
+            Ok(Ok(Grant::Open(slot))) => Some(Obtained::Open(slot)),
+            Ok(Err(_)) | Err(_) => None,
+        }
+    }
+
     /// The most recently used live idle connection to `addr`, if any. Connections the upstream
     /// has closed (or that hold unexpected bytes) are discarded.
-    pub fn take(&self, addr: &Address, counters: &Shard) -> Option<Stream> {
+    fn take(&self, addr: &Address, counters: &Shard) -> Option<(Stream, Slot)> {
         let mut idle = self.idle.borrow_mut();
         let list = idle.get_mut(addr)?;
         let now = Instant::now();
         while let Some(conn) = list.pop() {
             if conn.expires > now && is_quiet(&conn.stream) {
-                return Some(conn.stream);
+                return Some((conn.stream, conn.slot));
             }
             counters.inc(Counter::UpstreamStaleDiscarded);
         }
         None
     }
 
-    /// Keeps a connection for reuse, up to `cap` per server.
-    pub fn give(&self, addr: Address, stream: Stream, cap: usize, idle_timeout: Duration) {
+    /// Keeps a connection for reuse, up to `cap` idle per server; a request waiting for a
+    /// connection to this server gets it at once instead.
+    pub fn give(
+        &self,
+        addr: &Address,
+        stream: Stream,
+        slot: Slot,
+        cap: usize,
+        idle_timeout: Duration,
+    ) {
+        let mut grant = Grant::Conn(stream, slot);
+        if slot_is_tracked(&grant) {
+            loop {
+                let waiter = self
+                    .slots
+                    .borrow_mut()
+                    .get_mut(addr)
+                    .and_then(|s| s.waiters.pop_front());
+                let Some(waiter) = waiter else { break };
+                match waiter.send(grant) {
+                    Ok(()) => return,
+                    Err(back) => grant = back,
+                }
+            }
+        }
+        let Grant::Conn(stream, slot) = grant else {
+            return;
+        };
         let mut idle = self.idle.borrow_mut();
-        let list = idle.entry(addr).or_default();
+        let list = idle.entry(addr.clone()).or_default();
         if list.len() < cap {
             list.push(Idle {
                 stream,
+                slot,
                 expires: Instant::now() + idle_timeout,
             });
+        } else {
+            drop(idle);
+            drop((stream, slot));
         }
     }
 
     /// Closes every idle connection to `addr` (the server left, went down or was ejected).
     pub fn forget(&self, addr: &Address) {
-        self.idle.borrow_mut().remove(addr);
+        let gone = self.idle.borrow_mut().remove(addr);
+        drop(gone);
     }
 
     /// Closes expired connections and those the upstream closed.
     pub fn sweep(&self) {
         let now = Instant::now();
-        let mut idle = self.idle.borrow_mut();
-        for list in idle.values_mut() {
-            list.retain(|c| c.expires > now && is_quiet(&c.stream));
+        let mut closed = Vec::new();
+        {
+            let mut idle = self.idle.borrow_mut();
+            for list in idle.values_mut() {
+                let (keep, gone): (Vec<Idle>, Vec<Idle>) = std::mem::take(list)
+                    .into_iter()
+                    .partition(|c| c.expires > now && is_quiet(&c.stream));
+                *list = keep;
+                closed.extend(gone);
+            }
+            idle.retain(|_, l| !l.is_empty());
         }
-        idle.retain(|_, l| !l.is_empty());
+        // Dropped with no borrow held: a freed slot may go straight to a waiting request.
+        drop(closed);
     }
 
     /// Idle connections held, over all servers.
@@ -74,6 +229,17 @@ impl UpstreamPool {
     /// True when no idle connection is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Open connections to `addr` counted against its cap (0 without a cap).
+    pub fn open_count(&self, addr: &Address) -> usize {
+        self.slots.borrow().get(addr).map_or(0, |s| s.open)
+    }
+}
+
+fn slot_is_tracked(grant: &Grant) -> bool {
+    match grant {
+        Grant::Conn(_, slot) | Grant::Open(slot) => slot.held.is_some(),
     }
 }
 
@@ -86,4 +252,48 @@ fn is_quiet(stream: &Stream) -> bool {
     }
     let mut probe = [0u8; 1];
     matches!(stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr() -> Address {
+        Address::Tcp("127.0.0.1:9".parse().unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_capped_server_queues_and_freed_slots_pass_in_order() {
+        let pool = UpstreamPool::default();
+        let counters = Shard::default();
+        let wait = Duration::from_secs(5);
+        let server = addr();
+        let Some(Obtained::Open(first)) = pool.obtain(&server, 1, wait, &counters).await else {
+            panic!("the first request opens a connection");
+        };
+        assert_eq!(pool.open_count(&addr()), 1);
+        // The second waits; freeing the first slot hands it over, still counted once.
+        let second = pool.obtain(&server, 1, wait, &counters);
+        tokio::pin!(second);
+        assert!(futures_poll(second.as_mut()).is_none());
+        drop(first);
+        let Some(Some(Obtained::Open(slot))) = futures_poll(second.as_mut()) else {
+            panic!("the waiting request gets the freed slot");
+        };
+        assert_eq!(pool.open_count(&addr()), 1);
+        // A third times out while the slot is held.
+        assert!(pool.obtain(&addr(), 1, wait, &counters).await.is_none());
+        assert_eq!(counters.get(Counter::UpstreamQueued), 2);
+        drop(slot);
+        assert_eq!(pool.open_count(&addr()), 0);
+    }
+
+    fn futures_poll<F: std::future::Future + Unpin>(f: F) -> Option<F::Output> {
+        let mut f = f;
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match std::pin::Pin::new(&mut f).poll(&mut cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        }
+    }
 }
