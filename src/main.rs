@@ -30,9 +30,21 @@ enum Command {
         /// Address to listen on, e.g. 0.0.0.0:8080.
         #[arg(long, value_parser = parse_addr)]
         listen: SocketAddr,
-        /// Upstream server, `HOST:PORT` (a name is resolved again every 10 s); repeat for several.
-        #[arg(long = "upstream", required = true, value_parser = parse_server)]
-        upstreams: Vec<ServerSpec>,
+        /// Upstream server, `HOST:PORT` or `unix:/PATH` (a name is resolved again every 10 s);
+        /// repeat for several. `fastcgi://HOST:PORT` or `fastcgi://unix:/PATH` speaks FastCGI
+        /// (PHP-FPM), with --root.
+        #[arg(long = "upstream", required = true, value_parser = parse_upstream)]
+        upstreams: Vec<CliUpstream>,
+        /// FastCGI: the document root scripts are found under (SCRIPT_FILENAME).
+        #[arg(long)]
+        root: Option<PathBuf>,
+        /// FastCGI: the script for paths that name none, e.g. /index.php (default: 404).
+        #[arg(long)]
+        front_controller: Option<String>,
+        /// Most connections to each server, over all workers (FastCGI default: 5, PHP-FPM's
+        /// stock pm.max_children; set it to your pool's).
+        #[arg(long)]
+        max_conns: Option<usize>,
         /// How a server is chosen: p2c (default), round_robin or least_conn.
         #[arg(long, value_parser = ["p2c", "round_robin", "least_conn"])]
         balance: Option<String>,
@@ -76,9 +88,57 @@ enum Command {
     },
 }
 
-fn parse_server(s: &str) -> Result<ServerSpec, String> {
+/// An `--upstream` value: a server, and whether it speaks FastCGI.
+#[derive(Clone)]
+struct CliUpstream {
+    fastcgi: bool,
+    spec: ServerSpec,
+}
+
+fn parse_upstream(s: &str) -> Result<CliUpstream, String> {
     let resolve = config::upstream::LoadResolver::Now(config::resolve_system);
-    config::upstream::parse_server(s, resolve, std::time::Duration::ZERO)
+    let spec = config::upstream::parse_server(s, resolve, std::time::Duration::ZERO)?;
+    Ok(CliUpstream {
+        fastcgi: s.starts_with("fastcgi://"),
+        spec,
+    })
+}
+
+/// The `proxy` command's config: HTTP upstreams, or FastCGI ones with a document root.
+fn proxy_config(
+    listen: SocketAddr,
+    upstreams: Vec<CliUpstream>,
+    root: Option<PathBuf>,
+    front_controller: Option<String>,
+    workers: Option<usize>,
+) -> Result<Config, String> {
+    let fastcgi = upstreams.iter().filter(|u| u.fastcgi).count();
+    let servers = upstreams.into_iter().map(|u| u.spec).collect();
+    if fastcgi == 0 {
+        if root.is_some() || front_controller.is_some() {
+            return Err("--root and --front-controller need fastcgi:// upstreams".into());
+        }
+        return Ok(Config::for_proxy(listen, servers, workers));
+    }
+    if fastcgi != servers.len() {
+        return Err("upstreams are all fastcgi:// or none is".into());
+    }
+    let root = root.ok_or("fastcgi:// upstreams need --root DIR (the document root)")?;
+    if !root.is_dir() {
+        return Err(format!("{}: not a directory", root.display()));
+    }
+    if let Some(f) = &front_controller {
+        if !f.starts_with('/') || !f.ends_with(".php") {
+            return Err("--front-controller is a script path such as /index.php".into());
+        }
+    }
+    Ok(Config::for_fastcgi(
+        listen,
+        servers,
+        &root,
+        front_controller,
+        workers,
+    ))
 }
 
 fn parse_addr(s: &str) -> Result<SocketAddr, String> {
@@ -102,11 +162,24 @@ fn main() -> ExitCode {
         Command::Proxy {
             listen,
             upstreams,
+            root,
+            front_controller,
+            max_conns,
             balance,
             workers,
             access_log,
         } => {
-            let mut config = Config::for_proxy(listen, upstreams, workers);
+            let mut config = match proxy_config(listen, upstreams, root, front_controller, workers)
+            {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if let Some(n) = max_conns {
+                config.upstreams[0].max_conns = n;
+            }
             config.upstreams[0].balance = match balance.as_deref() {
                 Some("round_robin") => Balance::RoundRobin,
                 Some("least_conn") => Balance::LeastConn,

@@ -126,6 +126,29 @@ impl Config {
         }
     }
 
+    /// The zero-config FastCGI gateway of `slipstream proxy --upstream fastcgi://...`: every
+    /// path to `upstreams`, scripts under `root`.
+    pub fn for_fastcgi(
+        listen: SocketAddr,
+        upstreams: Vec<ServerSpec>,
+        root: &Path,
+        front_controller: Option<String>,
+        workers: Option<usize>,
+    ) -> Self {
+        let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+        let fastcgi = FastCgi {
+            document_root: root.to_string_lossy().trim_end_matches('/').to_string(),
+            scripts: FileRoute::for_scripts(root),
+            index: "index.php".to_string(),
+            front_controller,
+            params: Vec::new(),
+            max_chunked_body: fastcgi::DEFAULT_MAX_CHUNKED_BODY,
+        };
+        let mut config = Config::for_proxy(listen, Vec::new(), workers);
+        config.upstreams = vec![UpstreamGroup::fastcgi("default", upstreams, fastcgi)];
+        config
+    }
+
     /// The zero-config static file server of `slipstream serve`: `root` for every path.
     pub fn for_files(
         listen: SocketAddr,

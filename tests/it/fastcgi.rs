@@ -1,9 +1,10 @@
-//! The FastCGI codec against a real PHP-FPM (Debian's `php-fpm`, started here with its own pool
-//! on a temporary unix socket): records written by `fastcgi::record` are understood, and what
-//! PHP-FPM answers reads back through the record reader and the CGI head parser, twice on one
-//! kept connection.
+//! The FastCGI codec against a real PHP-FPM (Debian's `php-fpm`, started here with its own pools
+//! on a temporary unix socket and a TCP port): records written by `fastcgi::record` are
+//! understood, and what PHP-FPM answers reads back through the record reader and the CGI head
+//! parser, twice on one kept connection. [`PhpFpm`] serves the proxy tests too.
 
 use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -15,17 +16,26 @@ use slipstream::fastcgi::record::{
 };
 use slipstream::http1::request::header_storage;
 
-use crate::support::{eventually, temp_path};
+use crate::support::{eventually, free_port, temp_path};
 
-/// A PHP-FPM master with one static pool, stopped on drop.
-struct PhpFpm {
+/// A PHP-FPM master with two static pools of `children` each, one on a unix socket and one on
+/// a TCP port, stopped on drop.
+pub(crate) struct PhpFpm {
     child: Child,
-    socket: PathBuf,
-    root: PathBuf,
+    /// The unix pool's socket.
+    pub(crate) socket: PathBuf,
+    /// The TCP pool's address.
+    pub(crate) tcp: std::net::SocketAddr,
+    /// The document root (empty; tests write their scripts).
+    pub(crate) root: PathBuf,
 }
 
 impl PhpFpm {
-    fn start(name: &str) -> PhpFpm {
+    pub(crate) fn start(name: &str) -> PhpFpm {
+        PhpFpm::with_children(name, 2)
+    }
+
+    pub(crate) fn with_children(name: &str, children: usize) -> PhpFpm {
         let binary = std::fs::read_dir("/usr/sbin")
             .into_iter()
             .flatten()
@@ -43,14 +53,20 @@ impl PhpFpm {
         std::fs::create_dir_all(&root).unwrap();
         let socket = dir.join("fpm.sock");
         let conf = dir.join("fpm.conf");
+        let tcp: std::net::SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let pool = |name: &str, listen: &str| {
+            format!(
+                "[{name}]\nlisten = {listen}\npm = static\npm.max_children = {children}\n\
+                 catch_workers_output = yes\n"
+            )
+        };
         std::fs::write(
             &conf,
             format!(
-                "[global]\nerror_log = {d}/error.log\npid = {d}/fpm.pid\ndaemonize = no\n\
-                 [test]\nlisten = {s}\npm = static\npm.max_children = 2\n\
-                 catch_workers_output = yes\n",
+                "[global]\nerror_log = {d}/error.log\npid = {d}/fpm.pid\ndaemonize = no\n{}{}",
+                pool("unix", &socket.display().to_string()),
+                pool("tcp", &tcp.to_string()),
                 d = dir.display(),
-                s = socket.display()
             ),
         )
         .unwrap();
@@ -64,20 +80,37 @@ impl PhpFpm {
         let fpm = PhpFpm {
             child,
             socket,
+            tcp,
             root,
         };
-        assert!(
-            eventually(|| UnixStream::connect(&fpm.socket).is_ok()),
-            "php-fpm did not start"
-        );
+        let up = || UnixStream::connect(&fpm.socket).is_ok() && TcpStream::connect(tcp).is_ok();
+        assert!(eventually(up), "php-fpm did not start");
         fpm
+    }
+
+    /// Writes a script (or any file) under the root.
+    pub(crate) fn script(&self, rel: &str, text: &str) {
+        let path = self.root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// Stops PHP-FPM and its children (SIGTERM: the master ends them at once), then waits.
+    pub(crate) fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let exited = eventually(|| matches!(self.child.try_wait(), Ok(Some(_))));
+        if !exited {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
 impl Drop for PhpFpm {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
     }
 }
 

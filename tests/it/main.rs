@@ -3,6 +3,7 @@
 
 mod balancing;
 mod fastcgi;
+mod fastcgi_proxy;
 mod files;
 mod fleet;
 mod framing;
