@@ -109,12 +109,27 @@ pub fn put_params<'a>(out: &mut Vec<u8>, pairs: impl IntoIterator<Item = (&'a [u
 }
 
 /// A name-value pair length: one byte below 128, else four bytes with the top bit set.
-fn put_length(out: &mut Vec<u8>, len: usize) {
+pub fn put_length(out: &mut Vec<u8>, len: usize) {
     if len < 128 {
         out.push(len as u8);
     } else {
         out.extend_from_slice(&((len as u32) | 0x8000_0000).to_be_bytes());
     }
+}
+
+/// The content of the PARAMS records in `records` joined (tests and the fuzzer read back what
+/// was written); other records are skipped.
+pub fn params_content(mut records: &[u8]) -> Vec<u8> {
+    let mut content = Vec::new();
+    while records.len() >= 8 {
+        let len = usize::from(u16::from_be_bytes([records[4], records[5]]));
+        let end = (8 + len + usize::from(records[6])).min(records.len());
+        if records[1] == RecordType::Params as u8 {
+            content.extend_from_slice(&records[8..(8 + len).min(records.len())]);
+        }
+        records = &records[end..];
+    }
+    content
 }
 
 /// Reads the name-value pairs of PARAMS content (the server's side; used by tests and the

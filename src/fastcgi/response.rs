@@ -2,10 +2,9 @@
 //! `Status` (or 200, or 302 for a bare `Location`), the script's fields minus `Status` and the
 //! hop-by-hop ones, a `Date`, and framing the proxy chose: the script's `Content-Length`, the
 //! length of a body that arrived whole, chunked for an HTTP/1.1 client, or the end of the
-//! connection for HTTP/1.0.
+//! connection for HTTP/1.0 (the body itself is framed as it is written, in `proxy::fastcgi`).
 
 use super::cgi::CgiHead;
-use crate::http1::chunked::chunk_size_line;
 use crate::http1::response::reason_phrase;
 
 /// How the body reaches the client.
@@ -103,22 +102,6 @@ pub fn write_head(
     out.extend_from_slice(b"\r\n");
 }
 
-/// Appends `data` to `out` as the body goes out: framed as one chunk when chunked, as is
-/// otherwise.
-pub fn put_body(out: &mut Vec<u8>, data: &[u8], framing: BodyFraming) {
-    match framing {
-        BodyFraming::None => {}
-        BodyFraming::Chunked if data.is_empty() => {}
-        BodyFraming::Chunked => {
-            let mut line = [0u8; 20];
-            out.extend_from_slice(chunk_size_line(data.len(), &mut line));
-            out.extend_from_slice(data);
-            out.extend_from_slice(b"\r\n");
-        }
-        BodyFraming::Length(_) | BodyFraming::Close => out.extend_from_slice(data),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,13 +142,8 @@ mod tests {
     }
 
     #[test]
-    fn bodies_are_framed() {
-        let mut out = Vec::new();
-        put_body(&mut out, b"hello", BodyFraming::Chunked);
-        put_body(&mut out, b"", BodyFraming::Chunked);
-        put_body(&mut out, b"!", BodyFraming::Close);
-        put_body(&mut out, b"dropped", BodyFraming::None);
-        assert_eq!(out, b"5\r\nhello\r\n!");
-        assert!(bodiless(304, false) && bodiless(200, true) && !bodiless(200, false));
+    fn bodiless_statuses() {
+        assert!(bodiless(304, false) && bodiless(204, false) && bodiless(200, true));
+        assert!(!bodiless(200, false));
     }
 }

@@ -20,7 +20,7 @@ use crate::error::{Error, Kind};
 use crate::http1::response::CONTINUE;
 use crate::http1::BodyReader;
 use crate::net::io::write_all;
-use crate::net::Address;
+use crate::net::{Address, Stream};
 use crate::observe::metrics::Counter;
 use crate::routing::UpstreamTarget;
 use crate::upstream::connect::connect;
@@ -137,22 +137,22 @@ pub(super) fn may_retry_elsewhere(
 }
 
 /// A pooled connection to `server`, or the right to open one, waiting in line when the server
-/// is at the group's `max_conns`.
+/// is at the group's `max_conns`; a client that leaves meanwhile gives up its place.
 pub(super) async fn obtain(
     cx: &Ctx<'_>,
     group: &UpstreamGroup,
     server: &Address,
+    client: &Stream,
 ) -> Result<Obtained, Error> {
     let cap = group.max_conns_per_worker(cx.config().workers);
     let counters = &cx.worker.counters;
     let pool = &cx.worker.upstreams;
-    match pool
-        .obtain(server, cap, group.queue_timeout, counters)
-        .await
-    {
-        Some(obtained) => Ok(obtained),
-        None => Err(Error::connect(Kind::QueueTimeout)),
-    }
+    let obtained = tokio::select! {
+        biased;
+        o = pool.obtain(server, cap, group.queue_timeout, counters) => o,
+        () = client.hangup() => return Err(Error::new(Kind::ClientClosed)),
+    };
+    obtained.ok_or(Error::connect(Kind::QueueTimeout))
 }
 
 /// One server's try at a request.
@@ -177,7 +177,7 @@ impl Attempt<'_> {
     ) -> Result<(Conn, Vec<u8>), Error> {
         let server = self.lease.addr();
         let counters = &cx.worker.counters;
-        let slot = match obtain(cx, self.group, server).await? {
+        let slot = match obtain(cx, self.group, server, &client.stream).await? {
             Obtained::Reused(stream, slot) => {
                 counters.inc(Counter::UpstreamReused);
                 let server = server.clone();

@@ -47,7 +47,8 @@ fn send(addr: SocketAddr, head: &str, body: &[u8]) -> RawResponse {
     s.write_all(head.as_bytes()).unwrap();
     s.write_all(body).unwrap();
     let method_head = head.starts_with("HEAD ");
-    read_response(&mut BufReader::new(s), method_head).unwrap_or_else(|| panic!("no response to {head}"))
+    read_response(&mut BufReader::new(s), method_head)
+        .unwrap_or_else(|| panic!("no response to {head}"))
 }
 
 fn get(addr: SocketAddr, target: &str) -> RawResponse {
@@ -343,7 +344,10 @@ fn malformed_and_truncated_records_are_502() {
             "cut mid-record",
             record(6, b"Content-Type: text/plain\r\n\r\nhello")[..20].to_vec(),
         ),
-        ("closed inside the head", record(6, b"Content-Type: text/plain\r\n")),
+        (
+            "closed inside the head",
+            record(6, b"Content-Type: text/plain\r\n"),
+        ),
         (
             "bad CGI head",
             [record(6, b"no colon here\r\n\r\n"), end_request(0)].concat(),

@@ -23,8 +23,8 @@ use super::exchange::may_retry_elsewhere;
 use super::{Client, Ctx, Outcome, Tried};
 use crate::config::{FastCgi, UpstreamGroup};
 use crate::error::{Error, Kind};
-use crate::fastcgi::params::{cgi_params, CgiRequest, ScriptPath};
-use crate::fastcgi::record::{put_begin_request, put_params, put_record, RecordType, MAX_CONTENT};
+use crate::fastcgi::params::{put_cgi_params, CgiRequest, ScriptPath};
+use crate::fastcgi::record::{put_begin_request, put_record, RecordType, MAX_CONTENT};
 use crate::fastcgi::script::{ScriptError, Scripts};
 use crate::http1::request::header_storage;
 use crate::http1::{parse_request, BodyReader, Framing};
@@ -248,13 +248,9 @@ fn build(
         server_name: host.map_or(local_ip.as_str(), strip_port),
         https: false,
     };
-    let params = cgi_params(&vars, head.headers, &extra);
     let mut records = Vec::with_capacity(1024 + in_hand.len() + in_hand.len() / 8);
     put_begin_request(&mut records, true);
-    put_params(
-        &mut records,
-        params.iter().map(|(n, v)| (n.as_slice(), v.as_slice())),
-    );
+    put_cgi_params(&mut records, &vars, head.headers, &extra);
     for piece in in_hand.chunks(MAX_CONTENT) {
         put_record(&mut records, RecordType::Stdin, piece);
     }

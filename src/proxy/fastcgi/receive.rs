@@ -13,10 +13,10 @@ use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
 use crate::fastcgi::cgi::parse_cgi_head;
 use crate::fastcgi::record::{parse_record, Record};
-use crate::fastcgi::response::{bodiless, put_body, write_head, BodyFraming};
+use crate::fastcgi::response::{bodiless, write_head, BodyFraming};
 use crate::files::respond::http_date_now;
 use crate::http1::request::header_storage;
-use crate::http1::LAST_CHUNK;
+use crate::http1::{chunk_size_line, LAST_CHUNK};
 use crate::net::io::{read_some, write_all};
 use crate::net::Address;
 use crate::observe::metrics::Counter;
@@ -32,18 +32,23 @@ const STDERR_LINES_PER_SECOND: u32 = 20;
 enum Stage {
     /// Collecting the CGI head (STDOUT bytes so far in `cgi`).
     Head,
-    /// The head is parsed but not sent: its body so far is in `body`.
-    Parsed { head_len: usize },
+    /// The head (the first `head_len` bytes of `cgi`) is parsed but not sent; the body so far
+    /// follows it in `cgi`.
+    Parsed { head_len: usize, status: u16 },
     /// The head went out with this framing; `sent` body bytes since.
-    Streaming { framing: BodyFraming, sent: u64 },
+    Streaming {
+        framing: BodyFraming,
+        sent: u64,
+        status: u16,
+    },
 }
 
 /// The response being relayed.
 struct Relay {
     stage: Stage,
-    /// STDOUT bytes until the head is parsed (the head's bytes stay for writing it).
+    /// STDOUT bytes until the head is sent: the CGI head, then the first body bytes.
     cgi: Vec<u8>,
-    /// Body bytes of the current batch.
+    /// Body bytes of the current batch once the head is sent.
     body: Vec<u8>,
     /// END_REQUEST arrived (with its protocol status).
     ended: Option<u8>,
@@ -160,110 +165,142 @@ impl Relay {
         Ok(pos)
     }
 
-    /// Takes STDOUT bytes: into the head until it is complete, then into the body.
+    /// Takes STDOUT bytes: the head until it is complete, then the body (kept after the head
+    /// until the head is sent).
     fn stdout(&mut self, data: &[u8]) -> Result<(), Error> {
-        if !matches!(self.stage, Stage::Head) {
-            self.body.extend_from_slice(data);
-            return Ok(());
+        match self.stage {
+            Stage::Streaming { .. } => {
+                self.body.extend_from_slice(data);
+                return Ok(());
+            }
+            Stage::Parsed { .. } => {
+                self.cgi.extend_from_slice(data);
+                return Ok(());
+            }
+            Stage::Head => self.cgi.extend_from_slice(data),
         }
-        self.cgi.extend_from_slice(data);
         let mut storage = header_storage();
         let parsed = parse_cgi_head(&self.cgi, &mut storage, MAX_CGI_HEAD).map_err(|e| {
             tracing::warn!("{e}");
             Error::new(Kind::BadResponse("invalid CGI response head"))
         })?;
         if let Some(head) = parsed {
-            let head_len = head.head_len;
-            self.body.extend_from_slice(&self.cgi[head_len..]);
-            self.cgi.truncate(head_len);
-            self.stage = Stage::Parsed { head_len };
+            self.stage = Stage::Parsed {
+                head_len: head.head_len,
+                status: head.status,
+            };
         }
         Ok(())
     }
 
     /// The status of the parsed head.
     fn status(&self) -> Option<u16> {
-        if matches!(self.stage, Stage::Head) {
-            return None;
-        }
-        let mut storage = header_storage();
-        match parse_cgi_head(&self.cgi, &mut storage, MAX_CGI_HEAD) {
-            Ok(Some(head)) => Some(head.status),
-            _ => None,
+        match self.stage {
+            Stage::Head => None,
+            Stage::Parsed { status, .. } | Stage::Streaming { status, .. } => Some(status),
         }
     }
 
     /// Sends what the batch produced: the head once its framing can be chosen, and the body.
     async fn flush(&mut self, cx: &Ctx<'_>, client: &mut Client) -> Result<(), Error> {
-        let p = cx.request;
         let timeout = cx.config().limits.client_body_timeout;
         let mut out = Vec::new();
-        match self.stage {
+        let first = match self.stage {
             Stage::Head if self.ended.is_some() => {
                 return Err(Error::new(Kind::BadResponse(
                     "FastCGI response without a head",
                 )));
             }
             Stage::Head => return Ok(()),
-            Stage::Parsed { head_len } => {
-                let mut storage = header_storage();
-                let Ok(Some(head)) = parse_cgi_head(&self.cgi, &mut storage, head_len) else {
-                    return Err(Error::new(Kind::BadResponse("invalid CGI response head")));
-                };
-                let framing = if bodiless(head.status, p.is_head) {
-                    BodyFraming::None
-                } else if self.ended.is_some() {
-                    BodyFraming::Length(self.body.len() as u64)
-                } else if let Some(n) = head.content_length {
-                    BodyFraming::Length(n)
-                } else if p.minor_version == 1 {
-                    BodyFraming::Chunked
-                } else {
-                    BodyFraming::Close
-                };
-                let keep = keep_alive(cx, framing);
-                out.reserve(head_len + 128 + self.body.len());
-                write_head(
-                    &mut out,
-                    &head,
-                    framing,
-                    keep,
-                    p.minor_version,
-                    &http_date_now(),
-                );
-                self.stage = Stage::Streaming { framing, sent: 0 };
+            Stage::Parsed { head_len, status } => {
+                self.start(cx, head_len, status, &mut out)?;
+                head_len
             }
-            Stage::Streaming { .. } => {}
-        }
-        let Stage::Streaming { framing, sent } = &mut self.stage else {
+            Stage::Streaming { .. } => 0,
+        };
+        let Stage::Streaming { framing, sent, .. } = &mut self.stage else {
             return Ok(());
         };
-        let mut body: &[u8] = &self.body;
+        // Body bytes: after the head in `cgi` the first time, then in `body`.
+        let mut body: &[u8] = if first > 0 {
+            &self.cgi[first..]
+        } else {
+            &self.body
+        };
         if let BodyFraming::Length(n) = *framing {
             // Never more than the head announced.
             body = &body[..body.len().min((n - *sent) as usize)];
         }
-        put_body(&mut out, body, *framing);
-        if framing != &BodyFraming::None {
-            *sent += body.len() as u64;
-            self.body_bytes += body.len() as u64;
+        let mut size_line = [0u8; 20];
+        let (before, after): (&[u8], &[u8]) = match *framing {
+            BodyFraming::None => (&[], &[]),
+            BodyFraming::Chunked if body.is_empty() => (&[], &[]),
+            BodyFraming::Chunked => (chunk_size_line(body.len(), &mut size_line), b"\r\n"),
+            BodyFraming::Length(_) | BodyFraming::Close => (&[], &[]),
+        };
+        if *framing == BodyFraming::None {
+            body = &[];
         }
+        *sent += body.len() as u64;
+        self.body_bytes += body.len() as u64;
         let done = self.ended.is_some();
-        if done && *framing == BodyFraming::Chunked {
-            out.extend_from_slice(LAST_CHUNK);
-        }
+        let last: &[u8] = if done && *framing == BodyFraming::Chunked {
+            LAST_CHUNK
+        } else {
+            &[]
+        };
         let short = matches!(*framing, BodyFraming::Length(n) if done && *sent < n);
-        self.body.clear();
-        if !out.is_empty() {
-            write_all(&mut client.stream, &[&out], timeout)
+        let parts = [out.as_slice(), before, body, after, last];
+        if parts.iter().any(|p| !p.is_empty()) {
+            write_all(&mut client.stream, &parts, timeout)
                 .await
                 .map_err(|_| Error::client_write())?;
+        }
+        self.body.clear();
+        if first > 0 {
+            self.cgi.clear();
         }
         if short {
             return Err(Error::new(Kind::BadResponse(
                 "FastCGI body shorter than its Content-Length",
             )));
         }
+        Ok(())
+    }
+
+    /// Writes the client's head into `out`, choosing the framing: the whole body's length when
+    /// END_REQUEST came with it, else the script's length, else chunked or until close.
+    fn start(
+        &mut self,
+        cx: &Ctx<'_>,
+        head_len: usize,
+        status: u16,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let p = cx.request;
+        let mut storage = header_storage();
+        let Ok(Some(head)) = parse_cgi_head(&self.cgi[..head_len], &mut storage, head_len) else {
+            return Err(Error::new(Kind::BadResponse("invalid CGI response head")));
+        };
+        let framing = if bodiless(status, p.is_head) {
+            BodyFraming::None
+        } else if self.ended.is_some() {
+            BodyFraming::Length((self.cgi.len() - head_len) as u64)
+        } else if let Some(n) = head.content_length {
+            BodyFraming::Length(n)
+        } else if p.minor_version == 1 {
+            BodyFraming::Chunked
+        } else {
+            BodyFraming::Close
+        };
+        let keep = keep_alive(cx, framing);
+        out.reserve(head_len + 128);
+        write_head(out, &head, framing, keep, p.minor_version, &http_date_now());
+        self.stage = Stage::Streaming {
+            framing,
+            sent: 0,
+            status,
+        };
         Ok(())
     }
 }

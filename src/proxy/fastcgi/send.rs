@@ -34,7 +34,7 @@ pub(super) async fn attempt(
 ) -> Result<(Conn, Vec<u8>), Error> {
     let server = lease.addr();
     let counters = &cx.worker.counters;
-    let slot = match obtain(cx, group, server).await? {
+    let slot = match obtain(cx, group, server, &client.stream).await? {
         Obtained::Reused(stream, slot) => {
             counters.inc(Counter::UpstreamReused);
             let server = server.clone();
