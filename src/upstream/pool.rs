@@ -30,7 +30,14 @@ struct Idle {
 #[derive(Default)]
 struct Slots {
     open: usize,
-    waiters: VecDeque<oneshot::Sender<Grant>>,
+    waiters: VecDeque<Waiter>,
+}
+
+/// A request waiting for a connection, until its deadline (checked by [`UpstreamPool::sweep`]
+/// once a second, so that waiting costs no timer).
+struct Waiter {
+    tx: oneshot::Sender<Grant>,
+    deadline: Instant,
 }
 
 type SlotTable = Rc<RefCell<HashMap<Address, Slots>>>;
@@ -63,7 +70,7 @@ impl Drop for Slot {
                 .get_mut(&addr)
                 .and_then(|s| s.waiters.pop_front());
             let Some(waiter) = waiter else { break };
-            match waiter.send(grant) {
+            match waiter.tx.send(grant) {
                 Ok(()) => return,
                 Err(back) => grant = back,
             }
@@ -104,8 +111,8 @@ pub struct UpstreamPool {
 
 impl UpstreamPool {
     /// A connection to `addr`: the most recently used live idle one, or a slot to open one.
-    /// With a cap (`max_conns` > 0) and every slot taken, waits in line up to `queue_timeout`;
-    /// `None` when that ran out.
+    /// With a cap (`max_conns` > 0) and every slot taken, waits in line up to `queue_timeout`
+    /// (give or take the second between sweeps); `None` when that ran out.
     pub async fn obtain(
         &self,
         addr: &Address,
@@ -128,14 +135,15 @@ impl UpstreamPool {
                 return Some(Obtained::Open(Slot { held }));
             }
             let (tx, rx) = oneshot::channel();
-            slots.waiters.push_back(tx);
+            let deadline = Instant::now() + queue_timeout;
+            slots.waiters.push_back(Waiter { tx, deadline });
             rx
         };
         counters.inc(Counter::UpstreamQueued);
-        match tokio::time::timeout(queue_timeout, rx).await {
-            Ok(Ok(Grant::Conn(stream, slot))) => Some(Obtained::Reused(stream, slot)),
-            Ok(Ok(Grant::Open(slot))) => Some(Obtained::Open(slot)),
-            Ok(Err(_)) | Err(_) => None,
+        match rx.await {
+            Ok(Grant::Conn(stream, slot)) => Some(Obtained::Reused(stream, slot)),
+            Ok(Grant::Open(slot)) => Some(Obtained::Open(slot)),
+            Err(_) => None,
         }
     }
 
@@ -173,7 +181,7 @@ impl UpstreamPool {
                     .get_mut(addr)
                     .and_then(|s| s.waiters.pop_front());
                 let Some(waiter) = waiter else { break };
-                match waiter.send(grant) {
+                match waiter.tx.send(grant) {
                     Ok(()) => return,
                     Err(back) => grant = back,
                 }
@@ -202,9 +210,15 @@ impl UpstreamPool {
         drop(gone);
     }
 
-    /// Closes expired connections and those the upstream closed.
+    /// Closes expired connections and those the upstream closed, and ends the wait of
+    /// requests past their queue deadline (or whose client left).
     pub fn sweep(&self) {
         let now = Instant::now();
+        for slots in self.slots.borrow_mut().values_mut() {
+            slots
+                .waiters
+                .retain(|w| w.deadline > now && !w.tx.is_closed());
+        }
         let mut closed = Vec::new();
         {
             let mut idle = self.idle.borrow_mut();
@@ -281,11 +295,23 @@ mod tests {
             panic!("the waiting request gets the freed slot");
         };
         assert_eq!(pool.open_count(&addr()), 1);
-        // A third times out while the slot is held.
-        assert!(pool.obtain(&addr(), 1, wait, &counters).await.is_none());
+        // A third times out while the slot is held, at the sweep after its deadline.
+        let third = pool.obtain(&server, 1, wait, &counters);
+        tokio::pin!(third);
+        assert!(futures_poll(third.as_mut()).is_none());
+        tokio::time::advance(Duration::from_secs(4)).await;
+        pool.sweep();
+        assert!(
+            futures_poll(third.as_mut()).is_none(),
+            "not before its deadline"
+        );
+        tokio::time::advance(Duration::from_secs(2)).await;
+        pool.sweep();
+        assert!(matches!(futures_poll(third.as_mut()), Some(None)));
         assert_eq!(counters.get(Counter::UpstreamQueued), 2);
+        assert_eq!(pool.open_count(&server), 1);
         drop(slot);
-        assert_eq!(pool.open_count(&addr()), 0);
+        assert_eq!(pool.open_count(&server), 0);
     }
 
     fn futures_poll<F: std::future::Future + Unpin>(f: F) -> Option<F::Output> {

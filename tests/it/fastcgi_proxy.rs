@@ -459,3 +459,23 @@ fn proxy_command_speaks_fastcgi() {
     assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
     assert!(raw.ends_with("from the command line"), "{raw}");
 }
+
+#[test]
+fn a_request_that_waits_past_queue_timeout_is_503() {
+    let fpm = PhpFpm::start("queue");
+    fpm.script("slow.php", "<?php sleep(3); echo 'late';");
+    let p = php_proxy(
+        &unix(&fpm),
+        &fpm.root,
+        "max_conns = 1\nqueue_timeout = \"1s\"",
+        "",
+    );
+    let addr = p.local_addrs()[0];
+    let first = std::thread::spawn(move || get(addr, "/slow.php").status);
+    assert!(eventually(
+        || p.metrics().total(Counter::UpstreamConnects) == 1
+    ));
+    assert_eq!(get(addr, "/slow.php").status, 503);
+    assert_eq!(first.join().unwrap(), 200);
+    assert_eq!(p.metrics().total(Counter::UpstreamQueueTimeouts), 1);
+}

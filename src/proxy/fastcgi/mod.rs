@@ -228,7 +228,11 @@ fn build(
         .local
         .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
     let host = head.host.and_then(|h| std::str::from_utf8(h).ok());
-    let local_ip = local.ip().to_string();
+    // Without a Host field, the server's name is the address the client reached.
+    let local_ip = match host {
+        Some(_) => String::new(),
+        None => local.ip().to_string(),
+    };
     let vars = CgiRequest {
         document_root: &settings.document_root,
         script: ScriptPath {

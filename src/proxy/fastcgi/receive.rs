@@ -22,6 +22,9 @@ use crate::net::Address;
 use crate::observe::metrics::Counter;
 use crate::proxy::{Client, Conn, Ctx, Outcome};
 
+/// Bodies up to this size are copied behind the head and sent with it as one buffer.
+const SMALL_BODY: usize = 16 * 1024;
+
 /// Largest CGI head accepted.
 const MAX_CGI_HEAD: usize = 64 * 1024;
 
@@ -250,7 +253,18 @@ impl Relay {
             &[]
         };
         let short = matches!(*framing, BodyFraming::Length(n) if done && *sent < n);
-        let parts = [out.as_slice(), before, body, after, last];
+        // A small response goes out as one buffer: send(2) costs less than writev(2).
+        let whole = !out.is_empty() && body.len() <= SMALL_BODY;
+        if whole {
+            for part in [before, body, after, last] {
+                out.extend_from_slice(part);
+            }
+        }
+        let parts = if whole {
+            [out.as_slice(), &[], &[], &[], &[]]
+        } else {
+            [out.as_slice(), before, body, after, last]
+        };
         if parts.iter().any(|p| !p.is_empty()) {
             write_all(&mut client.stream, &parts, timeout)
                 .await
