@@ -40,7 +40,8 @@ pub struct Config {
     pub router: Router,
     /// Static-file routes; routes refer to them by index.
     pub file_routes: Vec<FileRoute>,
-    /// Extra FastCGI variables of routes (`params`); routes refer to them by index.
+    /// Extra FastCGI variables of routes (`params`, merged over their group's); routes refer
+    /// to them by index.
     pub route_params: Vec<Vec<(String, String)>>,
     /// Process-wide static-file settings.
     pub files: FilesSettings,
@@ -653,10 +654,17 @@ impl Validator<'_> {
             let message = "buffer_response applies to HTTP upstreams (FastCGI responses are read whole when they fit a buffer)";
             self.error(b.span().start, message);
         }
-        let params = self.build_params(route.params.as_ref(), at);
-        if params.is_empty() {
+        let route_params = self.build_params(route.params.as_ref(), at);
+        if route_params.is_empty() {
             return None;
         }
+        // The group's variables with the route's over them, merged once here.
+        let mut params = group
+            .fastcgi
+            .as_ref()
+            .map_or(Vec::new(), |f| f.params.clone());
+        params.retain(|(n, _)| !route_params.iter().any(|(r, _)| r == n));
+        params.extend(route_params);
         built.route_params.push(params);
         u16::try_from(built.route_params.len() - 1).ok()
     }

@@ -163,3 +163,52 @@ fn sizes_and_durations() {
     assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
     assert_eq!(parse_duration("5"), None);
 }
+
+#[test]
+fn fastcgi_groups_and_their_errors() {
+    let root = std::env::temp_dir();
+    let text = format!(
+        r#"
+[[listen]]
+address = "127.0.0.1:8080"
+[upstreams.php]
+protocol = "fastcgi"
+servers = ["unix:/run/php/fpm.sock", "127.0.0.1:9000"]
+root = "{}"
+params = {{ A = "group", B = "group" }}
+[upstreams.web]
+servers = ["127.0.0.1:8000"]
+[[sites]]
+default = true
+routes = [{{ path = "/", upstream = "php", params = {{ B = "route" }} }}]
+"#,
+        root.display()
+    );
+    let c = Config::parse(&text, "t.toml").unwrap();
+    let php = &c.upstreams[0];
+    assert_eq!((php.protocol, php.max_conns), (Protocol::FastCgi, 5));
+    assert_eq!(php.fastcgi.as_ref().unwrap().index, "index.php");
+    // The route's variables replace the group's of the same name, once, at load.
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    assert_eq!(c.route_params, [pairs(&[("A", "group"), ("B", "route")])]);
+    let bad = text
+        .replace("root = ", "front_controller = \"index.php\"\nroot = ")
+        .replace(
+            "servers = [\"127.0.0.1:8000\"]",
+            "servers = [\"127.0.0.1:8000\"]\nindex = \"x.php\"",
+        )
+        .replace("upstream = \"php\",", "upstream = \"web\",");
+    let e = Config::parse(&bad, "t.toml").unwrap_err();
+    assert_errors(
+        &e,
+        &[
+            (7, "front_controller is a script path"),
+            (12, "need protocol = \"fastcgi\""),
+            (15, "params applies to routes to a FastCGI upstream"),
+        ],
+    );
+}

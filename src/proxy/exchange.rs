@@ -50,13 +50,7 @@ pub(super) async fn exchange(
     // The whole body is in the buffer: the request can be sent again if a connection fails.
     let body_in_hand = body.is_done();
     let (lease, conn, mut ubuf) = loop {
-        let Some(lease) = balancer.pick(p.hash_key, tried.as_slice()) else {
-            return Err(tried
-                .last_error
-                .take()
-                .unwrap_or(Error::new(Kind::NoLiveServers)));
-        };
-        tried.push(lease.addr());
+        let lease = pick(cx, route, tried)?;
         let attempt = Attempt {
             group,
             lease: &lease,
@@ -66,18 +60,7 @@ pub(super) async fn exchange(
         };
         match attempt.run(cx, client, buf, &mut body).await {
             Ok((conn, ubuf)) => break (lease, conn, ubuf),
-            Err(e) => {
-                let server = lease.addr().clone();
-                let e = e.at(server.clone());
-                if lease.failed(e.kind) {
-                    cx.worker.counters.inc(Counter::UpstreamEjections);
-                    cx.worker.upstreams.forget(&server);
-                }
-                if !may_retry_elsewhere(cx, group, balancer, tried, &e, body_in_hand) {
-                    return Err(e);
-                }
-                tried.last_error = Some(e);
-            }
+            Err(e) => try_elsewhere(cx, route, lease, tried, e, body_in_hand)?,
         }
     };
     if body_in_hand {
@@ -92,11 +75,62 @@ pub(super) async fn exchange(
     let server = conn.server.clone();
     let result = response::respond(cx, group, client, buf, conn, &mut ubuf).await;
     cx.worker.buffers.give(ubuf, max_buffer);
+    settle(cx, group, lease, &server, result)
+}
+
+/// The next server for a request that has tried `tried`, added to them; when none is left,
+/// the last server's failure (or "no live server").
+pub(super) fn pick(cx: &Ctx<'_>, route: UpstreamTarget, tried: &mut Tried) -> Result<Lease, Error> {
+    let balancer = &cx.snapshot.balancers[route.upstream];
+    let Some(lease) = balancer.pick(cx.request.hash_key, tried.as_slice()) else {
+        return Err(tried
+            .last_error
+            .take()
+            .unwrap_or(Error::new(Kind::NoLiveServers)));
+    };
+    tried.push(lease.addr());
+    Ok(lease)
+}
+
+/// Reports a server's failure before any response byte (passive health), and decides: `Ok`
+/// when the request goes to another server, else the error to answer.
+pub(super) fn try_elsewhere(
+    cx: &Ctx<'_>,
+    route: UpstreamTarget,
+    lease: Lease,
+    tried: &mut Tried,
+    e: Error,
+    body_in_hand: bool,
+) -> Result<(), Error> {
+    let group = &cx.config().upstreams[route.upstream];
+    let balancer = &cx.snapshot.balancers[route.upstream];
+    let server = lease.addr().clone();
+    let e = e.at(server.clone());
+    if lease.failed(e.kind) {
+        cx.worker.counters.inc(Counter::UpstreamEjections);
+        cx.worker.upstreams.forget(&server);
+    }
+    if !may_retry_elsewhere(cx, group, balancer, tried, &e, body_in_hand) {
+        return Err(e);
+    }
+    tried.last_error = Some(e);
+    Ok(())
+}
+
+/// Reports how the response from `server` ended to the balancer (passive health, with
+/// `fail_on_5xx`), and passes the result on.
+pub(super) fn settle(
+    cx: &Ctx<'_>,
+    group: &UpstreamGroup,
+    lease: Lease,
+    server: &Address,
+    result: Result<Outcome, Error>,
+) -> Result<Outcome, Error> {
     match result {
         Ok(outcome) if group.fail_on_5xx && outcome.status >= 500 => {
             if lease.failed_status() {
                 cx.worker.counters.inc(Counter::UpstreamEjections);
-                cx.worker.upstreams.forget(&server);
+                cx.worker.upstreams.forget(server);
             }
             Ok(outcome)
         }
@@ -106,14 +140,14 @@ pub(super) async fn exchange(
         }
         Err(e) => {
             lease.failed(e.kind);
-            Err(e.at(server))
+            Err(e.at(server.clone()))
         }
     }
 }
 
 /// Whether a failed request goes to another server: it may be resent, a try is left, and the
 /// retry budget allows it.
-pub(super) fn may_retry_elsewhere(
+fn may_retry_elsewhere(
     cx: &Ctx<'_>,
     group: &UpstreamGroup,
     balancer: &Balancer,
@@ -138,7 +172,7 @@ pub(super) fn may_retry_elsewhere(
 
 /// A pooled connection to `server`, or the right to open one, waiting in line when the server
 /// is at the group's `max_conns`; a client that leaves meanwhile gives up its place.
-pub(super) async fn obtain(
+async fn obtain(
     cx: &Ctx<'_>,
     group: &UpstreamGroup,
     server: &Address,
@@ -153,6 +187,50 @@ pub(super) async fn obtain(
         () = client.hangup() => return Err(Error::new(Kind::ClientClosed)),
     };
     obtained.ok_or(Error::connect(Kind::QueueTimeout))
+}
+
+/// Runs `send` (which sends a request and reads the first response bytes) on a pooled
+/// connection to `server` or a new one. A pooled connection that turns out dead is replaced by
+/// a fresh one once, when the request may be resent (`body_in_hand`, and the method allows).
+pub(super) async fn on_connection(
+    cx: &Ctx<'_>,
+    group: &UpstreamGroup,
+    server: &Address,
+    client: &mut Client,
+    body_in_hand: bool,
+    mut send: impl AsyncFnMut(&mut Client, &mut Conn) -> Result<Vec<u8>, Error>,
+) -> Result<(Conn, Vec<u8>), Error> {
+    let counters = &cx.worker.counters;
+    let slot = match obtain(cx, group, server, &client.stream).await? {
+        Obtained::Reused(stream, slot) => {
+            counters.inc(Counter::UpstreamReused);
+            let server = server.clone();
+            let mut conn = Conn {
+                server,
+                stream,
+                slot,
+            };
+            match send(client, &mut conn).await {
+                Ok(ubuf) => return Ok((conn, ubuf)),
+                Err(e) if e.may_retry(cx.request.idempotent, body_in_hand) => {
+                    counters.inc(Counter::UpstreamStaleRetries);
+                }
+                Err(e) => return Err(e),
+            }
+            // The dead connection's slot serves the new one.
+            conn.slot
+        }
+        Obtained::Open(slot) => slot,
+    };
+    let stream = connect(server, group.connect_timeout, counters).await?;
+    let server = server.clone();
+    let mut conn = Conn {
+        server,
+        stream,
+        slot,
+    };
+    let ubuf = send(client, &mut conn).await?;
+    Ok((conn, ubuf))
 }
 
 /// One server's try at a request.
@@ -175,38 +253,11 @@ impl Attempt<'_> {
         buf: &mut Vec<u8>,
         body: &mut BodyReader,
     ) -> Result<(Conn, Vec<u8>), Error> {
+        let send = async |client: &mut Client, conn: &mut Conn| {
+            self.send(cx, client, buf, conn, body).await
+        };
         let server = self.lease.addr();
-        let counters = &cx.worker.counters;
-        let slot = match obtain(cx, self.group, server, &client.stream).await? {
-            Obtained::Reused(stream, slot) => {
-                counters.inc(Counter::UpstreamReused);
-                let server = server.clone();
-                let mut conn = Conn {
-                    server,
-                    stream,
-                    slot,
-                };
-                match self.send(cx, client, buf, &mut conn, body).await {
-                    Ok(ubuf) => return Ok((conn, ubuf)),
-                    Err(e) if e.may_retry(cx.request.idempotent, self.body_in_hand) => {
-                        counters.inc(Counter::UpstreamStaleRetries);
-                    }
-                    Err(e) => return Err(e),
-                }
-                // The dead connection's slot serves the new one.
-                conn.slot
-            }
-            Obtained::Open(slot) => slot,
-        };
-        let stream = connect(server, self.group.connect_timeout, counters).await?;
-        let server = server.clone();
-        let mut conn = Conn {
-            server,
-            stream,
-            slot,
-        };
-        let ubuf = self.send(cx, client, buf, &mut conn, body).await?;
-        Ok((conn, ubuf))
+        on_connection(cx, self.group, server, client, self.body_in_hand, send).await
     }
 
     /// Sends the head, the buffered body bytes and the rest of the body, then waits for the

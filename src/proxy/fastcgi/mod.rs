@@ -15,11 +15,10 @@
 mod receive;
 mod send;
 
-use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use super::exchange::may_retry_elsewhere;
+use super::exchange::{pick, settle, try_elsewhere};
 use super::{Client, Ctx, Outcome, Tried};
 use crate::config::{FastCgi, UpstreamGroup};
 use crate::error::{Error, Kind};
@@ -29,7 +28,6 @@ use crate::fastcgi::script::{ScriptError, Scripts};
 use crate::http1::request::header_storage;
 use crate::http1::{parse_request, BodyReader, Framing};
 use crate::net::io::read_some;
-use crate::observe::metrics::Counter;
 use crate::routing::UpstreamTarget;
 
 /// A request as FastCGI records, with what is left of its body.
@@ -82,50 +80,19 @@ pub(super) async fn exchange(
             buf.drain(..request.used.min(buf.len()));
         }
     }
-    let balancer = &cx.snapshot.balancers[route.upstream];
     loop {
-        let Some(lease) = balancer.pick(p.hash_key, tried.as_slice()) else {
-            return Err(tried
-                .last_error
-                .take()
-                .unwrap_or(Error::new(Kind::NoLiveServers)));
-        };
-        tried.push(lease.addr());
+        let lease = pick(cx, route, tried)?;
         let attempt = send::attempt(cx, group, &lease, client, &request).await;
         let (conn, ubuf) = match attempt {
             Ok(ok) => ok,
             Err(e) => {
-                let server = lease.addr().clone();
-                let e = e.at(server.clone());
-                if lease.failed(e.kind) {
-                    cx.worker.counters.inc(Counter::UpstreamEjections);
-                    cx.worker.upstreams.forget(&server);
-                }
-                if !may_retry_elsewhere(cx, group, balancer, tried, &e, request.in_hand()) {
-                    return Err(e);
-                }
-                tried.last_error = Some(e);
+                try_elsewhere(cx, route, lease, tried, e, request.in_hand())?;
                 continue;
             }
         };
         let server = conn.server.clone();
-        return match receive::relay(cx, group, client, conn, ubuf).await {
-            Ok(outcome) if group.fail_on_5xx && outcome.status >= 500 => {
-                if lease.failed_status() {
-                    cx.worker.counters.inc(Counter::UpstreamEjections);
-                    cx.worker.upstreams.forget(&server);
-                }
-                Ok(outcome)
-            }
-            Ok(outcome) => {
-                lease.succeeded();
-                Ok(outcome)
-            }
-            Err(e) => {
-                lease.failed(e.kind);
-                Err(e.at(server))
-            }
-        };
+        let result = receive::relay(cx, group, client, conn, ubuf).await;
+        return settle(cx, group, lease, &server, result);
     }
 }
 
@@ -165,6 +132,7 @@ async fn read_chunked(
         .map_err(|_| Error::client_write())?;
     }
     let mut chunk = Vec::new();
+    let mut used = 0;
     while !reader.is_done() {
         chunk.clear();
         let n = read_some(
@@ -178,7 +146,9 @@ async fn read_chunked(
         if n == 0 {
             return Err(Error::new(Kind::ClientClosed));
         }
-        let used = feed(&mut reader, &chunk)?;
+        used = feed(&mut reader, &chunk)?;
+    }
+    if !chunk.is_empty() {
         rest = chunk[used..].to_vec();
     }
     if too_large {
@@ -216,13 +186,9 @@ fn build(
         }
         _ => (&[], None),
     };
-    let extra: Cow<'_, [(String, String)]> = match route.params {
-        Some(i) => {
-            let mut all = settings.params.clone();
-            all.extend(cx.config().route_params[usize::from(i)].iter().cloned());
-            Cow::Owned(all)
-        }
-        None => Cow::Borrowed(&settings.params),
+    let extra = match route.params {
+        Some(i) => &cx.config().route_params[usize::from(i)],
+        None => &settings.params,
     };
     let local = client
         .local
@@ -254,7 +220,7 @@ fn build(
     };
     let mut records = Vec::with_capacity(1024 + in_hand.len() + in_hand.len() / 8);
     put_begin_request(&mut records, true);
-    put_cgi_params(&mut records, &vars, head.headers, &extra);
+    put_cgi_params(&mut records, &vars, head.headers, extra);
     for piece in in_hand.chunks(MAX_CONTENT) {
         put_record(&mut records, RecordType::Stdin, piece);
     }

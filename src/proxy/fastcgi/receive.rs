@@ -53,8 +53,8 @@ struct Relay {
     cgi: Vec<u8>,
     /// Body bytes of the current batch once the head is sent.
     body: Vec<u8>,
-    /// END_REQUEST arrived (with its protocol status).
-    ended: Option<u8>,
+    /// END_REQUEST arrived (a status other than complete is an error before this is set).
+    ended: bool,
     /// Body bytes in all.
     body_bytes: u64,
 }
@@ -71,7 +71,7 @@ pub(super) async fn relay(
         stage: Stage::Head,
         cgi: Vec::new(),
         body: Vec::new(),
-        ended: None,
+        ended: false,
         body_bytes: 0,
     };
     let result = async {
@@ -79,7 +79,7 @@ pub(super) async fn relay(
             let used = relay.take_records(&ubuf, cx, &conn.server)?;
             ubuf.drain(..used);
             relay.flush(cx, client).await?;
-            if relay.ended.is_some() {
+            if relay.ended {
                 return Ok(());
             }
             let read = read_some(
@@ -96,7 +96,7 @@ pub(super) async fn relay(
         }
     }
     .await;
-    let clean = result.is_ok() && ubuf.is_empty() && relay.ended == Some(0);
+    let clean = result.is_ok() && ubuf.is_empty() && relay.ended;
     cx.worker
         .buffers
         .give(std::mem::take(&mut ubuf), RESPONSE_BUFFER);
@@ -138,7 +138,7 @@ impl Relay {
         server: &Address,
     ) -> Result<usize, Error> {
         let mut pos = 0;
-        while self.ended.is_none() {
+        while !self.ended {
             let parsed = parse_record(&ubuf[pos..]).map_err(|e| {
                 tracing::warn!(%server, "{e}");
                 Error::new(Kind::BadResponse("malformed FastCGI record"))
@@ -160,7 +160,7 @@ impl Relay {
                             "FastCGI server refused the request (overloaded or no multiplexing)",
                         )));
                     }
-                    self.ended = Some(protocol_status);
+                    self.ended = true;
                 }
             }
             pos += used;
@@ -209,7 +209,7 @@ impl Relay {
         let timeout = cx.config().limits.client_body_timeout;
         let mut out = Vec::new();
         let first = match self.stage {
-            Stage::Head if self.ended.is_some() => {
+            Stage::Head if self.ended => {
                 return Err(Error::new(Kind::BadResponse(
                     "FastCGI response without a head",
                 )));
@@ -246,7 +246,7 @@ impl Relay {
         }
         *sent += body.len() as u64;
         self.body_bytes += body.len() as u64;
-        let done = self.ended.is_some();
+        let done = self.ended;
         let last: &[u8] = if done && *framing == BodyFraming::Chunked {
             LAST_CHUNK
         } else {
@@ -298,7 +298,7 @@ impl Relay {
         };
         let framing = if bodiless(status, p.is_head) {
             BodyFraming::None
-        } else if self.ended.is_some() {
+        } else if self.ended {
             BodyFraming::Length((self.cgi.len() - head_len) as u64)
         } else if let Some(n) = head.content_length {
             BodyFraming::Length(n)

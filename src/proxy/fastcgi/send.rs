@@ -13,11 +13,8 @@ use crate::error::{Error, Kind};
 use crate::fastcgi::record::{put_header, put_record, RecordType, MAX_CONTENT};
 use crate::http1::response::CONTINUE;
 use crate::net::io::{read_some, write_all};
-use crate::observe::metrics::Counter;
-use crate::proxy::exchange::obtain;
+use crate::proxy::exchange::on_connection;
 use crate::proxy::{Client, Conn, Ctx};
-use crate::upstream::connect::connect;
-use crate::upstream::pool::Obtained;
 use crate::upstream::Lease;
 
 /// The first response read: room for the largest record (64 KiB content, 255 padding).
@@ -32,38 +29,9 @@ pub(super) async fn attempt(
     client: &mut Client,
     request: &Request,
 ) -> Result<(Conn, Vec<u8>), Error> {
-    let server = lease.addr();
-    let counters = &cx.worker.counters;
-    let slot = match obtain(cx, group, server, &client.stream).await? {
-        Obtained::Reused(stream, slot) => {
-            counters.inc(Counter::UpstreamReused);
-            let server = server.clone();
-            let mut conn = Conn {
-                server,
-                stream,
-                slot,
-            };
-            match send(cx, group, client, request, &mut conn).await {
-                Ok(ubuf) => return Ok((conn, ubuf)),
-                Err(e) if e.may_retry(cx.request.idempotent, request.in_hand()) => {
-                    counters.inc(Counter::UpstreamStaleRetries);
-                }
-                Err(e) => return Err(e),
-            }
-            // The dead connection's slot serves the new one.
-            conn.slot
-        }
-        Obtained::Open(slot) => slot,
-    };
-    let stream = connect(server, group.connect_timeout, counters).await?;
-    let server = server.clone();
-    let mut conn = Conn {
-        server,
-        stream,
-        slot,
-    };
-    let ubuf = send(cx, group, client, request, &mut conn).await?;
-    Ok((conn, ubuf))
+    let send =
+        async |client: &mut Client, conn: &mut Conn| send(cx, group, client, request, conn).await;
+    on_connection(cx, group, lease.addr(), client, request.in_hand(), send).await
 }
 
 /// Writes the records, streams the rest of the body, and reads the first response bytes.
