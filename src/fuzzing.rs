@@ -312,3 +312,52 @@ pub fn cgi_head(data: &[u8]) {
         assert!(head.head_len <= data.len());
     }
 }
+
+/// A request head as FastCGI variables: for any head the HTTP parser accepts, the PARAMS
+/// records decode back, name each variable once, never carry `HTTP_PROXY` (httpoxy), and
+/// carry every other header as `HTTP_*` (except `Content-Length` and names with `_`).
+pub fn fastcgi_params(data: &[u8]) {
+    use crate::fastcgi::params::{put_cgi_params, split_script, CgiRequest};
+    use crate::fastcgi::record::params_content;
+    let mut storage = header_storage();
+    let Ok(Some(head)) = parse_request(data, &mut storage, 64 * 1024) else {
+        return;
+    };
+    let path = head.path.split('?').next().unwrap_or_default();
+    let Some(script) = split_script(path, ".php") else {
+        return;
+    };
+    let req = CgiRequest {
+        document_root: "/srv/www",
+        script,
+        request_uri: head.path,
+        method: head.method,
+        protocol: "HTTP/1.1",
+        content_length: None,
+        remote: SocketAddr::from(([127, 0, 0, 1], 1)),
+        local: SocketAddr::from(([127, 0, 0, 1], 2)),
+        server_name: "x",
+        https: false,
+    };
+    let mut records = Vec::new();
+    put_cgi_params(&mut records, &req, head.headers, &[]);
+    let content = params_content(&records);
+    let pairs = parse_pairs(&content).expect("PARAMS decode");
+    let mut names: Vec<&[u8]> = pairs.iter().map(|(n, _)| *n).collect();
+    names.sort_unstable();
+    let count = names.len();
+    names.dedup();
+    assert_eq!(names.len(), count, "a variable named twice");
+    assert!(!names.contains(&&b"HTTP_PROXY"[..]));
+    for h in head.headers {
+        if h.name.contains('_')
+            || h.name.eq_ignore_ascii_case("content-length")
+            || h.name.eq_ignore_ascii_case("proxy")
+            || h.name.eq_ignore_ascii_case("content-type")
+        {
+            continue;
+        }
+        let var = format!("HTTP_{}", h.name.to_ascii_uppercase().replace('-', "_"));
+        assert!(names.contains(&var.as_bytes()), "{var} missing");
+    }
+}

@@ -49,6 +49,11 @@ fn fastcgi_records_seeds() {
 }
 
 #[test]
+fn fastcgi_params_seeds() {
+    replay("fastcgi_params", slipstream::fuzzing::fastcgi_params);
+}
+
+#[test]
 fn cgi_head_seeds() {
     replay("cgi_head", slipstream::fuzzing::cgi_head);
 }
