@@ -1,6 +1,6 @@
 //! The `slipstream` command: parses the command line, runs the server from the library, and
 //! owns the process: signals (SIGHUP reloads, SIGTERM/SIGINT drain, a second one stops at once)
-//! and the exit status.
+//! and the exit status. SIGUSR1 reopens the log files.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command line tool prints
 
 use std::io;
@@ -10,6 +10,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use slipstream::config::{self, Balance, Config, ServerSpec};
+use slipstream::observe::access_log::AccessLogTarget;
+use slipstream::observe::log_format::LogFormat;
+use slipstream::observe::{doctor, error_log};
 use slipstream::Server;
 
 #[derive(Parser)]
@@ -51,9 +54,8 @@ enum Command {
         /// Worker threads (default: one per core).
         #[arg(long)]
         workers: Option<usize>,
-        /// Write an access log to this file.
-        #[arg(long)]
-        access_log: Option<PathBuf>,
+        #[command(flatten)]
+        observe: ObserveArgs,
     },
     /// Zero-config static file server: ROOT for every path, with index.html, ranges,
     /// conditional requests, precompressed siblings and the open-file cache.
@@ -70,9 +72,8 @@ enum Command {
         /// Worker threads (default: one per core).
         #[arg(long)]
         workers: Option<usize>,
-        /// Write an access log to this file.
-        #[arg(long)]
-        access_log: Option<PathBuf>,
+        #[command(flatten)]
+        observe: ObserveArgs,
     },
     /// Run from a config file, in the foreground.
     Run {
@@ -86,6 +87,55 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Check this host (and a config, and a running slipstream) against the throughput traps;
+    /// print findings worst first with the fix. Exit 1 when one is critical.
+    Doctor {
+        /// A config to check the host's limits against.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// A running slipstream's admin address, for its live counters.
+        #[arg(long, value_parser = parse_addr)]
+        admin: Option<SocketAddr>,
+        /// Print the findings as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Seconds to sample the kernel's counters for (0: since boot only).
+        #[arg(long, default_value_t = 1)]
+        sample: u64,
+        /// Read /proc from here instead (for tests and for checking another root).
+        #[arg(long, default_value = "/proc", hide = true)]
+        proc_root: PathBuf,
+    },
+}
+
+/// The logging and admin flags of the zero-config commands.
+#[derive(clap::Args)]
+struct ObserveArgs {
+    /// Write an access log to this file (`off`: none, the default).
+    #[arg(long)]
+    access_log: Option<String>,
+    /// Access log format: combined (nginx's, the default), json, or a template of $fields.
+    #[arg(long, default_value = "combined")]
+    access_log_format: String,
+    /// Serve /metrics, /status and /health on this address (e.g. 127.0.0.1:9090).
+    #[arg(long, value_parser = parse_addr)]
+    admin: Option<SocketAddr>,
+}
+
+impl ObserveArgs {
+    /// Applies the flags to a zero-config `Config`.
+    fn apply(self, config: &mut Config) -> Result<(), String> {
+        let format = LogFormat::parse(&self.access_log_format)?;
+        config.access_log = match self.access_log.as_deref() {
+            None | Some("off") => None,
+            Some(path) => Some(AccessLogTarget {
+                path: std::sync::Arc::from(Path::new(path)),
+                format,
+            }),
+        };
+        config.admin = self.admin;
+        Ok(())
+    }
 }
 
 /// An `--upstream` value: a server, and whether it speaks FastCGI.
@@ -149,14 +199,6 @@ fn parse_addr(s: &str) -> Result<SocketAddr, String> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLIPSTREAM_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Proxy {
@@ -167,9 +209,10 @@ fn main() -> ExitCode {
             max_conns,
             balance,
             workers,
-            access_log,
+            observe,
         } => {
             let mut config = match proxy_config(listen, upstreams, root, front_controller, workers)
+                .and_then(|mut c| observe.apply(&mut c).map(|()| c))
             {
                 Ok(c) => c,
                 Err(e) => {
@@ -185,7 +228,6 @@ fn main() -> ExitCode {
                 Some("least_conn") => Balance::LeastConn,
                 _ => Balance::P2c,
             };
-            config.access_log = access_log;
             run_until_signalled(config, None)
         }
         Command::Serve {
@@ -193,14 +235,17 @@ fn main() -> ExitCode {
             root,
             browse,
             workers,
-            access_log,
+            observe,
         } => {
             if !root.is_dir() {
                 eprintln!("{}: not a directory", root.display());
                 return ExitCode::FAILURE;
             }
             let mut config = Config::for_files(listen, root, browse, workers);
-            config.access_log = access_log;
+            if let Err(e) = observe.apply(&mut config) {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
             run_until_signalled(config, None)
         }
         Command::Run { config } => match Config::load(&config) {
@@ -210,6 +255,13 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         },
+        Command::Doctor {
+            config,
+            admin,
+            json,
+            sample,
+            proc_root,
+        } => return doctor_command(config.as_deref(), admin, json, sample, proc_root),
         Command::Check { config } => {
             return match Config::load(&config) {
                 Ok(_) => {
@@ -236,6 +288,7 @@ fn main() -> ExitCode {
 /// SIGTERM or SIGINT; a second signal during the drain exits at once with status 1.
 fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
+    error_log::init(&config.error_log)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -243,6 +296,7 @@ fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Result
     let mut hup = signal(SignalKind::hangup())?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let mut usr1 = signal(SignalKind::user_defined1())?;
     let workers = config.workers;
     let server = Server::start(config)?;
     for addr in server.local_addrs() {
@@ -255,6 +309,10 @@ fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Result
         loop {
             tokio::select! {
                 _ = hup.recv() => reload(&server, config_path),
+                _ = usr1.recv() => {
+                    error_log::reopen();
+                    server.reopen_logs();
+                }
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
@@ -293,7 +351,42 @@ fn reload(server: &Server, config_path: Option<&Path>) {
             Err(e) => tracing::error!("reload refused, the running config stays: {e}"),
         },
         Err(errors) => {
+            server.reload_refused();
             tracing::error!("reload refused, the running config stays:\n{errors}");
         }
+    }
+}
+
+/// `slipstream doctor`: prints the findings; exit status 1 when one is critical.
+fn doctor_command(
+    config: Option<&Path>,
+    admin: Option<SocketAddr>,
+    json: bool,
+    sample: u64,
+    proc_root: PathBuf,
+) -> ExitCode {
+    let config = match config.map(Config::load).transpose() {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let inputs = doctor::Inputs {
+        proc_root,
+        config,
+        admin,
+        sample: std::time::Duration::from_secs(sample),
+    };
+    let findings = doctor::examine(&inputs);
+    if json {
+        println!("{}", doctor::to_json(&findings));
+    } else {
+        print!("{}", doctor::to_text(&findings));
+    }
+    if doctor::is_critical(&findings) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }

@@ -11,6 +11,9 @@ use std::collections::HashMap;
 #[derive(Debug, Clone, Default)]
 pub struct Router {
     sites: Vec<Site>,
+    /// The (site, route) label of each figures slot: every route, then one "no route" slot per
+    /// site, then one for requests that reach no site.
+    labels: Vec<(String, String)>,
     exact: HashMap<String, usize>,
     /// Wildcard suffixes, stored with their leading dot (`.example.com`).
     wildcard: HashMap<String, usize>,
@@ -19,14 +22,30 @@ pub struct Router {
 
 #[derive(Debug, Clone, Default)]
 struct Site {
+    name: String,
     /// Sorted longest prefix first.
     routes: Vec<Route>,
+    /// The figures slot of requests to this site that match no route.
+    unrouted: u16,
 }
 
 #[derive(Debug, Clone)]
 struct Route {
     prefix: String,
     target: Target,
+    /// Its figures slot.
+    slot: u16,
+}
+
+/// Where a request goes, with what the logs and metrics need to know of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Routed {
+    /// The site chosen by Host, if any.
+    pub site: Option<u16>,
+    /// The route's target (`None`: 404).
+    pub target: Option<Target>,
+    /// The per-route figures slot the request counts in.
+    pub slot: u16,
 }
 
 /// What a route leads to.
@@ -74,12 +93,45 @@ impl UpstreamTarget {
 impl Router {
     /// The route target for a request, or `None` (404).
     pub fn route(&self, host: Option<&[u8]>, path: &str) -> Option<Target> {
-        let site = self.site_for(host)?;
-        self.sites[site]
+        self.route_request(host, path).target
+    }
+
+    /// The site, route target and figures slot for a request.
+    pub fn route_request(&self, host: Option<&[u8]>, path: &str) -> Routed {
+        let Some(index) = self.site_for(host) else {
+            return Routed {
+                site: None,
+                target: None,
+                slot: self.labels.len().saturating_sub(1) as u16,
+            };
+        };
+        let site = &self.sites[index];
+        let route = site
             .routes
             .iter()
-            .find(|r| path.starts_with(r.prefix.as_str()))
-            .map(|r| r.target)
+            .find(|r| path.starts_with(r.prefix.as_str()));
+        Routed {
+            site: Some(index as u16),
+            target: route.map(|r| r.target),
+            slot: route.map_or(site.unrouted, |r| r.slot),
+        }
+    }
+
+    /// The (site, route) label of each figures slot, by slot.
+    pub fn labels(&self) -> &[(String, String)] {
+        &self.labels
+    }
+
+    /// A site's name (empty for an unknown index).
+    pub fn site_name(&self, site: u16) -> &str {
+        self.sites
+            .get(usize::from(site))
+            .map_or("", |s| s.name.as_str())
+    }
+
+    /// Number of sites.
+    pub fn site_count(&self) -> usize {
+        self.sites.len()
     }
 
     fn site_for(&self, host: Option<&[u8]>) -> Option<usize> {
@@ -131,10 +183,13 @@ pub struct RouterBuilder {
 }
 
 impl RouterBuilder {
-    /// Adds a site; returns its index.
-    pub fn add_site(&mut self, is_default: bool) -> usize {
+    /// Adds a site named `name` (in metrics); returns its index.
+    pub fn add_site(&mut self, name: &str, is_default: bool) -> usize {
         let index = self.router.sites.len();
-        self.router.sites.push(Site::default());
+        self.router.sites.push(Site {
+            name: name.to_string(),
+            ..Site::default()
+        });
         if is_default {
             self.router.default = Some(index);
         }
@@ -162,9 +217,13 @@ impl RouterBuilder {
 
     /// Adds a route by path prefix to a site.
     pub fn add_route(&mut self, site: usize, prefix: &str, target: Target) {
+        let slot = self.router.labels.len() as u16;
+        let name = self.router.sites[site].name.clone();
+        self.router.labels.push((name, prefix.to_string()));
         self.router.sites[site].routes.push(Route {
             prefix: prefix.to_string(),
             target,
+            slot,
         });
     }
 
@@ -173,7 +232,10 @@ impl RouterBuilder {
         for site in &mut self.router.sites {
             site.routes
                 .sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+            site.unrouted = self.router.labels.len() as u16;
+            self.router.labels.push((site.name.clone(), String::new()));
         }
+        self.router.labels.push((String::new(), String::new()));
         if self.router.default.is_none() && !self.router.sites.is_empty() {
             self.router.default = Some(0);
         }
@@ -187,14 +249,14 @@ mod tests {
 
     fn router() -> Router {
         let mut b = RouterBuilder::default();
-        let a = b.add_site(false);
+        let a = b.add_site("s", false);
         b.add_host(a, "api.example.com").unwrap();
         b.add_route(a, "/", Target::Upstream(UpstreamTarget::to(0)));
         b.add_route(a, "/v2/", Target::Upstream(UpstreamTarget::to(1)));
-        let w = b.add_site(false);
+        let w = b.add_site("s", false);
         b.add_host(w, "*.example.com").unwrap();
         b.add_route(w, "/", Target::Upstream(UpstreamTarget::to(2)));
-        let d = b.add_site(true);
+        let d = b.add_site("d", true);
         b.add_route(d, "/static/", Target::Files(3));
         b.build()
     }
@@ -238,7 +300,7 @@ mod tests {
     fn ten_thousand_names_route_by_hash() {
         let mut b = RouterBuilder::default();
         for i in 0..10_000 {
-            let site = b.add_site(false);
+            let site = b.add_site("s", false);
             b.add_host(site, &format!("host{i}.example.com")).unwrap();
             b.add_host(site, &format!("*.zone{i}.example.net")).unwrap();
             b.add_route(site, "/", Target::Upstream(UpstreamTarget::to(i)));
@@ -261,7 +323,7 @@ mod tests {
     #[test]
     fn rejects_bad_names() {
         let mut b = RouterBuilder::default();
-        let s = b.add_site(false);
+        let s = b.add_site("s", false);
         assert!(b.add_host(s, "*example.com").is_err());
         assert!(b.add_host(s, "a b").is_err());
         b.add_host(s, "x.com").unwrap();

@@ -17,6 +17,7 @@ use crate::files::cache::FileCache;
 use crate::net::splice::PipePool;
 use crate::observe::access_log::AccessLog;
 use crate::observe::metrics::Shard;
+use crate::observe::routes::{RouteRegistry, RouteStats};
 use crate::upstream::fleet::Table;
 use crate::upstream::{Balancer, Fleet, UpstreamPool};
 
@@ -44,6 +45,10 @@ pub struct Worker {
     pub counters: Arc<Shard>,
     /// This worker's access-log buffer.
     pub log: AccessLog,
+    /// Where per-route figures are kept across config generations.
+    routes: Arc<RouteRegistry>,
+    /// The serial number of the next client connection (with the worker id, its log id).
+    pub next_connection: Cell<u64>,
     /// Becomes true when the process starts shutting down.
     pub shutdown: watch::Receiver<bool>,
     /// Client connections open on this worker.
@@ -65,10 +70,19 @@ pub struct Snapshot {
     pub config: Config,
     /// One balancer per upstream group, by the group's index.
     pub balancers: Vec<Balancer>,
+    /// This worker's per-route figures, by the router's slot.
+    pub route_stats: Vec<Arc<RouteStats>>,
 }
 
 impl Snapshot {
-    fn new(generation: u64, config: Config, worker: usize, fleet: &Fleet) -> Snapshot {
+    fn new(
+        generation: u64,
+        config: Config,
+        worker: usize,
+        fleet: &Fleet,
+        routes: &RouteRegistry,
+    ) -> Snapshot {
+        let route_stats = routes.for_worker(worker, config.router.labels());
         let fleet_generation = fleet.generation();
         let published = fleet.table();
         // The published table is for another generation while a reload is under way.
@@ -91,7 +105,13 @@ impl Snapshot {
             fleet_generation: Cell::new(fleet_generation),
             config,
             balancers,
+            route_stats,
         }
+    }
+
+    /// The figures of a router slot.
+    pub fn route_stats(&self, slot: u16) -> Option<&RouteStats> {
+        self.route_stats.get(usize::from(slot)).map(|s| &**s)
     }
 }
 
@@ -103,14 +123,16 @@ impl Worker {
         fleet: Arc<Fleet>,
         counters: Arc<Shard>,
         log: AccessLog,
+        routes: Arc<RouteRegistry>,
         shutdown: watch::Receiver<bool>,
     ) -> Worker {
         let (generation, config) = shared.snapshot();
         let pipe_size = config.limits.max_buffer.max(256 * 1024);
+        let snapshot = Snapshot::new(generation, config, id, &fleet, &routes);
         Worker {
             id,
             shared,
-            current: RefCell::new(Rc::new(Snapshot::new(generation, config, id, &fleet))),
+            current: RefCell::new(Rc::new(snapshot)),
             fleet,
             buffers: BufferPool::default(),
             upstreams: UpstreamPool::default(),
@@ -118,6 +140,8 @@ impl Worker {
             files: FileCache::default(),
             counters,
             log,
+            routes,
+            next_connection: Cell::new(0),
             shutdown,
             active: Cell::new(0),
             connection_closed: Notify::new(),
@@ -132,7 +156,8 @@ impl Worker {
         let mut current = self.current.borrow_mut();
         if current.generation != self.shared.generation() {
             let (generation, config) = self.shared.snapshot();
-            *current = Rc::new(Snapshot::new(generation, config, self.id, &self.fleet));
+            let snapshot = Snapshot::new(generation, config, self.id, &self.fleet, &self.routes);
+            *current = Rc::new(snapshot);
         }
         let fleet_generation = self.fleet.generation();
         if current.fleet_generation.get() != fleet_generation {

@@ -11,10 +11,13 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::observe::access_log::AccessLogTarget;
 use crate::routing::{Router, RouterBuilder, Target, UpstreamTarget};
+use logs::{ErrorLog, FileLogKeys, FileSiteLog, SiteAccessLog};
 
 pub mod fastcgi;
 pub mod files;
+pub mod logs;
 pub mod shared;
 pub mod upstream;
 
@@ -47,8 +50,12 @@ pub struct Config {
     pub files: FilesSettings,
     /// Request limits and client-side timeouts.
     pub limits: Limits,
-    /// Where the access log goes, if anywhere.
-    pub access_log: Option<PathBuf>,
+    /// The access log of requests no site's own `access_log` covers (`None`: off).
+    pub access_log: Option<AccessLogTarget>,
+    /// Each site's access log, by site index.
+    pub site_access_logs: Vec<SiteAccessLog>,
+    /// Where the error log goes and what it holds.
+    pub error_log: ErrorLog,
     /// Address of the admin listener (metrics), if any.
     pub admin: Option<SocketAddr>,
     /// DNS servers for re-resolving upstream names (empty: the system's, with /etc/hosts).
@@ -118,7 +125,7 @@ impl Config {
         workers: Option<usize>,
     ) -> Self {
         let mut router = RouterBuilder::default();
-        let site = router.add_site(true);
+        let site = router.add_site("default", true);
         router.add_route(site, "/", Target::Upstream(UpstreamTarget::to(0)));
         Config {
             upstreams: vec![UpstreamGroup::new("default", upstreams)],
@@ -158,7 +165,7 @@ impl Config {
         workers: Option<usize>,
     ) -> Self {
         let mut router = RouterBuilder::default();
-        let site = router.add_site(true);
+        let site = router.add_site("default", true);
         router.add_route(site, "/", Target::Files(0));
         Config {
             router: router.build(),
@@ -182,6 +189,8 @@ impl Config {
             files: FilesSettings::default(),
             limits: Limits::default(),
             access_log: None,
+            site_access_logs: Vec::new(),
+            error_log: ErrorLog::default(),
             admin: None,
             resolvers: Vec::new(),
         }
@@ -285,7 +294,11 @@ impl std::error::Error for ConfigErrors {}
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     workers: Option<Spanned<usize>>,
-    access_log: Option<String>,
+    access_log: Option<Spanned<String>>,
+    access_log_format: Option<Spanned<String>>,
+    error_log: Option<String>,
+    error_log_level: Option<Spanned<String>>,
+    error_log_format: Option<Spanned<String>>,
     admin: Option<Spanned<String>>,
     #[serde(default)]
     resolver: Vec<Spanned<String>>,
@@ -324,6 +337,10 @@ struct FileListener {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileSite {
+    #[serde(default)]
+    name: Option<String>,
+    access_log: Option<Spanned<String>>,
+    access_log_format: Option<Spanned<String>>,
     #[serde(default)]
     hosts: Vec<Spanned<String>>,
     #[serde(default)]
@@ -471,6 +488,26 @@ impl Validator<'_> {
         let upstreams = self.build_upstreams(&raw.upstreams);
         let mut file_routes = Vec::new();
         let mut route_params = Vec::new();
+        let keys = FileLogKeys {
+            access_log: raw.access_log.clone(),
+            access_log_format: raw.access_log_format.clone(),
+            error_log: raw.error_log.clone(),
+            error_log_level: raw.error_log_level.clone(),
+            error_log_format: raw.error_log_format.clone(),
+        };
+        let access_log = self.build_access_log(&keys);
+        let site_access_logs = raw
+            .sites
+            .iter()
+            .map(|s| {
+                let site = FileSiteLog {
+                    access_log: s.access_log.clone(),
+                    access_log_format: s.access_log_format.clone(),
+                };
+                self.build_site_log(&site, access_log.as_ref())
+            })
+            .collect();
+        let error_log = self.build_error_log(&keys);
         let router = self.build_router(
             &raw.sites,
             &upstreams,
@@ -491,7 +528,9 @@ impl Validator<'_> {
             route_params,
             files,
             limits,
-            access_log: raw.access_log.map(PathBuf::from),
+            access_log,
+            site_access_logs,
+            error_log,
             admin,
             resolvers,
         }
@@ -542,7 +581,14 @@ impl Validator<'_> {
                 self.error(at, "more than one site has default = true");
             }
             default_seen |= is_default;
-            let index = builder.add_site(is_default);
+            let name = site
+                .name
+                .clone()
+                .unwrap_or_else(|| match site.hosts.first() {
+                    Some(h) => h.get_ref().clone(),
+                    None => "default".to_string(),
+                });
+            let index = builder.add_site(&name, is_default);
             for host in &site.hosts {
                 if let Err(reason) = builder.add_host(index, host.get_ref()) {
                     self.error(host.span().start, reason);

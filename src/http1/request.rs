@@ -264,7 +264,15 @@ pub struct ForwardedFor<'a> {
     pub proto: &'a str,
 }
 
-impl RequestHead<'_, '_> {
+impl<'b> RequestHead<'_, 'b> {
+    /// The value of the first header named `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&'b [u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    }
+
     /// Whether a failed attempt may be repeated on another connection (RFC 9110 9.2.2).
     pub fn is_idempotent(&self) -> bool {
         matches!(

@@ -1,5 +1,7 @@
-//! The admin listener: serves the counters and the per-server figures as Prometheus text at
-//! `/metrics`. It runs on its own thread, away from the workers.
+//! The admin listener: `/metrics` (Prometheus text: the counters, gauges, histograms and the
+//! per-route and per-server figures), `/status` (nginx's stub_status; `?format=json` for more)
+//! and `/health`. It runs on its own thread, away from the workers, and sums their shards when
+//! asked; it binds to loopback unless configured otherwise.
 
 use std::net::TcpListener as StdListener;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use tokio::sync::watch;
 use crate::http1::parse_request;
 use crate::http1::request::header_storage;
 use crate::observe::metrics::Metrics;
+use crate::observe::status;
 
 /// Appends more lines to the exposition (the per-server figures, from `upstream`).
 pub type Render = Arc<dyn Fn(&mut String) + Send + Sync>;
@@ -72,16 +75,26 @@ async fn answer(mut stream: tokio::net::TcpStream, sources: Sources) {
             _ => return,
         }
     };
-    let (status, body) = if path == "/metrics" {
-        let mut text = sources.metrics.render();
-        (sources.more)(&mut text);
-        ("200 OK", text)
-    } else {
-        ("404 Not Found", "not found\n".to_string())
-    };
+    let (status, kind, body) = page(&path, &sources);
     let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = stream.write_all(response.as_bytes()).await;
+}
+
+/// The status line, content type and body for an admin path.
+fn page(path: &str, sources: &Sources) -> (&'static str, &'static str, String) {
+    const TEXT: &str = "text/plain";
+    match path {
+        "/metrics" => {
+            let mut text = sources.metrics.render();
+            (sources.more)(&mut text);
+            ("200 OK", "text/plain; version=0.0.4", text)
+        }
+        "/status" => ("200 OK", TEXT, status::stub_status(&sources.metrics)),
+        "/status?format=json" => ("200 OK", "application/json", status::json(&sources.metrics)),
+        "/health" => ("200 OK", TEXT, "ok\n".to_string()),
+        _ => ("404 Not Found", TEXT, "not found\n".to_string()),
+    }
 }

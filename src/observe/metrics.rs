@@ -8,6 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use strum::{EnumCount, IntoEnumIterator};
 
+use super::histogram::{Histogram, Totals};
+use super::routes::RouteRegistry;
+
 /// Every counter the proxy keeps. The derives keep the list and the count in step with the
 /// variants, so a new counter can never index past a shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumCount, strum::EnumIter)]
@@ -32,6 +35,18 @@ pub enum Counter {
     Responses4xx,
     /// Responses sent with a 5xx status.
     Responses5xx,
+    /// 5xx responses made by slipstream itself (502, 503, 504, 500...).
+    Responses5xxGenerated,
+    /// 5xx responses passed on from an upstream server.
+    Responses5xxUpstream,
+    /// Bytes received from clients: request heads and bodies.
+    ClientBytesIn,
+    /// Response body bytes sent to clients.
+    ClientBytesOut,
+    /// Access-log lines written to the worker's buffer.
+    AccessLogLines,
+    /// Access-log lines dropped because the log writer fell behind by more than its bound.
+    AccessLogLinesDropped,
     /// Upstream could not be reached or answered badly (502).
     BadGateway,
     /// Upstream did not answer in time (504).
@@ -113,6 +128,12 @@ impl Counter {
             Counter::ResponsesOk => "slipstream_responses_ok_total",
             Counter::Responses4xx => "slipstream_responses_4xx_total",
             Counter::Responses5xx => "slipstream_responses_5xx_total",
+            Counter::Responses5xxGenerated => "slipstream_responses_5xx_generated_total",
+            Counter::Responses5xxUpstream => "slipstream_responses_5xx_from_upstream_total",
+            Counter::ClientBytesIn => "slipstream_client_received_bytes_total",
+            Counter::ClientBytesOut => "slipstream_client_sent_body_bytes_total",
+            Counter::AccessLogLines => "slipstream_access_log_lines_total",
+            Counter::AccessLogLinesDropped => "slipstream_access_log_lines_dropped_total",
             Counter::BadGateway => "slipstream_upstream_bad_gateway_total",
             Counter::GatewayTimeout => "slipstream_upstream_timeouts_total",
             Counter::ClientClosed => "slipstream_client_closed_early_total",
@@ -146,16 +167,32 @@ impl Counter {
     }
 }
 
-/// One worker's counters.
+/// Client connections by state, as nginx's stub_status counts them; set by their worker only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumCount, strum::EnumIter)]
+pub enum Gauge {
+    /// Client connections open.
+    Open,
+    /// Connections reading a request head.
+    Reading,
+    /// Connections with a request in progress (waiting on the upstream or sending).
+    Writing,
+}
+
+/// One worker's counters, connection gauges and request-duration histogram.
 #[derive(Debug)]
 pub struct Shard {
     values: [AtomicU64; Counter::COUNT],
+    gauges: [AtomicU64; Gauge::COUNT],
+    /// Time from request head to response end, every request.
+    pub durations: Histogram,
 }
 
 impl Default for Shard {
     fn default() -> Self {
         Shard {
             values: std::array::from_fn(|_| AtomicU64::new(0)),
+            gauges: std::array::from_fn(|_| AtomicU64::new(0)),
+            durations: Histogram::default(),
         }
     }
 }
@@ -177,12 +214,55 @@ impl Shard {
     pub fn get(&self, c: Counter) -> u64 {
         self.values[c as usize].load(Ordering::Relaxed)
     }
+
+    /// Moves a gauge by `delta` (only this shard's worker calls it: a load and a store).
+    #[inline]
+    pub fn gauge_add(&self, g: Gauge, delta: i64) {
+        let cell = &self.gauges[g as usize];
+        cell.store(
+            cell.load(Ordering::Relaxed).wrapping_add_signed(delta),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Current value of this shard's gauge.
+    pub fn gauge(&self, g: Gauge) -> u64 {
+        self.gauges[g as usize].load(Ordering::Relaxed)
+    }
+}
+
+/// Process-wide figures kept off the workers: reloads and the config generation.
+#[derive(Debug, Default)]
+pub struct Process {
+    /// Reloads that took effect.
+    pub reloads_ok: AtomicU64,
+    /// Reloads refused (the running config kept serving).
+    pub reloads_failed: AtomicU64,
+    /// The config generation in force (0 at start, one more per reload).
+    pub generation: AtomicU64,
+}
+
+/// Connection counts in nginx's stub_status terms.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Connections {
+    /// Open client connections.
+    pub active: u64,
+    /// Reading a request head.
+    pub reading: u64,
+    /// Working on a request.
+    pub writing: u64,
+    /// Idle keep-alive connections.
+    pub waiting: u64,
 }
 
 /// All shards of the process; cloned handles share them.
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
     shards: Arc<Mutex<Vec<Arc<Shard>>>>,
+    /// Reloads and the config generation.
+    pub process: Arc<Process>,
+    /// Per-route figures.
+    pub routes: Arc<RouteRegistry>,
 }
 
 impl Metrics {
@@ -198,7 +278,31 @@ impl Metrics {
         self.shards.lock().unwrap().iter().map(|s| s.get(c)).sum()
     }
 
-    /// Prometheus text exposition of every counter.
+    /// Client connections by state, summed over the workers.
+    pub fn connections(&self) -> Connections {
+        let shards = self.shards.lock().unwrap();
+        let sum = |g| shards.iter().map(|s| s.gauge(g)).sum::<u64>();
+        let (active, reading, writing) =
+            (sum(Gauge::Open), sum(Gauge::Reading), sum(Gauge::Writing));
+        Connections {
+            active,
+            reading,
+            writing,
+            waiting: active.saturating_sub(reading + writing),
+        }
+    }
+
+    /// Every worker's request durations, summed.
+    pub fn durations(&self) -> Totals {
+        let mut t = Totals::default();
+        for s in self.shards.lock().unwrap().iter() {
+            t.add(&s.durations);
+        }
+        t
+    }
+
+    /// Prometheus text exposition of every counter, the connection gauges, the request
+    /// duration histogram and the process figures.
     pub fn render(&self) -> String {
         let mut out = String::new();
         for c in Counter::iter() {
@@ -210,6 +314,31 @@ impl Metrics {
                 self.total(c)
             );
         }
+        let c = self.connections();
+        let _ = writeln!(out, "# TYPE slipstream_connections gauge");
+        for (state, n) in [
+            ("reading", c.reading),
+            ("writing", c.writing),
+            ("waiting", c.waiting),
+        ] {
+            let _ = writeln!(out, "slipstream_connections{{state=\"{state}\"}} {n}");
+        }
+        let name = "slipstream_request_duration_seconds";
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        self.durations().render(&mut out, name, "");
+        let p = &self.process;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# TYPE slipstream_config_reloads_total counter\n\
+             slipstream_config_reloads_total{{result=\"ok\"}} {}\n\
+             slipstream_config_reloads_total{{result=\"failed\"}} {}\n\
+             # TYPE slipstream_config_generation gauge\nslipstream_config_generation {}",
+            load(&p.reloads_ok),
+            load(&p.reloads_failed),
+            load(&p.generation),
+        );
+        self.routes.render(&mut out);
         out
     }
 }

@@ -82,6 +82,7 @@ pub(super) async fn exchange(
 /// the last server's failure (or "no live server").
 pub(super) fn pick(cx: &Ctx<'_>, route: UpstreamTarget, tried: &mut Tried) -> Result<Lease, Error> {
     let balancer = &cx.snapshot.balancers[route.upstream];
+    cx.end_try(tried, false);
     let Some(lease) = balancer.pick(cx.request.hash_key, tried.as_slice()) else {
         return Err(tried
             .last_error
@@ -89,6 +90,7 @@ pub(super) fn pick(cx: &Ctx<'_>, route: UpstreamTarget, tried: &mut Tried) -> Re
             .unwrap_or(Error::new(Kind::NoLiveServers)));
     };
     tried.push(lease.addr());
+    cx.try_started.set(Some(std::time::Instant::now()));
     Ok(lease)
 }
 
@@ -203,6 +205,7 @@ pub(super) async fn on_connection(
     let counters = &cx.worker.counters;
     let slot = match obtain(cx, group, server, &client.stream).await? {
         Obtained::Reused(stream, slot) => {
+            cx.mark_connected();
             counters.inc(Counter::UpstreamReused);
             let server = server.clone();
             let mut conn = Conn {
@@ -211,7 +214,10 @@ pub(super) async fn on_connection(
                 slot,
             };
             match send(client, &mut conn).await {
-                Ok(ubuf) => return Ok((conn, ubuf)),
+                Ok(ubuf) => {
+                    cx.mark_header();
+                    return Ok((conn, ubuf));
+                }
                 Err(e) if e.may_retry(cx.request.idempotent, body_in_hand) => {
                     counters.inc(Counter::UpstreamStaleRetries);
                 }
@@ -223,6 +229,7 @@ pub(super) async fn on_connection(
         Obtained::Open(slot) => slot,
     };
     let stream = connect(server, group.connect_timeout, counters).await?;
+    cx.mark_connected();
     let server = server.clone();
     let mut conn = Conn {
         server,
@@ -230,6 +237,7 @@ pub(super) async fn on_connection(
         slot,
     };
     let ubuf = send(client, &mut conn).await?;
+    cx.mark_header();
     Ok((conn, ubuf))
 }
 

@@ -23,7 +23,11 @@ mod response;
 mod serve;
 mod tunnel;
 
+use std::cell::Cell;
 use std::net::SocketAddr;
+use std::time::Instant;
+
+use crate::observe::log_format::UpstreamTimes;
 
 use crate::net::Address;
 
@@ -37,6 +41,8 @@ use request::Prepared;
 struct Client {
     stream: Stream,
     peer: SocketAddr,
+    /// Its serial number on this worker: the error log's `conn=WORKER-ID`.
+    id: u64,
     /// The address the client connected to, once a FastCGI request needed it.
     local: Option<SocketAddr>,
     buf: Option<Vec<u8>>,
@@ -69,11 +75,49 @@ struct Ctx<'a> {
     worker: &'a Worker,
     snapshot: &'a Snapshot,
     request: &'a Prepared,
+    /// When the current server's try began.
+    try_started: Cell<Option<Instant>>,
+    /// The current try's timings so far.
+    try_times: Cell<UpstreamTimes>,
 }
 
 impl Ctx<'_> {
     fn config(&self) -> &crate::config::Config {
         &self.snapshot.config
+    }
+
+    /// Microseconds since the current try began.
+    fn since_try(&self) -> Option<u64> {
+        self.try_started
+            .get()
+            .map(|t| t.elapsed().as_micros() as u64)
+    }
+
+    /// The current try has a connection (pooled or new).
+    fn mark_connected(&self) {
+        let mut t = self.try_times.get();
+        t.connect = self.since_try();
+        self.try_times.set(t);
+    }
+
+    /// The current try has its first response bytes.
+    fn mark_header(&self) {
+        let mut t = self.try_times.get();
+        t.header = self.since_try();
+        self.try_times.set(t);
+    }
+
+    /// Ends the current try (if any) into `tried`; `finished` when its response is complete.
+    fn end_try(&self, tried: &mut Tried, finished: bool) {
+        if self.try_started.get().is_none() || tried.len == 0 {
+            return;
+        }
+        let mut t = self.try_times.take();
+        if finished {
+            t.response = self.since_try();
+        }
+        tried.times[tried.len - 1] = t;
+        self.try_started.set(None);
     }
 }
 
@@ -96,6 +140,8 @@ const MAX_TRIES: usize = 11;
 #[derive(Default)]
 struct Tried {
     addrs: [Address; MAX_TRIES],
+    /// Each try's timings, for the access log.
+    times: [UpstreamTimes; MAX_TRIES],
     len: usize,
     /// The failure of the last server tried, answered if no server is left to try.
     last_error: Option<crate::error::Error>,
@@ -116,5 +162,10 @@ impl Tried {
     /// The addresses tried, in order.
     fn as_slice(&self) -> &[Address] {
         &self.addrs[..self.len]
+    }
+
+    /// The timings of each try, in order.
+    fn times(&self) -> &[UpstreamTimes] {
+        &self.times[..self.len]
     }
 }

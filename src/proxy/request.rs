@@ -12,7 +12,7 @@ use crate::files::respond::FileRequest;
 use crate::http1::request::{header_storage, ForwardedFor, RequestHead};
 use crate::http1::{parse_request, Framing};
 use crate::net::io::read_some;
-use crate::routing::{Target, UpstreamTarget};
+use crate::routing::{Routed, Target, UpstreamTarget};
 use crate::upstream::ring::request_key;
 use crate::worker::Worker;
 
@@ -30,6 +30,8 @@ pub(super) struct Prepared {
     pub(super) idempotent: bool,
     pub(super) is_head: bool,
     pub(super) route: Option<Target>,
+    /// The site and the per-route figures slot.
+    pub(super) routed: Routed,
     /// The upstream group the request goes to if proxied: its route's, or the fallback of a
     /// static-file route.
     pub(super) upstream: Option<UpstreamTarget>,
@@ -42,16 +44,64 @@ pub(super) struct Prepared {
     pub(super) log: Option<LogFields>,
 }
 
-/// The request fields an access-log line shows.
+/// The request fields an access-log line shows, copied into one allocation.
 pub(super) struct LogFields {
-    pub(super) method: String,
-    pub(super) path: String,
-    pub(super) host: String,
+    text: Vec<u8>,
+    /// Ends of method, target, host, user agent; the referer runs to the end.
+    ends: [usize; 4],
+}
+
+impl LogFields {
+    fn new(head: &RequestHead<'_, '_>) -> LogFields {
+        let ua = head.header("user-agent").unwrap_or_default();
+        let referer = head.header("referer").unwrap_or_default();
+        let host = head.host.unwrap_or_default();
+        let parts = [
+            head.method.as_bytes(),
+            head.path.as_bytes(),
+            host,
+            ua,
+            referer,
+        ];
+        let mut text = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+        let mut ends = [0; 4];
+        for (i, part) in parts.iter().enumerate() {
+            text.extend_from_slice(part);
+            if i < 4 {
+                ends[i] = text.len();
+            }
+        }
+        LogFields { text, ends }
+    }
+
+    fn part(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        let end = self.ends.get(i).copied().unwrap_or(self.text.len());
+        &self.text[start..end]
+    }
+
+    pub(super) fn method(&self) -> &[u8] {
+        self.part(0)
+    }
+    pub(super) fn target(&self) -> &[u8] {
+        self.part(1)
+    }
+    pub(super) fn host(&self) -> &[u8] {
+        self.part(2)
+    }
+    pub(super) fn user_agent(&self) -> &[u8] {
+        self.part(3)
+    }
+    pub(super) fn referer(&self) -> &[u8] {
+        self.part(4)
+    }
 }
 
 impl Prepared {
     fn new(head: &RequestHead<'_, '_>, config: &Config, peer: SocketAddr, log: bool) -> Prepared {
-        let route = config.router.route(head.host, head.path);
+        let routed = config.router.route_request(head.host, head.path);
+        let route = routed.target;
+        let log = log && config.access_log_for(routed.site).is_some();
         // The upstream a request may go to: its route's, or a static route's fallback.
         let upstream = route.and_then(|r| match r {
             Target::Upstream(u) => Some(u),
@@ -89,12 +139,9 @@ impl Prepared {
                 _ => None,
             },
             route,
+            routed,
             upstream,
-            log: log.then(|| LogFields {
-                method: head.method.to_string(),
-                path: head.path.to_string(),
-                host: String::from_utf8_lossy(head.host.unwrap_or_default()).into_owned(),
-            }),
+            log: log.then(|| LogFields::new(head)),
         }
     }
 }

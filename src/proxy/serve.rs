@@ -1,6 +1,7 @@
 //! One client connection, request after request: wait for a request without holding a buffer,
 //! hand it to the phases, answer failures, count, log, and loop while the connection is kept.
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
@@ -16,16 +17,19 @@ use crate::http1::response::write_simple_response;
 use crate::http1::Framing;
 use crate::net::io::write_all;
 use crate::net::Stream;
-use crate::observe::access_log::Entry;
-use crate::observe::metrics::Counter;
+use crate::observe::log_format::{Entry, Field};
+use crate::observe::metrics::{Counter, Gauge};
 use crate::routing::Target;
 use crate::worker::{Snapshot, Worker};
 
 /// Serves one client connection until it closes.
 pub async fn serve(worker: Rc<Worker>, stream: Stream, peer: SocketAddr) {
+    let id = worker.next_connection.get();
+    worker.next_connection.set(id + 1);
     let mut client = Client {
         stream,
         peer,
+        id,
         local: None,
         buf: None,
     };
@@ -99,7 +103,11 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
         Some(b) => b,
         None => worker.buffers.take(MIN_BUFFER),
     };
-    let request = match request::read_head(worker, config, client, &mut buf).await {
+    let counters = &worker.counters;
+    counters.gauge_add(Gauge::Reading, 1);
+    let read = request::read_head(worker, config, client, &mut buf).await;
+    counters.gauge_add(Gauge::Reading, -1);
+    let request = match read {
         Ok(Some(r)) => r,
         Ok(None) => {
             // Closed (or idle) before a whole head arrived: nothing to answer.
@@ -112,12 +120,16 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
             return false;
         }
     };
-    worker.counters.inc(Counter::Requests);
-    let started = worker.log.enabled().then(Instant::now);
+    counters.inc(Counter::Requests);
+    counters.add(Counter::ClientBytesIn, request.head_len as u64);
+    counters.gauge_add(Gauge::Writing, 1);
+    let started = Instant::now();
     let cx = Ctx {
         worker,
         snapshot,
         request: &request,
+        try_started: Cell::new(None),
+        try_times: Cell::default(),
     };
     let mut tried = Tried::default();
     let result = match request.route {
@@ -129,26 +141,92 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
             files::serve_files(&cx, index, client, &mut buf, &mut tried).await
         }
     };
-    let outcome = match result {
-        Ok(outcome) => outcome,
-        Err(e) => answer_failure(&cx, client, &mut buf, e).await,
+    cx.end_try(&mut tried, result.is_ok());
+    let (outcome, generated) = match result {
+        Ok(outcome) => (outcome, false),
+        Err(e) => (answer_failure(&cx, client, &mut buf, e).await, true),
     };
-    worker.counters.inc(Counter::for_status(outcome.status));
-    if let (Some(fields), Some(started)) = (&request.log, started) {
-        worker.log.record(&Entry {
-            client: client.peer.ip(),
-            method: &fields.method,
-            path: &fields.path,
+    counters.gauge_add(Gauge::Writing, -1);
+    let micros = started.elapsed().as_micros() as u64;
+    count_response(&cx, outcome.status, outcome.body_bytes, micros, generated);
+    if let Some(fields) = &request.log {
+        let log = Line {
+            client,
+            method: fields.method(),
+            target: fields.target(),
+            host: fields.host(),
+            user_agent: fields.user_agent(),
+            referer: fields.referer(),
             minor_version: request.minor_version,
-            status: outcome.status,
-            bytes: outcome.body_bytes,
-            micros: started.elapsed().as_micros() as u64,
-            host: &fields.host,
-            upstreams: tried.as_slice(),
-        });
+            site: request.routed.site,
+        };
+        log.record(worker, config, &outcome, micros, &tried);
     }
     client.buf = Some(buf);
     outcome.keep_alive
+}
+
+/// Counts a finished request: by status, by route (with its duration), 5xx by who made it.
+fn count_response(cx: &Ctx<'_>, status: u16, body_bytes: u64, micros: u64, generated: bool) {
+    let counters = &cx.worker.counters;
+    counters.inc(Counter::for_status(status));
+    counters.add(Counter::ClientBytesOut, body_bytes);
+    counters.durations.observe(micros);
+    if status >= 500 {
+        counters.inc(if generated {
+            Counter::Responses5xxGenerated
+        } else {
+            Counter::Responses5xxUpstream
+        });
+    }
+    if let Some(stats) = cx.snapshot.route_stats(cx.request.routed.slot) {
+        stats.finished(status, micros);
+    }
+}
+
+/// What an access-log line needs beyond the outcome.
+struct Line<'a> {
+    client: &'a Client,
+    method: &'a [u8],
+    target: &'a [u8],
+    host: &'a [u8],
+    user_agent: &'a [u8],
+    referer: &'a [u8],
+    minor_version: u8,
+    site: Option<u16>,
+}
+
+impl Line<'_> {
+    /// Appends the line to the site's access log, if it has one.
+    fn record(&self, worker: &Worker, config: &Config, o: &Outcome, micros: u64, tried: &Tried) {
+        let Some(target) = config.access_log_for(self.site) else {
+            return;
+        };
+        let request_id = if target.format.uses(Field::RequestId) {
+            format!("{:032x}", fastrand::u128(..))
+        } else {
+            String::new()
+        };
+        let site = self.site.map_or("", |s| config.router.site_name(s));
+        let entry = Entry {
+            client: self.client.peer.ip(),
+            method: self.method,
+            target: self.target,
+            minor_version: self.minor_version,
+            status: o.status,
+            bytes: o.body_bytes,
+            micros,
+            host: self.host,
+            user_agent: self.user_agent,
+            referer: self.referer,
+            upstreams: tried.as_slice(),
+            upstream_times: tried.times(),
+            site,
+            request_id: &request_id,
+            connection: (worker.id, self.client.id),
+        };
+        worker.log.record(target, &entry, &worker.counters);
+    }
 }
 
 /// Answers a failed request as [`Error::answer`] says, when the client can still get an answer.
@@ -156,12 +234,13 @@ async fn answer_failure(cx: &Ctx<'_>, client: &mut Client, buf: &mut Vec<u8>, e:
     let answer = e.answer();
     let p: &Prepared = cx.request;
     cx.worker.counters.inc(answer.counter);
+    let conn = format_args!("{}-{}", cx.worker.id, client.id);
     match e.side() {
         Side::Upstream => match &e.server {
-            Some(server) => tracing::warn!(%server, "{e}"),
-            None => tracing::warn!("{e}"),
+            Some(server) => tracing::warn!(%conn, peer = %client.peer, %server, "{e}"),
+            None => tracing::warn!(%conn, peer = %client.peer, "{e}"),
         },
-        Side::Client | Side::Local => tracing::debug!(peer = %client.peer, "{e}"),
+        Side::Client | Side::Local => tracing::debug!(%conn, peer = %client.peer, "{e}"),
     }
     // A body the proxy did not read would be parsed as the next request: close instead.
     let keep_alive = answer.keep_alive
@@ -188,21 +267,33 @@ async fn refuse_head(worker: &Worker, config: &Config, client: &mut Client, e: E
     let answer = e.answer();
     worker.counters.inc(answer.counter);
     worker.counters.inc(Counter::for_status(answer.logged));
-    tracing::debug!(peer = %client.peer, status = answer.logged, "request refused: {e}");
+    if answer.logged >= 500 {
+        worker.counters.inc(Counter::Responses5xxGenerated);
+    }
+    let conn = format_args!("{}-{}", worker.id, client.id);
+    tracing::debug!(%conn, peer = %client.peer, status = answer.logged, "request refused: {e}");
     if let Some(status) = answer.send {
         client.respond(status, false, false, config).await;
     }
-    worker.log.record(&Entry {
-        client: client.peer.ip(),
-        method: "-",
-        path: "-",
-        minor_version: 1,
+    if !worker.log.enabled() {
+        return;
+    }
+    let outcome = Outcome {
         status: answer.logged,
-        bytes: 0,
-        micros: 0,
-        host: "-",
-        upstreams: &[],
-    });
+        body_bytes: 0,
+        keep_alive: false,
+    };
+    let line = Line {
+        client,
+        method: b"-",
+        target: b"-",
+        host: b"",
+        user_agent: b"",
+        referer: b"",
+        minor_version: 1,
+        site: None,
+    };
+    line.record(worker, config, &outcome, 0, &Tried::default());
 }
 
 #[cfg(test)]
@@ -232,8 +323,15 @@ mod tests {
             let (_tx, rx) = tokio::sync::watch::channel(false);
             let access_log = crate::observe::access_log::AccessLog::disabled();
             let fleet = std::sync::Arc::new(crate::upstream::Fleet::new(Default::default()));
-            let worker =
-                crate::worker::Worker::new(0, shared, fleet, Default::default(), access_log, rx);
+            let worker = crate::worker::Worker::new(
+                0,
+                shared,
+                fleet,
+                Default::default(),
+                access_log,
+                Default::default(),
+                rx,
+            );
             let serve = super::serve(std::rc::Rc::new(worker), s.into(), addr);
             assert!(
                 std::mem::size_of_val(&serve) <= 1024,

@@ -8,6 +8,7 @@ mod worker_thread;
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -45,13 +46,10 @@ impl Server {
         listener::raise_nofile_limit();
         let workers = config.workers.max(1);
         let (per_worker, addrs) = bind_listeners(&config, workers)?;
-        let log = match &config.access_log {
-            Some(path) => Some(LogWriter::open(path).map_err(|e| {
-                let what = format!("cannot open access log {}: {e}", path.display());
-                io::Error::new(e.kind(), what)
-            })?),
-            None => None,
-        };
+        let log = LogWriter::start()?;
+        for path in config.access_log_paths() {
+            log.open(&path)?;
+        }
         let admin_listener = match config.admin {
             Some(a) => {
                 let l = std::net::TcpListener::bind(a).map_err(|e| {
@@ -80,7 +78,7 @@ impl Server {
             metrics,
             fleet,
             control: std::sync::Mutex::new(Some(control)),
-            log,
+            log: Some(log),
         };
         for (id, listeners) in per_worker.into_iter().enumerate() {
             let counters = server.metrics.new_shard();
@@ -90,11 +88,13 @@ impl Server {
                 .map_or_else(AccessLog::disabled, LogWriter::buffer);
             let (shared, shutdown_rx) = (server.shared.clone(), shutdown_rx.clone());
             let fleet = server.fleet.clone();
+            let routes = server.metrics.routes.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("worker-{id}"))
                 .spawn(move || {
                     // Built on its own thread: a worker's state is single-threaded.
-                    let worker = Worker::new(id, shared, fleet, counters, log_buffer, shutdown_rx);
+                    let worker =
+                        Worker::new(id, shared, fleet, counters, log_buffer, routes, shutdown_rx);
                     worker_thread::run(worker, listeners);
                 })?;
             server.threads.push(thread);
@@ -134,9 +134,33 @@ impl Server {
     }
 
     /// Replaces the config. Listeners are kept, so a config that changes them is refused (the
-    /// running config keeps serving); a change of worker count, access log or admin address
-    /// takes effect at the next restart.
+    /// running config keeps serving), as is one naming an access log that cannot be opened; a
+    /// change of worker count, error log or admin address takes effect at the next restart.
     pub fn reload(&self, config: Config) -> Result<(), String> {
+        let result = self.try_reload(config);
+        let process = &self.metrics.process;
+        match result {
+            Ok(()) => process.reloads_ok.fetch_add(1, Ordering::Relaxed),
+            Err(_) => process.reloads_failed.fetch_add(1, Ordering::Relaxed),
+        };
+        result
+    }
+
+    /// Counts a reload refused before it reached [`Server::reload`] (the file did not
+    /// validate).
+    pub fn reload_refused(&self) {
+        let process = &self.metrics.process;
+        process.reloads_failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reopens the access-log files by their paths (SIGUSR1, after logrotate renamed them).
+    pub fn reopen_logs(&self) {
+        if let Some(log) = &self.log {
+            log.reopen();
+        }
+    }
+
+    fn try_reload(&self, config: Config) -> Result<(), String> {
         let current = self.shared.current();
         if current.listeners != config.listeners {
             return Err(
@@ -144,10 +168,15 @@ impl Server {
             );
         }
         if current.workers != config.workers
-            || current.access_log != config.access_log
+            || current.error_log != config.error_log
             || current.admin != config.admin
         {
-            tracing::warn!("workers, access_log and admin changes take effect at the next restart");
+            tracing::warn!("workers, error_log and admin changes take effect at the next restart");
+        }
+        if let Some(log) = &self.log {
+            for path in config.access_log_paths() {
+                log.open(&path).map_err(|e| e.to_string())?;
+            }
         }
         let mut control = self
             .control
@@ -156,6 +185,8 @@ impl Server {
         // The old checks stop before the new ones start; their results carry over.
         drop(control.take());
         let generation = self.shared.replace(config);
+        let process = &self.metrics.process;
+        process.generation.store(generation, Ordering::Relaxed);
         *control = Some(
             Control::start(self.fleet.clone(), self.shared.current(), generation)
                 .map_err(|e| format!("cannot start the upstream control thread: {e}"))?,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::LocalSet;
 
-use crate::observe::metrics::Counter;
+use crate::observe::metrics::{Counter, Gauge};
 use crate::proxy;
 use crate::worker::Worker;
 
@@ -46,7 +46,7 @@ pub(super) fn run(worker: Worker, listeners: Vec<(std::net::TcpListener, usize)>
                 _ = tokio::time::sleep_until(deadline) => break,
             }
         }
-        worker.log.flush();
+        worker.log.flush(&worker.counters);
     });
 }
 
@@ -68,6 +68,7 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, limit: usize) {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     worker.active.set(worker.active.get() + 1);
+                    worker.counters.gauge_add(Gauge::Open, 1);
                     worker.counters.inc(Counter::ConnectionsAccepted);
                     let w = worker.clone();
                     tokio::task::spawn_local(async move {
@@ -93,17 +94,20 @@ impl Drop for OpenConnection {
     fn drop(&mut self) {
         let w = &self.0;
         w.active.set(w.active.get() - 1);
+        w.counters.gauge_add(Gauge::Open, -1);
         w.counters.inc(Counter::ConnectionsClosed);
         w.connection_closed.notify_waiters();
     }
 }
 
-/// Once a second: close expired idle upstream connections and hand the log buffer over.
+/// Once a second: close expired idle upstream connections, hand the log buffer over and
+/// write the error log's pending "repeated N times" lines.
 async fn housekeeping(worker: Rc<Worker>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
         worker.upstreams.sweep();
-        worker.log.flush();
+        crate::observe::error_log::flush_repeats();
+        worker.log.flush(&worker.counters);
     }
 }

@@ -1,0 +1,220 @@
+//! The logging keys: the access log (file, `off`, format; per site too) and the error log
+//! (file or stderr, level, text or JSON).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use toml::Spanned;
+
+use super::{Config, Validator};
+use crate::observe::access_log::AccessLogTarget;
+use crate::observe::log_format::LogFormat;
+
+/// How much the error log says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Faults that lose requests.
+    Error,
+    /// Faults worked around (a retry, an ejection) and traps hit.
+    Warn,
+    /// Lifecycle: start, reload, shutdown (the default).
+    Info,
+    /// Every refused request and closed connection.
+    Debug,
+}
+
+impl Level {
+    /// Its name in the config and in lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Error => "error",
+            Level::Warn => "warn",
+            Level::Info => "info",
+            Level::Debug => "debug",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Level> {
+        [Level::Error, Level::Warn, Level::Info, Level::Debug]
+            .into_iter()
+            .find(|l| l.name() == s)
+    }
+}
+
+/// Where the error log goes and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorLog {
+    /// A file to append to; standard error when `None`.
+    pub path: Option<PathBuf>,
+    /// Least severe level written.
+    pub level: Level,
+    /// One JSON object per line instead of text.
+    pub json: bool,
+}
+
+impl Default for ErrorLog {
+    fn default() -> Self {
+        ErrorLog {
+            path: None,
+            level: Level::Info,
+            json: false,
+        }
+    }
+}
+
+/// The logging keys at the top of the file.
+#[derive(Default)]
+pub(super) struct FileLogKeys {
+    pub(super) access_log: Option<Spanned<String>>,
+    pub(super) access_log_format: Option<Spanned<String>>,
+    pub(super) error_log: Option<String>,
+    pub(super) error_log_level: Option<Spanned<String>>,
+    pub(super) error_log_format: Option<Spanned<String>>,
+}
+
+/// A site's access-log keys.
+#[derive(Default)]
+pub(super) struct FileSiteLog {
+    pub(super) access_log: Option<Spanned<String>>,
+    pub(super) access_log_format: Option<Spanned<String>>,
+}
+
+/// A site's access log.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SiteAccessLog {
+    /// The top-level `access_log`.
+    #[default]
+    Inherit,
+    /// Not logged.
+    Off,
+    /// Its own file or format.
+    To(AccessLogTarget),
+}
+
+impl Validator<'_> {
+    /// The access-log target of `path` (`off`: none) in `format` (or `inherited`).
+    fn access_log_target(
+        &mut self,
+        path: &Spanned<String>,
+        format: Option<&Spanned<String>>,
+        inherited: Option<&LogFormat>,
+    ) -> Option<AccessLogTarget> {
+        let format = self.log_format(format, inherited);
+        if path.get_ref() == "off" {
+            return None;
+        }
+        if path.get_ref().is_empty() {
+            self.error(path.span().start, "access_log is a file path or \"off\"");
+            return None;
+        }
+        Some(AccessLogTarget {
+            path: Arc::from(Path::new(path.get_ref())),
+            format,
+        })
+    }
+
+    fn log_format(
+        &mut self,
+        format: Option<&Spanned<String>>,
+        inherited: Option<&LogFormat>,
+    ) -> LogFormat {
+        match format {
+            Some(f) => LogFormat::parse(f.get_ref()).unwrap_or_else(|reason| {
+                self.error(f.span().start, reason);
+                LogFormat::combined()
+            }),
+            None => inherited.cloned().unwrap_or_else(LogFormat::combined),
+        }
+    }
+
+    /// The top-level access log (none when the key is absent or `off`).
+    pub(super) fn build_access_log(&mut self, keys: &FileLogKeys) -> Option<AccessLogTarget> {
+        match &keys.access_log {
+            Some(path) => self.access_log_target(path, keys.access_log_format.as_ref(), None),
+            None => {
+                if let Some(f) = &keys.access_log_format {
+                    self.log_format(Some(f), None);
+                }
+                None
+            }
+        }
+    }
+
+    /// A site's access log: `None` when it says nothing (the top-level log applies).
+    pub(super) fn build_site_log(
+        &mut self,
+        site: &FileSiteLog,
+        top: Option<&AccessLogTarget>,
+    ) -> SiteAccessLog {
+        let inherited = top.map(|t| &t.format);
+        let target = match (&site.access_log, &site.access_log_format) {
+            (Some(path), format) => self.access_log_target(path, format.as_ref(), inherited),
+            (None, Some(format)) => {
+                let format = self.log_format(Some(format), inherited);
+                top.map(|t| AccessLogTarget {
+                    path: t.path.clone(),
+                    format,
+                })
+            }
+            (None, None) => return SiteAccessLog::Inherit,
+        };
+        target.map_or(SiteAccessLog::Off, SiteAccessLog::To)
+    }
+
+    /// The error-log keys.
+    pub(super) fn build_error_log(&mut self, keys: &FileLogKeys) -> ErrorLog {
+        let level = match &keys.error_log_level {
+            Some(l) => Level::parse(l.get_ref()).unwrap_or_else(|| {
+                let message = "error_log_level is one of \"error\", \"warn\", \"info\", \"debug\"";
+                self.error(l.span().start, message);
+                Level::Info
+            }),
+            None => Level::Info,
+        };
+        let json = match &keys.error_log_format {
+            Some(f) if f.get_ref() == "json" => true,
+            Some(f) if f.get_ref() == "text" => false,
+            Some(f) => {
+                self.error(f.span().start, "error_log_format is \"text\" or \"json\"");
+                false
+            }
+            None => false,
+        };
+        ErrorLog {
+            path: keys
+                .error_log
+                .as_ref()
+                .filter(|p| *p != "stderr")
+                .map(PathBuf::from),
+            level,
+            json,
+        }
+    }
+}
+
+impl Config {
+    /// The access log of requests to `site` (`None`: not logged).
+    pub fn access_log_for(&self, site: Option<u16>) -> Option<&AccessLogTarget> {
+        match site.and_then(|s| self.site_access_logs.get(usize::from(s))) {
+            Some(SiteAccessLog::Off) => None,
+            Some(SiteAccessLog::To(t)) => Some(t),
+            Some(SiteAccessLog::Inherit) | None => self.access_log.as_ref(),
+        }
+    }
+
+    /// Every access-log file the config writes, each once.
+    pub fn access_log_paths(&self) -> Vec<Arc<Path>> {
+        let mut paths: Vec<Arc<Path>> = Vec::new();
+        let sites = self.site_access_logs.iter().filter_map(|s| match s {
+            SiteAccessLog::To(t) => Some(t),
+            _ => None,
+        });
+        let all = self.access_log.iter().chain(sites);
+        for t in all {
+            if !paths.contains(&t.path) {
+                paths.push(t.path.clone());
+            }
+        }
+        paths
+    }
+}

@@ -1,0 +1,129 @@
+//! `slipstream doctor`: checks this host, a config and a running slipstream against the traps
+//! of the field reports (file limits, listen queues, ephemeral ports, TIME_WAIT, conntrack,
+//! kernel drop counters, the proxy's own trap counters) and names each finding with its
+//! evidence and the exact fix. Reads only files under a proc root (injectable for tests) and
+//! the admin listener's `/status?format=json`.
+
+pub mod procfs;
+
+mod checks;
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::Config;
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// Loses connections or requests now, or will under load.
+    Critical,
+    /// Costs throughput or will bite at a larger scale.
+    Warning,
+    /// Checked and fine.
+    Ok,
+}
+
+impl Severity {
+    fn name(self) -> &'static str {
+        match self {
+            Severity::Critical => "critical",
+            Severity::Warning => "warning",
+            Severity::Ok => "ok",
+        }
+    }
+}
+
+/// One check's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// How bad it is.
+    pub severity: Severity,
+    /// A stable id: `nofile`, `somaxconn`, `syn_backlog`, `port_range`, `tw_reuse`,
+    /// `conntrack`, `listen_overflows`, `syncookies`, `tcp_memory`, `time_wait`, and `live_*`
+    /// for a running slipstream's counters.
+    pub check: &'static str,
+    /// What was found.
+    pub title: String,
+    /// The numbers behind it and where they were read.
+    pub evidence: String,
+    /// The exact change that removes it (empty when fine).
+    pub fix: String,
+}
+
+/// What `doctor` looks at.
+#[derive(Debug)]
+pub struct Inputs {
+    /// Where `/proc` is (`/proc`, or a test's directory).
+    pub proc_root: PathBuf,
+    /// The config to size the limits for (the defaults when `None`).
+    pub config: Option<Config>,
+    /// A running slipstream's admin address.
+    pub admin: Option<SocketAddr>,
+    /// How long to watch the kernel's counters move.
+    pub sample: Duration,
+}
+
+/// Runs every check; findings sorted worst first.
+pub fn examine(inputs: &Inputs) -> Vec<Finding> {
+    let mut findings = checks::host(inputs);
+    if let Some(admin) = inputs.admin {
+        findings.extend(checks::live(admin));
+    }
+    findings.sort_by_key(|f| f.severity);
+    findings
+}
+
+/// Whether any finding is critical (the exit status is 1 then).
+pub fn is_critical(findings: &[Finding]) -> bool {
+    findings.iter().any(|f| f.severity == Severity::Critical)
+}
+
+/// The findings as text, worst first.
+pub fn to_text(findings: &[Finding]) -> String {
+    let mut out = String::new();
+    for f in findings {
+        let _ = writeln!(
+            out,
+            "{:<8}  {:<16}  {}",
+            f.severity.name().to_uppercase(),
+            f.check,
+            f.title
+        );
+        if !f.evidence.is_empty() {
+            let _ = writeln!(out, "{:28}evidence: {}", "", f.evidence);
+        }
+        if !f.fix.is_empty() {
+            let _ = writeln!(out, "{:28}fix: {}", "", f.fix);
+        }
+    }
+    let critical = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Critical)
+        .count();
+    let warnings = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Warning)
+        .count();
+    let _ = writeln!(out, "{critical} critical, {warnings} warnings");
+    out
+}
+
+/// The findings as a JSON array.
+pub fn to_json(findings: &[Finding]) -> String {
+    let list: Vec<serde_json::Value> = findings
+        .iter()
+        .map(|f| {
+            serde_json::json!({
+                "severity": f.severity.name(),
+                "check": f.check,
+                "title": f.title,
+                "evidence": f.evidence,
+                "fix": f.fix,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(list).to_string()
+}

@@ -1,0 +1,83 @@
+//! `/status`: nginx's stub_status text, byte for byte (so existing dashboards and scripts that
+//! scrape it keep working), and a JSON form with more.
+
+use super::metrics::{Counter, Metrics};
+
+/// nginx's stub_status text: active connections, accepts, handled, requests, and connections
+/// reading, writing and waiting.
+pub fn stub_status(m: &Metrics) -> String {
+    let c = m.connections();
+    let accepts = m.total(Counter::ConnectionsAccepted);
+    let requests = m.total(Counter::Requests);
+    // Every accepted connection is handled: slipstream pauses accepting at its limit rather
+    // than accept and drop.
+    format!(
+        "Active connections: {} \nserver accepts handled requests\n {accepts} {accepts} {requests} \n\
+         Reading: {} Writing: {} Waiting: {} \n",
+        c.active, c.reading, c.writing, c.waiting
+    )
+}
+
+/// The JSON form: connections, requests by class, the traps' counters, reloads.
+pub fn json(m: &Metrics) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let c = m.connections();
+    let t = |c| m.total(c);
+    let process = &m.process;
+    let value = serde_json::json!({
+        "connections": {
+            "active": c.active,
+            "reading": c.reading,
+            "writing": c.writing,
+            "waiting": c.waiting,
+            "accepted": t(Counter::ConnectionsAccepted),
+            "handled": t(Counter::ConnectionsAccepted),
+            "accept_paused_at_limit": t(Counter::AcceptPaused),
+            "accept_errors": t(Counter::AcceptErrors),
+        },
+        "requests": {
+            "total": t(Counter::Requests),
+            "responses_ok": t(Counter::ResponsesOk),
+            "responses_4xx": t(Counter::Responses4xx),
+            "responses_5xx": t(Counter::Responses5xx),
+            "responses_5xx_generated": t(Counter::Responses5xxGenerated),
+            "responses_5xx_from_upstream": t(Counter::Responses5xxUpstream),
+            "client_closed_499": t(Counter::ClientClosed),
+        },
+        "upstream": {
+            "connects": t(Counter::UpstreamConnects),
+            "reused": t(Counter::UpstreamReused),
+            "connect_errors": t(Counter::UpstreamConnectErrors),
+            "ports_exhausted_eaddrnotavail": t(Counter::UpstreamPortsExhausted),
+            "no_live_servers": t(Counter::UpstreamNoLiveServers),
+            "queue_timeouts": t(Counter::UpstreamQueueTimeouts),
+        },
+        "access_log": {
+            "lines": t(Counter::AccessLogLines),
+            "dropped": t(Counter::AccessLogLinesDropped),
+        },
+        "config": {
+            "generation": process.generation.load(Relaxed),
+            "reloads_ok": process.reloads_ok.load(Relaxed),
+            "reloads_failed": process.reloads_failed.load(Relaxed),
+        },
+    });
+    let mut text = value.to_string();
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn stub_status_has_nginx_layout() {
+        let m = super::Metrics::default();
+        let shard = m.new_shard();
+        shard.add(super::Counter::ConnectionsAccepted, 3);
+        shard.add(super::Counter::Requests, 7);
+        assert_eq!(
+            super::stub_status(&m),
+            "Active connections: 0 \nserver accepts handled requests\n 3 3 7 \nReading: 0 Writing: 0 Waiting: 0 \n"
+        );
+    }
+}
