@@ -47,6 +47,8 @@ pub struct Worker {
     pub log: AccessLog,
     /// Where per-route figures are kept across config generations.
     routes: Arc<RouteRegistry>,
+    /// The published gauges of this worker's idle pooled connections, by address.
+    pool_gauges: RefCell<HashMap<Address, Arc<std::sync::atomic::AtomicU64>>>,
     /// The serial number of the next client connection (with the worker id, its log id).
     pub next_connection: Cell<u64>,
     /// Becomes true when the process starts shutting down.
@@ -142,6 +144,7 @@ impl Worker {
             log,
             routes,
             next_connection: Cell::new(0),
+            pool_gauges: RefCell::default(),
             shutdown,
             active: Cell::new(0),
             connection_closed: Notify::new(),
@@ -205,6 +208,22 @@ impl Worker {
             None => {
                 sizes.insert(server.clone(), size);
             }
+        }
+    }
+
+    /// Publishes the idle pooled connections per server (once a second, for `/metrics`).
+    pub fn publish_pool(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let counts = self.upstreams.idle_counts();
+        let mut gauges = self.pool_gauges.borrow_mut();
+        for gauge in gauges.values() {
+            gauge.store(0, Relaxed);
+        }
+        for (addr, n) in counts {
+            let gauge = gauges
+                .entry(addr)
+                .or_insert_with_key(|a| self.fleet.pools.gauge(self.id, a));
+            gauge.store(n as u64, Relaxed);
         }
     }
 

@@ -64,19 +64,19 @@ impl Default for ErrorLog {
 
 /// The logging keys at the top of the file.
 #[derive(Default)]
-pub(super) struct FileLogKeys {
-    pub(super) access_log: Option<Spanned<String>>,
-    pub(super) access_log_format: Option<Spanned<String>>,
-    pub(super) error_log: Option<String>,
-    pub(super) error_log_level: Option<Spanned<String>>,
-    pub(super) error_log_format: Option<Spanned<String>>,
+struct FileLogKeys {
+    access_log: Option<Spanned<String>>,
+    access_log_format: Option<Spanned<String>>,
+    error_log: Option<String>,
+    error_log_level: Option<Spanned<String>>,
+    error_log_format: Option<Spanned<String>>,
 }
 
 /// A site's access-log keys.
 #[derive(Default)]
-pub(super) struct FileSiteLog {
-    pub(super) access_log: Option<Spanned<String>>,
-    pub(super) access_log_format: Option<Spanned<String>>,
+struct FileSiteLog {
+    access_log: Option<Spanned<String>>,
+    access_log_format: Option<Spanned<String>>,
 }
 
 /// A site's access log.
@@ -92,6 +92,34 @@ pub enum SiteAccessLog {
 }
 
 impl Validator<'_> {
+    /// The top-level access log, each site's, and the error log.
+    pub(super) fn build_logs(
+        &mut self,
+        raw: &super::FileConfig,
+    ) -> (Option<AccessLogTarget>, Vec<SiteAccessLog>, ErrorLog) {
+        let keys = FileLogKeys {
+            access_log: raw.access_log.clone(),
+            access_log_format: raw.access_log_format.clone(),
+            error_log: raw.error_log.clone(),
+            error_log_level: raw.error_log_level.clone(),
+            error_log_format: raw.error_log_format.clone(),
+        };
+        let access_log = self.build_access_log(&keys);
+        let site_access_logs = raw
+            .sites
+            .iter()
+            .map(|s| {
+                let site = FileSiteLog {
+                    access_log: s.access_log.clone(),
+                    access_log_format: s.access_log_format.clone(),
+                };
+                self.build_site_log(&site, access_log.as_ref())
+            })
+            .collect();
+        let error_log = self.build_error_log(&keys);
+        (access_log, site_access_logs, error_log)
+    }
+
     /// The access-log target of `path` (`off`: none) in `format` (or `inherited`).
     fn access_log_target(
         &mut self,
@@ -128,7 +156,7 @@ impl Validator<'_> {
     }
 
     /// The top-level access log (none when the key is absent or `off`).
-    pub(super) fn build_access_log(&mut self, keys: &FileLogKeys) -> Option<AccessLogTarget> {
+    fn build_access_log(&mut self, keys: &FileLogKeys) -> Option<AccessLogTarget> {
         match &keys.access_log {
             Some(path) => self.access_log_target(path, keys.access_log_format.as_ref(), None),
             None => {
@@ -141,7 +169,7 @@ impl Validator<'_> {
     }
 
     /// A site's access log: `None` when it says nothing (the top-level log applies).
-    pub(super) fn build_site_log(
+    fn build_site_log(
         &mut self,
         site: &FileSiteLog,
         top: Option<&AccessLogTarget>,
@@ -162,7 +190,7 @@ impl Validator<'_> {
     }
 
     /// The error-log keys.
-    pub(super) fn build_error_log(&mut self, keys: &FileLogKeys) -> ErrorLog {
+    fn build_error_log(&mut self, keys: &FileLogKeys) -> ErrorLog {
         let level = match &keys.error_log_level {
             Some(l) => Level::parse(l.get_ref()).unwrap_or_else(|| {
                 let message = "error_log_level is one of \"error\", \"warn\", \"info\", \"debug\"";

@@ -13,7 +13,7 @@ use toml::Spanned;
 
 use crate::observe::access_log::AccessLogTarget;
 use crate::routing::{Router, RouterBuilder, Target, UpstreamTarget};
-use logs::{ErrorLog, FileLogKeys, FileSiteLog, SiteAccessLog};
+use logs::{ErrorLog, SiteAccessLog};
 
 pub mod fastcgi;
 pub mod files;
@@ -439,7 +439,7 @@ impl Validator<'_> {
     }
 
     fn build(&mut self, raw: FileConfig) -> Config {
-        let workers = match raw.workers {
+        let workers = match &raw.workers {
             Some(w) if *w.get_ref() == 0 || *w.get_ref() > 1024 => {
                 self.error(w.span().start, "workers must be between 1 and 1024");
                 1
@@ -488,26 +488,7 @@ impl Validator<'_> {
         let upstreams = self.build_upstreams(&raw.upstreams);
         let mut file_routes = Vec::new();
         let mut route_params = Vec::new();
-        let keys = FileLogKeys {
-            access_log: raw.access_log.clone(),
-            access_log_format: raw.access_log_format.clone(),
-            error_log: raw.error_log.clone(),
-            error_log_level: raw.error_log_level.clone(),
-            error_log_format: raw.error_log_format.clone(),
-        };
-        let access_log = self.build_access_log(&keys);
-        let site_access_logs = raw
-            .sites
-            .iter()
-            .map(|s| {
-                let site = FileSiteLog {
-                    access_log: s.access_log.clone(),
-                    access_log_format: s.access_log_format.clone(),
-                };
-                self.build_site_log(&site, access_log.as_ref())
-            })
-            .collect();
-        let error_log = self.build_error_log(&keys);
+        let (access_log, site_access_logs, error_log) = self.build_logs(&raw);
         let router = self.build_router(
             &raw.sites,
             &upstreams,

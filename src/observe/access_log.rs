@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::log_format::{write_line, Clock, Entry, LogFormat};
 use super::metrics::{Counter, Shard};
@@ -105,9 +106,20 @@ impl LogWriter {
         }
     }
 
-    /// Waits until every buffer has been dropped and everything is written.
-    pub fn finish(self) {
+    /// Waits until every buffer has been dropped and everything is written, or `limit` has
+    /// passed (a log nobody reads must not hold the process up: what is left is lost, and said).
+    pub fn finish(self, limit: Duration) {
         drop(self.sender);
+        let deadline = Instant::now() + limit;
+        while !self.thread.is_finished() {
+            if Instant::now() >= deadline {
+                let left = self.pending.load(Ordering::Relaxed);
+                return tracing::error!(
+                    "access log: {left} bytes not written at exit (the file does not take them)"
+                );
+            }
+            std::thread::park_timeout(Duration::from_millis(10));
+        }
         let _ = self.thread.join();
     }
 }

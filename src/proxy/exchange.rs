@@ -25,6 +25,7 @@ use crate::observe::metrics::Counter;
 use crate::routing::UpstreamTarget;
 use crate::upstream::connect::connect;
 use crate::upstream::pool::Obtained;
+use crate::upstream::stats::ServerStats;
 use crate::upstream::{Balancer, Lease};
 
 /// Sends the request to the route's upstream group and relays the response. Every server tried
@@ -137,6 +138,9 @@ pub(super) fn settle(
             Ok(outcome)
         }
         Ok(outcome) => {
+            if let Some(micros) = cx.since_try() {
+                lease.stats().response_time.observe(micros);
+            }
             lease.succeeded();
             Ok(outcome)
         }
@@ -197,16 +201,19 @@ async fn obtain(
 pub(super) async fn on_connection(
     cx: &Ctx<'_>,
     group: &UpstreamGroup,
-    server: &Address,
+    lease: &Lease,
     client: &mut Client,
     body_in_hand: bool,
     mut send: impl AsyncFnMut(&mut Client, &mut Conn) -> Result<Vec<u8>, Error>,
 ) -> Result<(Conn, Vec<u8>), Error> {
     let counters = &cx.worker.counters;
+    let server = lease.addr();
+    let stats = lease.stats();
     let slot = match obtain(cx, group, server, &client.stream).await? {
         Obtained::Reused(stream, slot) => {
             cx.mark_connected();
             counters.inc(Counter::UpstreamReused);
+            ServerStats::bump(&stats.reused);
             let server = server.clone();
             let mut conn = Conn {
                 server,
@@ -228,7 +235,7 @@ pub(super) async fn on_connection(
         }
         Obtained::Open(slot) => slot,
     };
-    let stream = connect(server, group.connect_timeout, counters).await?;
+    let stream = connect(server, group.connect_timeout, counters, stats).await?;
     cx.mark_connected();
     let server = server.clone();
     let mut conn = Conn {
@@ -264,8 +271,7 @@ impl Attempt<'_> {
         let send = async |client: &mut Client, conn: &mut Conn| {
             self.send(cx, client, buf, conn, body).await
         };
-        let server = self.lease.addr();
-        on_connection(cx, self.group, server, client, self.body_in_hand, send).await
+        on_connection(cx, self.group, self.lease, client, self.body_in_hand, send).await
     }
 
     /// Sends the head, the buffered body bytes and the rest of the body, then waits for the

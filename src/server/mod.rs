@@ -211,7 +211,7 @@ impl Server {
             let _ = t.join();
         }
         if let Some(log) = self.log.take() {
-            log.finish();
+            log.finish(self.shared.current().limits.drain_timeout);
         }
     }
 }

@@ -294,6 +294,11 @@ impl Lease {
         &self.peer.addr
     }
 
+    /// This worker's figures for the chosen server.
+    pub fn stats(&self) -> &super::stats::ServerStats {
+        &self.peer.stats
+    }
+
     /// Records the time the server took to start answering (feeds P2C).
     pub fn observe_latency(&self, took: Duration) {
         self.peer.observe_latency(took, Instant::now());

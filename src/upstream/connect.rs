@@ -9,28 +9,42 @@ use tokio::net::{TcpStream, UnixStream};
 use crate::error::{Error, Kind};
 use crate::net::Stream;
 use crate::observe::metrics::{Counter, Shard};
+use crate::upstream::stats::{ConnectErrno, ServerStats};
 
-/// Opens a new connection to an upstream server, counting failures by kind.
-pub async fn connect(addr: &Address, timeout: Duration, counters: &Shard) -> Result<Stream, Error> {
+/// Opens a new upstream connection, counting it and its failures by kind and errno (in the
+/// worker's counters and the server's figures).
+pub async fn connect(
+    addr: &Address,
+    timeout: Duration,
+    counters: &Shard,
+    stats: &ServerStats,
+) -> Result<Stream, Error> {
     counters.inc(Counter::UpstreamConnects);
-    let kind = match tokio::time::timeout(timeout, open(addr)).await {
+    ServerStats::bump(&stats.connects);
+    let error = match tokio::time::timeout(timeout, open(addr)).await {
         Ok(Ok(stream)) => return Ok(stream),
-        Ok(Err(e)) => {
-            if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
-                counters.inc(Counter::UpstreamPortsExhausted);
-                tracing::error!(%addr, "cannot connect upstream: ephemeral ports exhausted (EADDRNOTAVAIL); raise the upstream keepalive pool or net.ipv4.ip_local_port_range");
-                Kind::PortsExhausted
-            } else if e.kind() == std::io::ErrorKind::ConnectionRefused
-                || e.kind() == std::io::ErrorKind::NotFound
-            {
-                tracing::debug!(%addr, "upstream refused the connection");
-                Kind::ConnectRefused
-            } else {
-                tracing::warn!(%addr, "upstream connect failed: {e}");
-                Kind::ConnectFailed
-            }
+        Ok(Err(e)) => Some(e),
+        Err(_) => None,
+    };
+    ServerStats::bump(&stats.connect_errors[ConnectErrno::of(error.as_ref()) as usize]);
+    let kind = match error {
+        Some(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {
+            counters.inc(Counter::UpstreamPortsExhausted);
+            tracing::error!(%addr, "cannot connect upstream: ephemeral ports exhausted (EADDRNOTAVAIL); raise the upstream keepalive pool or net.ipv4.ip_local_port_range");
+            Kind::PortsExhausted
         }
-        Err(_) => Kind::ConnectTimeout,
+        Some(e)
+            if e.kind() == std::io::ErrorKind::ConnectionRefused
+                || e.kind() == std::io::ErrorKind::NotFound =>
+        {
+            tracing::debug!(%addr, "upstream refused the connection");
+            Kind::ConnectRefused
+        }
+        Some(e) => {
+            tracing::warn!(%addr, "upstream connect failed: {e}");
+            Kind::ConnectFailed
+        }
+        None => Kind::ConnectTimeout,
     };
     counters.inc(Counter::UpstreamConnectErrors);
     Err(Error::connect(kind))

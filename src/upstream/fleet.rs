@@ -92,6 +92,8 @@ pub struct Fleet {
     pub checks: Mutex<HashMap<(String, Address), CheckRecord>>,
     /// Every worker's per-server figures.
     pub stats: StatsRegistry,
+    /// Every worker's idle pooled connections per address.
+    pub pools: super::stats::PoolRegistry,
 }
 
 impl Fleet {
@@ -102,6 +104,7 @@ impl Fleet {
             table: ArcSwap::from_pointee(table),
             checks: Mutex::default(),
             stats: StatsRegistry::default(),
+            pools: Default::default(),
         }
     }
 

@@ -235,6 +235,12 @@ impl UpstreamPool {
         drop(closed);
     }
 
+    /// Idle connections held, by server.
+    pub fn idle_counts(&self) -> Vec<(Address, usize)> {
+        let idle = self.idle.borrow();
+        idle.iter().map(|(a, l)| (a.clone(), l.len())).collect()
+    }
+
     /// Idle connections held, over all servers.
     pub fn len(&self) -> usize {
         self.idle.borrow().values().map(Vec::len).sum()

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use super::Fleet;
 use crate::config::Config;
 use crate::error::Kind;
+use crate::observe::histogram::{Histogram, Totals};
 
 /// Why a request on a server failed, as the metrics name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumCount, strum::EnumIter)]
@@ -56,9 +57,67 @@ impl Failure {
     }
 }
 
+/// Why a connect failed, by errno, as the metrics name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumCount, strum::EnumIter)]
+pub enum ConnectErrno {
+    /// Nothing listens (or a unix socket path without a listener).
+    Econnrefused,
+    /// No answer within `connect_timeout`.
+    Etimedout,
+    /// No local port free: ephemeral ports exhausted.
+    Eaddrnotavail,
+    /// A unix socket path that does not exist.
+    Enoent,
+    /// No route to the host or its network.
+    Ehostunreach,
+    /// Out of file descriptors.
+    Emfile,
+    /// Anything else.
+    Other,
+}
+
+impl ConnectErrno {
+    /// The errno of a failed connect (`None`: it timed out).
+    pub fn of(e: Option<&std::io::Error>) -> ConnectErrno {
+        let Some(e) = e else {
+            return ConnectErrno::Etimedout;
+        };
+        match e.raw_os_error() {
+            Some(libc::ECONNREFUSED) => ConnectErrno::Econnrefused,
+            Some(libc::ETIMEDOUT) => ConnectErrno::Etimedout,
+            Some(libc::EADDRNOTAVAIL) => ConnectErrno::Eaddrnotavail,
+            Some(libc::ENOENT) => ConnectErrno::Enoent,
+            Some(libc::EHOSTUNREACH | libc::ENETUNREACH) => ConnectErrno::Ehostunreach,
+            Some(libc::EMFILE | libc::ENFILE) => ConnectErrno::Emfile,
+            _ => ConnectErrno::Other,
+        }
+    }
+
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            ConnectErrno::Econnrefused => "ECONNREFUSED",
+            ConnectErrno::Etimedout => "ETIMEDOUT",
+            ConnectErrno::Eaddrnotavail => "EADDRNOTAVAIL",
+            ConnectErrno::Enoent => "ENOENT",
+            ConnectErrno::Ehostunreach => "EHOSTUNREACH",
+            ConnectErrno::Emfile => "EMFILE",
+            ConnectErrno::Other => "other",
+        }
+    }
+}
+
 /// One worker's figures for one server.
 #[derive(Debug, Default)]
 pub struct ServerStats {
+    /// New connections opened.
+    pub connects: AtomicU64,
+    /// Requests sent on a pooled connection.
+    pub reused: AtomicU64,
+    /// Failed connects, by [`ConnectErrno`] index.
+    pub connect_errors: [AtomicU64; <ConnectErrno as strum::EnumCount>::COUNT],
+    /// Time to each response's end (successful responses).
+    pub response_time: Histogram,
     /// Requests sent (tries, retries included).
     pub requests: AtomicU64,
     /// Requests now in flight.
@@ -129,6 +188,7 @@ impl StatsRegistry {
 /// Appends the per-server lines to a Prometheus exposition: state, requests, in flight,
 /// failures by kind, ejections and active-check results, by group and server.
 pub fn render(fleet: &Fleet, config: &Config, out: &mut String) {
+    fleet.pools.render(out);
     let table = fleet.table();
     let checks = fleet
         .checks
@@ -178,6 +238,7 @@ pub fn render(fleet: &Fleet, config: &Config, out: &mut String) {
             out,
             "slipstream_upstream_server_ejections_total{{{labels}}} {ejections}"
         );
+        render_connections(out, &labels, workers);
         for f in <Failure as strum::IntoEnumIterator>::iter() {
             let n = sum(&|s| s.failures[f as usize].load(Ordering::Relaxed));
             let kind = f.label();
@@ -201,4 +262,89 @@ pub fn render(fleet: &Fleet, config: &Config, out: &mut String) {
             );
         }
     });
+}
+
+/// Connects, reuse, connect errors by errno, pool idle and the response-time histogram of one
+/// server.
+fn render_connections(out: &mut String, labels: &str, workers: &[(usize, Arc<ServerStats>)]) {
+    let sum = |f: &dyn Fn(&ServerStats) -> u64| -> u64 { workers.iter().map(|(_, s)| f(s)).sum() };
+    let connects = sum(&|s| s.connects.load(Ordering::Relaxed));
+    let reused = sum(&|s| s.reused.load(Ordering::Relaxed));
+    let _ = writeln!(
+        out,
+        "slipstream_upstream_server_connects_total{{{labels}}} {connects}"
+    );
+    let _ = writeln!(
+        out,
+        "slipstream_upstream_server_reused_total{{{labels}}} {reused}"
+    );
+    let ratio = if connects + reused == 0 {
+        0.0
+    } else {
+        reused as f64 / (connects + reused) as f64
+    };
+    let _ = writeln!(
+        out,
+        "slipstream_upstream_server_reuse_ratio{{{labels}}} {ratio}"
+    );
+    for e in <ConnectErrno as strum::IntoEnumIterator>::iter() {
+        let n = sum(&|s| s.connect_errors[e as usize].load(Ordering::Relaxed));
+        let errno = e.label();
+        let _ = writeln!(
+            out,
+            "slipstream_upstream_server_connect_errors_total{{{labels},errno=\"{errno}\"}} {n}"
+        );
+    }
+    let mut t = Totals::default();
+    for (_, s) in workers {
+        t.add(&s.response_time);
+    }
+    t.render(out, "slipstream_upstream_server_response_seconds", labels);
+}
+
+/// Each worker's idle pooled connections per server address, published once a second by the
+/// worker's housekeeping (a gauge per worker and address; the registry lock is taken only when
+/// a worker first pools a connection to an address).
+#[derive(Debug, Default)]
+pub struct PoolRegistry {
+    entries: Mutex<BTreeMap<Address, Vec<WorkerGauge>>>,
+}
+
+/// A worker's gauge.
+type WorkerGauge = (usize, Arc<AtomicU64>);
+
+impl PoolRegistry {
+    /// The gauge of `worker`'s idle connections to `addr`.
+    pub fn gauge(&self, worker: usize, addr: &Address) -> Arc<AtomicU64> {
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let list = entries.entry(addr.clone()).or_default();
+        if let Some((_, g)) = list.iter().find(|(w, _)| *w == worker) {
+            return g.clone();
+        }
+        let g = Arc::new(AtomicU64::new(0));
+        list.push((worker, g.clone()));
+        g
+    }
+
+    /// Appends `slipstream_upstream_pool_idle_connections` by server.
+    pub fn render(&self, out: &mut String) {
+        let entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = writeln!(
+            out,
+            "# TYPE slipstream_upstream_pool_idle_connections gauge"
+        );
+        for (addr, list) in entries.iter() {
+            let n: u64 = list.iter().map(|(_, g)| g.load(Ordering::Relaxed)).sum();
+            let _ = writeln!(
+                out,
+                "slipstream_upstream_pool_idle_connections{{server=\"{addr}\"}} {n}"
+            );
+        }
+    }
 }

@@ -10,5 +10,6 @@ mod framing;
 mod fuzz_seeds;
 mod large_bodies;
 mod lifecycle;
+mod observe;
 mod proxy_http1;
 mod support;

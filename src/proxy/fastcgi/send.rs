@@ -31,7 +31,7 @@ pub(super) async fn attempt(
 ) -> Result<(Conn, Vec<u8>), Error> {
     let send =
         async |client: &mut Client, conn: &mut Conn| send(cx, group, client, request, conn).await;
-    on_connection(cx, group, lease.addr(), client, request.in_hand(), send).await
+    on_connection(cx, group, lease, client, request.in_hand(), send).await
 }
 
 /// Writes the records, streams the rest of the body, and reads the first response bytes.
