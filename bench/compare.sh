@@ -3,11 +3,14 @@
 #
 # wrk -> proxy -> nginx origin serving 0 B, 1 KB and 91 KB files, all on loopback. Proxies:
 #   slipstream      `slipstream proxy` with defaults (one worker, for fairness on 2 cores)
-#   slipstream-log  the same with --access-log (nginx logs by default; this shows what our
-#                   buffered, off-the-request-path log costs)
+#   slipstream-log  the same with --access-log (nginx's combined format, the default): what the
+#                   per-worker buffered log written by one thread costs (target: <= 3% req/s)
 #   nginx-default   the field report's config (upstream keepalive, HTTP/1.1 upstream, unbuffered
 #                   access log) with nginx's default proxy buffers (8 x 4k)
 #   nginx-tuned     the same with the report's fix: proxy_buffers 4 128k, buffered access log
+#   nginx-nolog     nginx-tuned without an access log
+#   nginx-unbuflog  nginx-tuned with the report's unbuffered access log: with nginx-nolog and
+#                   nginx-tuned, what nginx's log costs unbuffered and buffered
 #   haproxy         mode http, one thread, keep-alive and connection reuse (its defaults)
 #   slipstream-base with BASELINE=/path/to/slipstream: another build of slipstream (before a
 #                   change), measured in the same rounds as the current one
@@ -27,7 +30,7 @@ CONNS=${2:-50}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-bench}
 ORIGIN=18000 SLIP=18001 NGX_DEF=18002 NGX_TUNED=18003 HAP=18004 SLIP_LOG=18005
-SLIP_BASE=18006 FLOOR_EPOLL=18007 FLOOR_URING=18008
+SLIP_BASE=18006 FLOOR_EPOLL=18007 FLOOR_URING=18008 NGX_NOLOG=18009 NGX_UNBUF=18010
 FLOOR_SRC=${FLOOR_SRC:-$ROOT/../shared/floor}
 
 # shellcheck source=bench/lib.sh
@@ -52,6 +55,10 @@ write_proxy_conf "$WORK/nginx-default.conf" $NGX_DEF $ORIGIN \
 write_proxy_conf "$WORK/nginx-tuned.conf" $NGX_TUNED $ORIGIN \
     "$LOG_FORMAT access_log $WORK/logs/tuned-access.log main buffer=64k flush=1s;" \
     "$FORWARD proxy_buffers 4 128k;"
+write_proxy_conf "$WORK/nginx-nolog.conf" $NGX_NOLOG $ORIGIN "access_log off;" \
+    "$FORWARD proxy_buffers 4 128k;"
+write_proxy_conf "$WORK/nginx-unbuflog.conf" $NGX_UNBUF $ORIGIN \
+    "$LOG_FORMAT access_log $WORK/logs/unbuf-access.log main;" "$FORWARD proxy_buffers 4 128k;"
 {
     haproxy_head 1 "option forwardfor"
     cat <<EOF
@@ -66,6 +73,8 @@ EOF
 nginx -c "$WORK/origin.conf" & PIDS+=($!)
 nginx -c "$WORK/nginx-default.conf" & PIDS+=($!)
 nginx -c "$WORK/nginx-tuned.conf" & PIDS+=($!)
+nginx -c "$WORK/nginx-nolog.conf" & PIDS+=($!)
+nginx -c "$WORK/nginx-unbuflog.conf" & PIDS+=($!)
 haproxy -f "$WORK/haproxy.cfg" -db & PIDS+=($!)
 "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP --upstream 127.0.0.1:$ORIGIN --workers 1 2>"$WORK/logs/slipstream.log" & PIDS+=($!)
 SLIP_PID=$!
@@ -128,7 +137,7 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
 }
 
 ROUNDS=${ROUNDS:-2}
-TARGETS=(direct:$ORIGIN slipstream:$SLIP slipstream-base:$SLIP_BASE slipstream-log:$SLIP_LOG nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED haproxy:$HAP floor-epoll:$FLOOR_EPOLL floor-uring:$FLOOR_URING)
+TARGETS=(direct:$ORIGIN slipstream:$SLIP slipstream-base:$SLIP_BASE slipstream-log:$SLIP_LOG nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED nginx-nolog:$NGX_NOLOG nginx-unbuflog:$NGX_UNBUF haproxy:$HAP floor-epoll:$FLOOR_EPOLL floor-uring:$FLOOR_URING)
 DEFAULT_PROXIES="slipstream ${BASELINE:+slipstream-base} slipstream-log nginx-default nginx-tuned haproxy $FLOORS"
 selected() { case " direct ${PROXIES:-$DEFAULT_PROXIES} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 

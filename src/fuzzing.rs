@@ -361,3 +361,93 @@ pub fn fastcgi_params(data: &[u8]) {
         assert!(names.contains(&var.as_bytes()), "{var} missing");
     }
 }
+
+/// An access-log format and request fields: a format string parses or is refused with a reason;
+/// every line written is one line (the only newline ends it), and a `json` line parses as JSON
+/// whatever bytes the request held. The data is the format, a NUL, then the field bytes.
+pub fn log_format(data: &[u8]) {
+    use crate::observe::log_format::{write_line, Clock, Entry, LogFormat};
+    let (format, fields) = match data.iter().position(|b| *b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    let Ok(format) = std::str::from_utf8(format) else {
+        return;
+    };
+    let mut parts = fields.splitn(4, |b| *b == b'\n');
+    let mut next = || parts.next().unwrap_or_default();
+    let (method, target, agent, referer) = (next(), next(), next(), next());
+    let entry = Entry {
+        client: std::net::Ipv4Addr::LOCALHOST.into(),
+        method,
+        target,
+        minor_version: 1,
+        status: 200,
+        bytes: fields.len() as u64,
+        micros: u64::from(fields.first().copied().unwrap_or(0)) * 12345,
+        host: referer,
+        user_agent: agent,
+        referer,
+        upstreams: &[],
+        upstream_times: &[],
+        site: "fuzz",
+        request_id: "",
+        connection: (0, 1),
+    };
+    let mut clock = Clock::default();
+    clock.tick();
+    let formats = match LogFormat::parse(format) {
+        Ok(f) => vec![f, LogFormat::Json, LogFormat::combined()],
+        Err(reason) => {
+            assert!(!reason.is_empty());
+            vec![LogFormat::Json, LogFormat::combined()]
+        }
+    };
+    for f in formats {
+        let mut out = Vec::new();
+        write_line(&mut out, &f, &entry, &clock);
+        let newline = out.iter().position(|b| *b == b'\n');
+        // A template's own text may hold newlines; values never add one.
+        if !format.contains('\n') || f != LogFormat::parse(format).unwrap_or(LogFormat::Json) {
+            assert_eq!(
+                newline,
+                Some(out.len() - 1),
+                "{:?}",
+                String::from_utf8_lossy(&out)
+            );
+        }
+        if f == LogFormat::Json {
+            let v: serde_json::Value = serde_json::from_slice(&out).expect("json line parses");
+            assert!(v.is_object());
+        }
+    }
+}
+
+/// The kernel files doctor reads: never panic, and a port range read is ordered. The first
+/// byte picks the parser.
+pub fn proc_files(data: &[u8]) {
+    use crate::observe::doctor::procfs;
+    let Some((which, text)) = data.split_first() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(text);
+    match which % 5 {
+        0 => {
+            let _ = procfs::open_files_limit(&text);
+        }
+        1 => {
+            let _ = procfs::netstat(&text);
+        }
+        2 => {
+            let _ = procfs::time_wait(&text);
+        }
+        3 => {
+            if let Some((lo, hi)) = procfs::port_range(&text) {
+                assert!(lo <= hi);
+            }
+        }
+        _ => {
+            let _ = procfs::number(&text);
+        }
+    }
+}

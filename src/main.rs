@@ -117,8 +117,8 @@ struct ObserveArgs {
     /// Access log format: combined (nginx's, the default), json, or a template of $fields.
     #[arg(long, default_value = "combined")]
     access_log_format: String,
-    /// Serve /metrics, /status and /health on this address (e.g. 127.0.0.1:9090).
-    #[arg(long, value_parser = parse_addr)]
+    /// Serve /metrics, /status and /health on this address; a bare port binds 127.0.0.1.
+    #[arg(long, value_parser = parse_admin)]
     admin: Option<SocketAddr>,
 }
 
@@ -189,6 +189,14 @@ fn proxy_config(
         front_controller,
         workers,
     ))
+}
+
+/// An admin address: `HOST:PORT`, or a bare port on loopback.
+fn parse_admin(s: &str) -> Result<SocketAddr, String> {
+    match s.parse::<u16>() {
+        Ok(port) => Ok(SocketAddr::from(([127, 0, 0, 1], port))),
+        Err(_) => parse_addr(s),
+    }
 }
 
 fn parse_addr(s: &str) -> Result<SocketAddr, String> {
@@ -303,7 +311,10 @@ fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Result
         tracing::info!("listening on {addr} with {workers} workers");
     }
     if let Some(addr) = server.admin_addr() {
-        tracing::info!("admin listening on {addr}");
+        tracing::info!("admin listening on {addr} (/metrics, /status, /health)");
+        if !addr.ip().is_loopback() {
+            tracing::warn!("the admin listener {addr} is reachable from other hosts: its pages show upstream addresses and traffic; bind it to 127.0.0.1 unless a firewall guards it");
+        }
     }
     rt.block_on(async {
         loop {
@@ -374,7 +385,9 @@ fn doctor_command(
     };
     let inputs = doctor::Inputs {
         proc_root,
-        config,
+        demand: config
+            .as_ref()
+            .map_or_else(Config::default_demand, Config::demand),
         admin,
         sample: std::time::Duration::from_secs(sample),
     };

@@ -7,60 +7,11 @@ use std::sync::Arc;
 use toml::Spanned;
 
 use super::{Config, Validator};
+use crate::net::Address;
 use crate::observe::access_log::AccessLogTarget;
+use crate::observe::doctor::Demand;
+use crate::observe::error_log::{ErrorLog, Level};
 use crate::observe::log_format::LogFormat;
-
-/// How much the error log says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    /// Faults that lose requests.
-    Error,
-    /// Faults worked around (a retry, an ejection) and traps hit.
-    Warn,
-    /// Lifecycle: start, reload, shutdown (the default).
-    Info,
-    /// Every refused request and closed connection.
-    Debug,
-}
-
-impl Level {
-    /// Its name in the config and in lines.
-    pub fn name(self) -> &'static str {
-        match self {
-            Level::Error => "error",
-            Level::Warn => "warn",
-            Level::Info => "info",
-            Level::Debug => "debug",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Level> {
-        [Level::Error, Level::Warn, Level::Info, Level::Debug]
-            .into_iter()
-            .find(|l| l.name() == s)
-    }
-}
-
-/// Where the error log goes and what it holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ErrorLog {
-    /// A file to append to; standard error when `None`.
-    pub path: Option<PathBuf>,
-    /// Least severe level written.
-    pub level: Level,
-    /// One JSON object per line instead of text.
-    pub json: bool,
-}
-
-impl Default for ErrorLog {
-    fn default() -> Self {
-        ErrorLog {
-            path: None,
-            level: Level::Info,
-            json: false,
-        }
-    }
-}
 
 /// The logging keys at the top of the file.
 #[derive(Default)]
@@ -244,5 +195,51 @@ impl Config {
             }
         }
         paths
+    }
+}
+
+impl Config {
+    /// What this config asks of the host, for `slipstream doctor`.
+    pub fn demand(&self) -> Demand {
+        let servers = self.upstreams.iter().flat_map(|g| g.servers.iter());
+        let remote = servers.clone().any(|s| {
+            s.addrs.iter().any(|a| match a {
+                Address::Tcp(a) => !a.ip().is_loopback(),
+                Address::Unix(_) => false,
+            })
+        });
+        let workers = self.workers.max(1);
+        Demand {
+            connections: self
+                .listeners
+                .iter()
+                .map(|l| l.max_connections as u64)
+                .sum(),
+            backlog: self
+                .listeners
+                .iter()
+                .map(|l| u64::from(l.backlog))
+                .max()
+                .unwrap_or(0),
+            pool_per_server: self
+                .upstreams
+                .iter()
+                .map(|g| (g.keepalive * workers) as u64)
+                .max()
+                .unwrap_or(0),
+            remote_upstreams: remote,
+            upstreams: servers.count() > 0,
+        }
+    }
+
+    /// What slipstream asks of the host with no config: one listener with the defaults.
+    pub fn default_demand() -> Demand {
+        Demand {
+            connections: super::DEFAULT_MAX_CONNECTIONS as u64,
+            backlog: u64::from(super::DEFAULT_BACKLOG),
+            pool_per_server: 0,
+            remote_upstreams: false,
+            upstreams: false,
+        }
     }
 }

@@ -12,8 +12,9 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::observe::access_log::AccessLogTarget;
+pub use crate::observe::error_log::ErrorLog;
 use crate::routing::{Router, RouterBuilder, Target, UpstreamTarget};
-use logs::{ErrorLog, SiteAccessLog};
+use logs::SiteAccessLog;
 
 pub mod fastcgi;
 pub mod files;
@@ -498,7 +499,14 @@ impl Validator<'_> {
             },
         );
         let files = self.build_files_settings(&raw.files);
-        let admin = raw.admin.as_ref().and_then(|a| self.socket_addr(a));
+        // A bare port binds to loopback: the admin pages are for this host.
+        let admin = raw
+            .admin
+            .as_ref()
+            .and_then(|a| match a.get_ref().parse::<u16>() {
+                Ok(port) => Some(SocketAddr::from(([127, 0, 0, 1], port))),
+                Err(_) => self.socket_addr(a),
+            });
 
         Config {
             workers,

@@ -16,12 +16,63 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use tracing::field::{Field, Visit};
-use tracing::{Event, Level, Subscriber};
+use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::config::logs::ErrorLog;
+/// How much the error log says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Faults that lose requests.
+    Error,
+    /// Faults worked around (a retry, an ejection) and traps hit.
+    Warn,
+    /// Lifecycle: start, reload, shutdown (the default).
+    Info,
+    /// Every refused request and closed connection.
+    Debug,
+}
+
+impl Level {
+    /// Its name in the config and in lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Error => "error",
+            Level::Warn => "warn",
+            Level::Info => "info",
+            Level::Debug => "debug",
+        }
+    }
+
+    /// The level named `s`.
+    pub fn parse(s: &str) -> Option<Level> {
+        [Level::Error, Level::Warn, Level::Info, Level::Debug]
+            .into_iter()
+            .find(|l| l.name() == s)
+    }
+}
+
+/// Where the error log goes and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorLog {
+    /// A file to append to; standard error when `None`.
+    pub path: Option<PathBuf>,
+    /// Least severe level written.
+    pub level: Level,
+    /// One JSON object per line instead of text.
+    pub json: bool,
+}
+
+impl Default for ErrorLog {
+    fn default() -> Self {
+        ErrorLog {
+            path: None,
+            level: Level::Info,
+            json: false,
+        }
+    }
+}
 
 /// How long a repeated message stays quiet after it was written.
 const WINDOW: Duration = Duration::from_secs(1);
@@ -182,7 +233,7 @@ impl Fields {
     }
 
     /// The message with its non-context fields: equal keys are repeats.
-    fn key(&self, level: &Level) -> String {
+    fn key(&self, level: &tracing::Level) -> String {
         let mut key = format!("{level} {}", self.message);
         for (name, value) in &self.other {
             let _ = write!(key, " {name}={value}");
@@ -223,12 +274,12 @@ impl Sink {
             ..Fields::default()
         };
         fields.other.clear();
-        let level = level.parse().unwrap_or(Level::WARN);
+        let level = level.parse().unwrap_or(tracing::Level::WARN);
         let line = self.format(&level, &fields);
         self.write(line.as_bytes());
     }
 
-    fn format(&self, level: &Level, f: &Fields) -> String {
+    fn format(&self, level: &tracing::Level, f: &Fields) -> String {
         let time = chrono::Local::now().format("%Y-%m-%dT%H:%M:%S%.3f%:z");
         let thread = std::thread::current();
         let thread = thread.name().unwrap_or("main");

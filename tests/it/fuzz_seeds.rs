@@ -72,3 +72,13 @@ fn static_path_seeds() {
 fn conditional_seeds() {
     replay("conditional", slipstream::fuzzing::conditional);
 }
+
+#[test]
+fn log_format_seeds() {
+    replay("log_format", slipstream::fuzzing::log_format);
+}
+
+#[test]
+fn proc_files_seeds() {
+    replay("proc_files", slipstream::fuzzing::proc_files);
+}

@@ -7,61 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
-use super::{procfs, Finding, Inputs, Severity};
-use crate::config::{Config, DEFAULT_BACKLOG, DEFAULT_MAX_CONNECTIONS};
-use crate::net::Address;
-
-/// What the config asks of the host.
-struct Demand {
-    /// Client connections at once, over all listeners.
-    connections: u64,
-    /// The largest listen backlog asked.
-    backlog: u64,
-    /// Idle upstream connections kept per server, over all workers.
-    pool_per_server: u64,
-    /// Some upstream is neither loopback nor a unix socket.
-    remote_upstreams: bool,
-    /// There are upstreams at all.
-    upstreams: bool,
-}
-
-impl Demand {
-    fn of(config: Option<&Config>) -> Demand {
-        let Some(c) = config else {
-            return Demand {
-                connections: DEFAULT_MAX_CONNECTIONS as u64,
-                backlog: u64::from(DEFAULT_BACKLOG),
-                pool_per_server: 0,
-                remote_upstreams: false,
-                upstreams: false,
-            };
-        };
-        let servers = c.upstreams.iter().flat_map(|g| g.servers.iter());
-        let remote = servers.clone().any(|s| {
-            s.addrs.iter().any(|a| match a {
-                Address::Tcp(a) => !a.ip().is_loopback(),
-                Address::Unix(_) => false,
-            })
-        });
-        Demand {
-            connections: c.listeners.iter().map(|l| l.max_connections as u64).sum(),
-            backlog: c
-                .listeners
-                .iter()
-                .map(|l| u64::from(l.backlog))
-                .max()
-                .unwrap_or(0),
-            pool_per_server: c
-                .upstreams
-                .iter()
-                .map(|g| (g.keepalive * c.workers.max(1)) as u64)
-                .max()
-                .unwrap_or(0),
-            remote_upstreams: remote,
-            upstreams: servers.count() > 0,
-        }
-    }
-}
+use super::{procfs, Demand, Finding, Inputs, Severity};
 
 fn read(root: &Path, rel: &str) -> Option<String> {
     std::fs::read_to_string(root.join(rel)).ok()
@@ -91,12 +37,12 @@ fn finding(
 /// Every host check.
 pub(super) fn host(inputs: &Inputs) -> Vec<Finding> {
     let root = inputs.proc_root.as_path();
-    let demand = Demand::of(inputs.config.as_ref());
+    let demand = &inputs.demand;
     let mut out = Vec::new();
-    out.extend(nofile(root, &demand));
-    out.extend(listen_queue(root, &demand));
-    out.extend(ports(root, &demand));
-    out.extend(conntrack(root, &demand));
+    out.extend(nofile(root, demand));
+    out.extend(listen_queue(root, demand));
+    out.extend(ports(root, demand));
+    out.extend(conntrack(root, demand));
     out.extend(kernel_counters(root, inputs.sample));
     out
 }

@@ -13,8 +13,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::Config;
-
 /// How bad a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Severity {
@@ -53,13 +51,28 @@ pub struct Finding {
     pub fix: String,
 }
 
+/// What a config asks of the host, the limits are sized against (`Config::demand`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Demand {
+    /// Client connections at once, over all listeners.
+    pub connections: u64,
+    /// The largest listen backlog asked.
+    pub backlog: u64,
+    /// Idle upstream connections kept per server, over all workers.
+    pub pool_per_server: u64,
+    /// Some upstream is neither loopback nor a unix socket.
+    pub remote_upstreams: bool,
+    /// There are upstreams at all.
+    pub upstreams: bool,
+}
+
 /// What `doctor` looks at.
 #[derive(Debug)]
 pub struct Inputs {
     /// Where `/proc` is (`/proc`, or a test's directory).
     pub proc_root: PathBuf,
-    /// The config to size the limits for (the defaults when `None`).
-    pub config: Option<Config>,
+    /// What the config asks of the host.
+    pub demand: Demand,
     /// A running slipstream's admin address.
     pub admin: Option<SocketAddr>,
     /// How long to watch the kernel's counters move.
