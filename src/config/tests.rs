@@ -212,3 +212,29 @@ routes = [{{ path = "/", upstream = "php", params = {{ B = "route" }} }}]
         ],
     );
 }
+
+#[test]
+fn log_keys_are_checked_with_their_lines() {
+    let text = format!(
+        "access_log = \"/tmp/a.log\"\naccess_log_format = \"$remote_addr $nope\"\n\
+         error_log_level = \"loud\"\nerror_log_format = \"xml\"\n{GOOD}"
+    );
+    let e = Config::parse(&text, "t.toml").unwrap_err();
+    assert_errors(
+        &e,
+        &[
+            (2, "unknown access log field $nope"),
+            (3, "error_log_level is one of"),
+            (4, "error_log_format is"),
+        ],
+    );
+    let text = GOOD.replace(
+        "default = true",
+        "default = true\naccess_log = \"off\"\nname = \"main\"",
+    );
+    let c = Config::parse(&format!("access_log = \"/tmp/a.log\"\n{text}"), "t.toml").unwrap();
+    assert!(c.access_log.is_some());
+    assert_eq!(c.access_log_for(Some(0)), None);
+    assert_eq!(c.router.site_name(0), "main");
+    assert_eq!(c.access_log_paths().len(), 1);
+}
