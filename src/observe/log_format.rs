@@ -258,9 +258,12 @@ pub struct Clock {
 impl Clock {
     /// Brings the formatted times to the current second (formats once per second).
     pub fn tick(&mut self) {
-        let now = chrono::Local::now();
-        let second = now.timestamp();
+        // The second from the vDSO clock; the time zone is looked up only when it changes.
+        let second = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
         if second != self.second || self.local.is_empty() {
+            let now = chrono::Local::now();
             self.second = second;
             self.local = now.format("%d/%b/%Y:%H:%M:%S %z").to_string();
             self.iso8601 = now.format("%Y-%m-%dT%H:%M:%S%:z").to_string();
