@@ -393,6 +393,7 @@ pub fn log_format(data: &[u8]) {
         site: "fuzz",
         request_id: "",
         connection: (0, 1),
+        tls_version: "TLSv1.3",
     };
     let mut clock = Clock::default();
     clock.tick();

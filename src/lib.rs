@@ -9,6 +9,7 @@
 //! - [`routing`]: Host and path to an upstream group.
 //! - [`upstream`]: the server table, health checks, DNS, balancing, connecting and pooling.
 //! - [`files`]: static files (so far the socket-free Range and path pieces).
+//! - [`tls`]: TLS termination: certificates, SNI, the handshake.
 //! - [`net`]: the stream type, bounded reads and writes, splice.
 //! - [`error`]: the one error model and its mapping to responses.
 //! - [`observe`]: counters, access log, admin endpoint; [`config`]: the validated config.
@@ -28,6 +29,7 @@ pub mod observe;
 pub mod proxy;
 pub mod routing;
 pub mod server;
+pub mod tls;
 pub mod upstream;
 pub mod worker;
 

@@ -55,6 +55,8 @@ pub struct Worker {
     pub shutdown: watch::Receiver<bool>,
     /// Client connections open on this worker.
     pub active: Cell<usize>,
+    /// TLS handshakes in progress on this worker.
+    pub handshakes: Cell<usize>,
     /// Signalled when a client connection closes (wakes a paused accept loop).
     pub connection_closed: Notify,
     /// Size of the last response from each server: the first read of the next one uses a buffer
@@ -147,6 +149,7 @@ impl Worker {
             pool_gauges: RefCell::default(),
             shutdown,
             active: Cell::new(0),
+            handshakes: Cell::new(0),
             connection_closed: Notify::new(),
             response_size: RefCell::default(),
         }

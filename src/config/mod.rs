@@ -20,6 +20,7 @@ pub mod fastcgi;
 pub mod files;
 pub mod logs;
 pub mod shared;
+pub mod tls;
 pub mod upstream;
 
 pub use fastcgi::{FastCgi, Protocol};
@@ -59,6 +60,8 @@ pub struct Config {
     pub error_log: ErrorLog,
     /// Address of the admin listener (metrics), if any.
     pub admin: Option<SocketAddr>,
+    /// TLS certificates and limits, when a listener speaks TLS.
+    pub tls: Option<crate::tls::TlsSettings>,
     /// DNS servers for re-resolving upstream names (empty: the system's, with /etc/hosts).
     pub resolvers: Vec<SocketAddr>,
 }
@@ -72,6 +75,8 @@ pub struct ListenerConfig {
     pub backlog: u32,
     /// Most client connections open at once on this listener, across all workers.
     pub max_connections: usize,
+    /// Clients speak TLS here.
+    pub tls: bool,
 }
 
 /// Client-side limits.
@@ -182,6 +187,7 @@ impl Config {
                 address: listen,
                 backlog: DEFAULT_BACKLOG,
                 max_connections: DEFAULT_MAX_CONNECTIONS,
+                tls: false,
             }],
             upstreams: Vec::new(),
             router: Router::default(),
@@ -194,6 +200,7 @@ impl Config {
             error_log: ErrorLog::default(),
             admin: None,
             resolvers: Vec::new(),
+            tls: None,
         }
     }
 
@@ -313,6 +320,8 @@ struct FileConfig {
     sites: Vec<FileSite>,
     #[serde(default)]
     files: FileFilesSection,
+    #[serde(default)]
+    tls: tls::FileTls,
 }
 
 #[derive(Deserialize, Default)]
@@ -331,6 +340,7 @@ struct FileLimits {
 #[serde(deny_unknown_fields)]
 struct FileListener {
     address: Spanned<String>,
+    tls: Option<bool>,
     backlog: Option<u32>,
     max_connections: Option<usize>,
 }
@@ -342,6 +352,8 @@ struct FileSite {
     name: Option<String>,
     access_log: Option<Spanned<String>>,
     access_log_format: Option<Spanned<String>>,
+    cert: Option<Spanned<String>>,
+    key: Option<Spanned<String>>,
     #[serde(default)]
     hosts: Vec<Spanned<String>>,
     #[serde(default)]
@@ -490,6 +502,12 @@ impl Validator<'_> {
         let mut file_routes = Vec::new();
         let mut route_params = Vec::new();
         let (access_log, site_access_logs, error_log) = self.build_logs(&raw);
+        let tls_listener = raw
+            .listen
+            .iter()
+            .find(|l| l.tls == Some(true))
+            .map(|l| l.address.span().start);
+        let tls = self.build_tls(&raw.tls, &raw.sites, tls_listener);
         let router = self.build_router(
             &raw.sites,
             &upstreams,
@@ -522,6 +540,7 @@ impl Validator<'_> {
             error_log,
             admin,
             resolvers,
+            tls,
         }
     }
 
@@ -546,6 +565,7 @@ impl Validator<'_> {
                     address,
                     backlog: l.backlog.unwrap_or(DEFAULT_BACKLOG),
                     max_connections: l.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
+                    tls: l.tls.unwrap_or(false),
                 });
             }
         }

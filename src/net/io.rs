@@ -38,7 +38,18 @@ pub async fn write_all(stream: &mut Stream, parts: &[&[u8]], timeout: Duration) 
         }
         IoSlice::advance_slices(&mut slices, n);
     }
-    Ok(())
+    flush_tls(stream, timeout).await
+}
+
+/// Pushes out TLS records rustls still holds (a plain socket has nothing to flush).
+async fn flush_tls(stream: &mut Stream, timeout: Duration) -> io::Result<()> {
+    if !matches!(stream, Stream::TlsServer(_)) {
+        return Ok(());
+    }
+    match tokio::time::timeout(timeout, stream.flush()).await {
+        Ok(r) => r,
+        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    }
 }
 
 async fn write_one(stream: &mut Stream, mut buf: &[u8], timeout: Duration) -> io::Result<()> {
@@ -52,7 +63,7 @@ async fn write_one(stream: &mut Stream, mut buf: &[u8], timeout: Duration) -> io
         }
         buf = &buf[n..];
     }
-    Ok(())
+    flush_tls(stream, timeout).await
 }
 
 /// Reads into the spare capacity of `buf`, growing it first if it has less than 4 KiB spare

@@ -17,6 +17,8 @@ pub enum Stream {
     Tcp(TcpStream),
     /// A unix stream socket (upstreams only).
     Unix(UnixStream),
+    /// A TLS connection from a client (boxed: its state is large, and rare on the fast path).
+    TlsServer(Box<tokio_rustls::server::TlsStream<TcpStream>>),
     /// A scripted connection for unit tests of the relay code.
     #[cfg(test)]
     Mock(Box<tokio_test::io::Mock>),
@@ -28,9 +30,28 @@ impl Stream {
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
             Stream::Tcp(s) => Some(s),
-            Stream::Unix(_) => None,
+            Stream::Unix(_) | Stream::TlsServer(_) => None,
             #[cfg(test)]
             Stream::Mock(_) => None,
+        }
+    }
+
+    /// The local address of a TCP connection, TLS or not.
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            Stream::Tcp(s) => s.local_addr().ok(),
+            Stream::TlsServer(s) => s.get_ref().0.local_addr().ok(),
+            _ => None,
+        }
+    }
+
+    /// The TLS version of a client connection over TLS (nginx's names), else `""`.
+    pub fn tls_version(&self) -> &'static str {
+        match self {
+            Stream::TlsServer(s) => {
+                crate::tls::accept::version_name(s.get_ref().1.protocol_version())
+            }
+            _ => "",
         }
     }
 
@@ -39,6 +60,8 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.readable().await,
             Stream::Unix(s) => s.readable().await,
+            // Decrypted bytes may already wait inside rustls: let the read find out.
+            Stream::TlsServer(_) => Ok(()),
             #[cfg(test)]
             Stream::Mock(_) => Ok(()),
         }
@@ -55,6 +78,7 @@ impl Stream {
                 let mut cx = Context::from_waker(std::task::Waker::noop());
                 s.poll_read_ready(&mut cx).is_ready()
             }
+            Stream::TlsServer(_) => false,
             #[cfg(test)]
             Stream::Mock(_) => false,
         }
@@ -65,6 +89,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.try_read(buf),
             Stream::Unix(s) => s.try_read(buf),
+            Stream::TlsServer(_) => Err(io::ErrorKind::WouldBlock.into()),
             #[cfg(test)]
             Stream::Mock(_) => Err(io::ErrorKind::WouldBlock.into()),
         }
@@ -100,6 +125,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::TlsServer(s) => Pin::new(s).poll_read(cx, buf),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_read(cx, buf),
         }
@@ -115,6 +141,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::TlsServer(s) => Pin::new(s).poll_write(cx, buf),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_write(cx, buf),
         }
@@ -128,6 +155,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::TlsServer(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
@@ -137,6 +165,7 @@ impl AsyncWrite for Stream {
         match self {
             Stream::Tcp(s) => s.is_write_vectored(),
             Stream::Unix(s) => s.is_write_vectored(),
+            Stream::TlsServer(s) => s.is_write_vectored(),
             #[cfg(test)]
             Stream::Mock(s) => s.is_write_vectored(),
         }
@@ -146,6 +175,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
             Stream::Unix(s) => Pin::new(s).poll_flush(cx),
+            Stream::TlsServer(s) => Pin::new(s).poll_flush(cx),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_flush(cx),
         }
@@ -155,6 +185,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::TlsServer(s) => Pin::new(s).poll_shutdown(cx),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_shutdown(cx),
         }

@@ -58,6 +58,8 @@ pub enum Field {
     Site,
     /// The client connection's id (`worker-serial`), as the error log shows it.
     Connection,
+    /// The TLS version (`TLSv1.3`), empty for plain HTTP.
+    SslProtocol,
 }
 
 impl Field {
@@ -85,6 +87,7 @@ impl Field {
             Field::RequestId => "request_id",
             Field::Site => "site",
             Field::Connection => "connection",
+            Field::SslProtocol => "ssl_protocol",
         }
     }
 
@@ -97,7 +100,7 @@ impl Field {
 }
 
 /// Fields of the `json` format, in order.
-const JSON_FIELDS: [Field; 18] = [
+const JSON_FIELDS: [Field; 19] = [
     Field::TimeIso8601,
     Field::RemoteAddr,
     Field::Connection,
@@ -107,6 +110,7 @@ const JSON_FIELDS: [Field; 18] = [
     Field::RequestMethod,
     Field::RequestUri,
     Field::ServerProtocol,
+    Field::SslProtocol,
     Field::Status,
     Field::BodyBytesSent,
     Field::RequestTime,
@@ -243,6 +247,8 @@ pub struct Entry<'a> {
     pub request_id: &'a str,
     /// The client connection's id.
     pub connection: (usize, u64),
+    /// The TLS version, empty for plain HTTP.
+    pub tls_version: &'a str,
 }
 
 /// The current second in the two formats lines use, cached by the caller.
@@ -362,6 +368,7 @@ fn write_field(out: &mut Vec<u8>, f: Field, e: &Entry<'_>, clock: &Clock, esc: E
         Field::HttpReferer => text(out, e.referer),
         Field::RequestId => text(out, e.request_id.as_bytes()),
         Field::Site => text(out, e.site.as_bytes()),
+        Field::SslProtocol => text(out, e.tls_version.as_bytes()),
         Field::Connection => {
             put_decimal(out, e.connection.0 as u64);
             out.push(b'-');
@@ -460,6 +467,7 @@ mod tests {
             site: "shop",
             request_id: "",
             connection: (1, 7),
+            tls_version: "",
         }
     }
 

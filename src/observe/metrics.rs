@@ -103,6 +103,26 @@ pub enum Counter {
     FilesErrors,
     /// Static-file body bytes sent with sendfile(2).
     SendfileBytes,
+    /// TLS handshakes completed.
+    TlsHandshakes,
+    /// TLS handshakes that resumed a session (ticket or cache): no full handshake.
+    TlsResumed,
+    /// TLS handshakes not finished within `handshake_timeout`.
+    TlsHandshakeTimeouts,
+    /// Plain HTTP sent to a TLS port (answered 400).
+    TlsPlainHttp,
+    /// Connections closed before their handshake finished.
+    TlsTruncated,
+    /// Handshakes refused as malformed (garbage ClientHellos, out-of-order messages).
+    TlsBadHello,
+    /// Handshakes with nothing in common (versions, ciphers, no certificate for the name).
+    TlsIncompatible,
+    /// Handshakes the client ended with an alert (it did not trust the certificate, mostly).
+    TlsAlertReceived,
+    /// Other handshake failures.
+    TlsOtherFailures,
+    /// Connections closed at once because the worker had `max_handshakes` in progress.
+    TlsHandshakesBusy,
 }
 
 impl Counter {
@@ -163,6 +183,16 @@ impl Counter {
             Counter::FilesTruncated => "slipstream_files_truncated_total",
             Counter::FilesErrors => "slipstream_files_errors_total",
             Counter::SendfileBytes => "slipstream_sendfile_bytes_total",
+            Counter::TlsHandshakes => "slipstream_tls_handshakes_total",
+            Counter::TlsResumed => "slipstream_tls_resumed_total",
+            Counter::TlsHandshakeTimeouts => "slipstream_tls_handshake_timeouts_total",
+            Counter::TlsPlainHttp => "slipstream_tls_plain_http_total",
+            Counter::TlsTruncated => "slipstream_tls_handshake_truncated_total",
+            Counter::TlsBadHello => "slipstream_tls_handshake_malformed_total",
+            Counter::TlsIncompatible => "slipstream_tls_handshake_incompatible_total",
+            Counter::TlsAlertReceived => "slipstream_tls_handshake_alert_received_total",
+            Counter::TlsOtherFailures => "slipstream_tls_handshake_other_failures_total",
+            Counter::TlsHandshakesBusy => "slipstream_tls_handshakes_busy_total",
         }
     }
 }

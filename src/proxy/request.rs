@@ -29,6 +29,8 @@ pub(super) struct Prepared {
     pub(super) upgrade: bool,
     pub(super) idempotent: bool,
     pub(super) is_head: bool,
+    /// The client spoke TLS.
+    pub(super) https: bool,
     pub(super) route: Option<Target>,
     /// The site and the per-route figures slot.
     pub(super) routed: Routed,
@@ -98,7 +100,13 @@ impl LogFields {
 }
 
 impl Prepared {
-    fn new(head: &RequestHead<'_, '_>, config: &Config, peer: SocketAddr, log: bool) -> Prepared {
+    fn new(
+        head: &RequestHead<'_, '_>,
+        config: &Config,
+        peer: SocketAddr,
+        log: bool,
+        https: bool,
+    ) -> Prepared {
         let routed = config.router.route_request(head.host, head.path);
         let route = routed.target;
         let log = log && config.access_log_for(routed.site).is_some();
@@ -116,7 +124,7 @@ impl Prepared {
                 &mut upstream_head,
                 ForwardedFor {
                     client: peer.ip(),
-                    proto: "http",
+                    proto: if https { "https" } else { "http" },
                 },
             );
         }
@@ -130,6 +138,7 @@ impl Prepared {
             upgrade: head.upgrade.is_some(),
             idempotent: head.is_idempotent(),
             is_head: head.method == "HEAD",
+            https,
             hash_key: upstream.and_then(|r| match &config.upstreams[r.upstream].balance {
                 Balance::Hash(key) => request_key(head, key, peer),
                 _ => None,
@@ -169,7 +178,8 @@ pub(super) async fn read_head(
             let mut storage = header_storage();
             if let Some(head) = parse_request(buf, &mut storage, limits.max_request_head)? {
                 let log = worker.log.enabled();
-                return Ok(Some(Prepared::new(&head, config, client.peer, log)));
+                let https = !client.stream.tls_version().is_empty();
+                return Ok(Some(Prepared::new(&head, config, client.peer, log, https)));
             }
         }
         let room = limits.max_request_head + 1;

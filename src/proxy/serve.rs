@@ -224,6 +224,7 @@ impl Line<'_> {
             site,
             request_id: &request_id,
             connection: (worker.id, self.client.id),
+            tls_version: self.client.stream.tls_version(),
         };
         worker.log.record(target, &entry, &worker.counters);
     }

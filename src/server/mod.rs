@@ -34,16 +34,20 @@ pub struct Server {
     fleet: Arc<Fleet>,
     control: std::sync::Mutex<Option<Control>>,
     log: Option<LogWriter>,
+    /// TLS session tickets and cache, kept across reloads.
+    resumption: crate::tls::Resumption,
 }
 
 /// Each worker's listening sockets, with the connection limit each one has.
-type WorkerListeners = Vec<Vec<(std::net::TcpListener, usize)>>;
+type WorkerListeners = Vec<Vec<worker_thread::Listening>>;
 
 impl Server {
     /// Binds every listener and starts the workers. Fails (with nothing left running) if a
     /// listener, the admin address or the access log cannot be opened.
-    pub fn start(config: Config) -> io::Result<Server> {
+    pub fn start(mut config: Config) -> io::Result<Server> {
         listener::raise_nofile_limit();
+        let resumption = crate::tls::Resumption::new().map_err(io::Error::other)?;
+        prepare_tls(&mut config, &resumption).map_err(io::Error::other)?;
         let workers = config.workers.max(1);
         let (per_worker, addrs) = bind_listeners(&config, workers)?;
         let log = LogWriter::start()?;
@@ -79,6 +83,7 @@ impl Server {
             fleet,
             control: std::sync::Mutex::new(Some(control)),
             log: Some(log),
+            resumption,
         };
         for (id, listeners) in per_worker.into_iter().enumerate() {
             let counters = server.metrics.new_shard();
@@ -160,7 +165,8 @@ impl Server {
         }
     }
 
-    fn try_reload(&self, config: Config) -> Result<(), String> {
+    fn try_reload(&self, mut config: Config) -> Result<(), String> {
+        prepare_tls(&mut config, &self.resumption)?;
         let current = self.shared.current();
         if current.listeners != config.listeners {
             return Err(
@@ -222,6 +228,15 @@ impl Drop for Server {
     }
 }
 
+/// Builds the rustls server config of a config's TLS settings, with the process's resumption
+/// state.
+fn prepare_tls(config: &mut Config, resumption: &crate::tls::Resumption) -> Result<(), String> {
+    if let Some(tls) = &mut config.tls {
+        tls.server = Some(crate::tls::server_config(tls, resumption)?);
+    }
+    Ok(())
+}
+
 /// Binds every configured address once per worker; returns each worker's sockets and the
 /// bound addresses.
 fn bind_listeners(
@@ -236,8 +251,12 @@ fn bind_listeners(
         })?;
         addrs.push(group[0].local_addr()?);
         let limit = l.max_connections.div_ceil(workers);
-        for (w, sock) in group.into_iter().enumerate() {
-            per_worker[w].push((sock, limit));
+        for (w, socket) in group.into_iter().enumerate() {
+            per_worker[w].push(worker_thread::Listening {
+                socket,
+                limit,
+                tls: l.tls,
+            });
         }
     }
     Ok((per_worker, addrs))

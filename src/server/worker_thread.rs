@@ -11,8 +11,18 @@ use crate::observe::metrics::{Counter, Gauge};
 use crate::proxy;
 use crate::worker::Worker;
 
+/// One of a worker's listening sockets.
+pub(super) struct Listening {
+    /// The bound socket.
+    pub(super) socket: std::net::TcpListener,
+    /// Connections open at once on it in this worker.
+    pub(super) limit: usize,
+    /// Clients speak TLS on it.
+    pub(super) tls: bool,
+}
+
 /// Runs `worker` on this thread until shutdown has drained its connections.
-pub(super) fn run(worker: Worker, listeners: Vec<(std::net::TcpListener, usize)>) {
+pub(super) fn run(worker: Worker, listeners: Vec<Listening>) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -23,10 +33,10 @@ pub(super) fn run(worker: Worker, listeners: Vec<(std::net::TcpListener, usize)>
     let local = LocalSet::new();
     local.block_on(&rt, async move {
         let worker = Rc::new(worker);
-        for (l, limit) in listeners {
-            match TcpListener::from_std(l) {
-                Ok(l) => {
-                    tokio::task::spawn_local(accept_loop(worker.clone(), l, limit));
+        for l in listeners {
+            match TcpListener::from_std(l.socket) {
+                Ok(socket) => {
+                    tokio::task::spawn_local(accept_loop(worker.clone(), socket, l.limit, l.tls));
                 }
                 Err(e) => tracing::error!("worker {}: listener: {e}", worker.id),
             }
@@ -51,7 +61,7 @@ pub(super) fn run(worker: Worker, listeners: Vec<(std::net::TcpListener, usize)>
 }
 
 /// Accepts connections until shutdown, pausing (and counting it) at the connection limit.
-async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, limit: usize) {
+async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, limit: usize, tls: bool) {
     let mut shutdown = worker.shutdown.clone();
     while !*shutdown.borrow() {
         if worker.active.get() >= limit {
@@ -73,7 +83,11 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, limit: usize) {
                     let w = worker.clone();
                     tokio::task::spawn_local(async move {
                         let _open = OpenConnection(w.clone());
-                        proxy::serve(w, stream.into(), peer).await;
+                        if tls {
+                            serve_tls(w, stream, peer).await;
+                        } else {
+                            proxy::serve(w, stream.into(), peer).await;
+                        }
                     });
                 }
                 Err(e) => {
@@ -84,6 +98,31 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, limit: usize) {
             },
             _ = shutdown.changed() => {}
         }
+    }
+}
+
+/// Runs the TLS handshake (within the worker's bound on handshakes in progress), then serves
+/// the connection.
+async fn serve_tls(worker: Rc<Worker>, stream: tokio::net::TcpStream, peer: std::net::SocketAddr) {
+    let snapshot = worker.snapshot();
+    let Some(tls) = &snapshot.config.tls else {
+        return;
+    };
+    let Some(server) = tls.server.clone() else {
+        return;
+    };
+    if worker.handshakes.get() >= tls.max_handshakes {
+        worker.counters.inc(Counter::TlsHandshakesBusy);
+        return;
+    }
+    let timeout = tls.handshake_timeout;
+    drop(snapshot);
+    worker.handshakes.set(worker.handshakes.get() + 1);
+    let done = crate::tls::accept::handshake(stream, server, timeout, &worker.counters).await;
+    worker.handshakes.set(worker.handshakes.get() - 1);
+    if let Some(stream) = done {
+        let stream = crate::net::Stream::TlsServer(Box::new(stream));
+        proxy::serve(worker, stream, peer).await;
     }
 }
 

@@ -13,3 +13,4 @@ mod lifecycle;
 mod observe;
 mod proxy_http1;
 mod support;
+mod tls;

@@ -67,7 +67,7 @@ pub(super) async fn exchange(
         _ => None,
     };
     if client.local.is_none() {
-        client.local = client.stream.tcp().and_then(|s| s.local_addr().ok());
+        client.local = client.stream.local_addr();
     }
     let request = build(cx, route, settings, client, buf, chunked.as_ref())?;
     // What follows the request in the buffer is the next request.
@@ -216,7 +216,7 @@ fn build(
         remote: client.peer,
         local,
         server_name: host.map_or(local_ip.as_str(), strip_port),
-        https: false,
+        https: cx.request.https,
     };
     let mut records = Vec::with_capacity(1024 + in_hand.len() + in_hand.len() / 8);
     put_begin_request(&mut records, true);

@@ -1,0 +1,117 @@
+//! The TLS keys: `tls = true` on a listener, `cert` and `key` on sites (chosen by SNI with the
+//! site's host names; the default site's, or the first one's, for clients without SNI), and the
+//! `[tls]` section (versions, handshake limits). Certificate files are read and checked at load,
+//! so a missing, broken or mismatched file refuses the config (and a reload keeps the old one).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{FileSite, Validator};
+use crate::tls::{SniResolver, TlsSettings};
+
+/// Default time allowed for a handshake.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default handshakes in progress per worker.
+pub const DEFAULT_MAX_HANDSHAKES: usize = 1024;
+
+/// The `[tls]` section.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileTls {
+    min_version: Option<Spanned<String>>,
+    handshake_timeout: Option<Spanned<String>>,
+    max_handshakes: Option<usize>,
+}
+
+impl Validator<'_> {
+    /// The TLS settings, when a listener has `tls = true` (or a site has a certificate).
+    pub(super) fn build_tls(
+        &mut self,
+        section: &FileTls,
+        sites: &[FileSite],
+        tls_listener: Option<usize>,
+    ) -> Option<TlsSettings> {
+        let mut resolver = SniResolver::default();
+        let mut default = None;
+        for site in sites {
+            let (cert, key) = match (&site.cert, &site.key) {
+                (None, None) => continue,
+                (Some(c), Some(k)) => (c, k),
+                (Some(c), None) => {
+                    self.error(c.span().start, "a site with cert needs key too");
+                    continue;
+                }
+                (None, Some(k)) => {
+                    self.error(k.span().start, "a site with key needs cert too");
+                    continue;
+                }
+            };
+            let loaded = crate::tls::certs::load(
+                &self.relative(cert.get_ref()),
+                &self.relative(key.get_ref()),
+            );
+            let certified = match loaded {
+                Ok(c) => c,
+                Err(reason) => {
+                    self.error(cert.span().start, format!("certificate refused: {reason}"));
+                    continue;
+                }
+            };
+            for host in &site.hosts {
+                resolver.add(host.get_ref(), &certified);
+            }
+            let is_default = site.default.as_ref().is_some_and(|d| *d.get_ref());
+            if is_default || default.is_none() {
+                default = Some((is_default, certified.clone()));
+            }
+            if is_default {
+                resolver.set_default(&certified);
+            }
+        }
+        if let Some((_, first)) = &default {
+            resolver.set_default(first);
+        }
+        let at = match tls_listener {
+            Some(at) => at,
+            None if resolver.is_empty() => return None,
+            None => 0,
+        };
+        if tls_listener.is_some() && resolver.is_empty() {
+            self.error(at, "a TLS listener needs a site with cert and key");
+        }
+        let tls13_only = match &section.min_version {
+            Some(v) if v.get_ref() == "1.3" => true,
+            Some(v) if v.get_ref() == "1.2" => false,
+            Some(v) => {
+                self.error(v.span().start, "min_version is \"1.2\" or \"1.3\"");
+                false
+            }
+            None => false,
+        };
+        Some(TlsSettings {
+            resolver: Arc::new(resolver),
+            tls13_only,
+            handshake_timeout: self.duration(&section.handshake_timeout, DEFAULT_HANDSHAKE_TIMEOUT),
+            max_handshakes: section
+                .max_handshakes
+                .unwrap_or(DEFAULT_MAX_HANDSHAKES)
+                .max(1),
+            server: None,
+        })
+    }
+
+    /// A path from the config, relative to the config file's folder.
+    fn relative(&self, path: &str) -> std::path::PathBuf {
+        let p = Path::new(path);
+        if p.is_absolute() {
+            return p.to_path_buf();
+        }
+        Path::new(self.file)
+            .parent()
+            .map_or_else(|| p.to_path_buf(), |dir| dir.join(p))
+    }
+}

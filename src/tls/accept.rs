@@ -1,0 +1,92 @@
+//! The TLS handshake of an accepted connection: plain HTTP sent to the TLS port gets a 400 and
+//! a close (as nginx answers), a handshake that stalls is closed after the timeout, and every
+//! failure is counted by kind and logged at debug level only (scanners probe all day).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::ServerConfig;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+
+use crate::observe::metrics::{Counter, Shard};
+
+/// The answer to plain HTTP on a TLS port.
+const PLAIN_HTTP: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 48\r\nConnection: close\r\n\r\nThis port speaks HTTPS: use https:// to reach it\n";
+
+/// Runs the handshake; `None` when it failed (counted).
+pub async fn handshake(
+    tcp: TcpStream,
+    config: Arc<ServerConfig>,
+    timeout: Duration,
+    counters: &Shard,
+) -> Option<TlsStream<TcpStream>> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    // A TLS record starts with 0x16 (handshake); a letter is an HTTP method.
+    let mut first = [0u8; 1];
+    match tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await {
+        Ok(Ok(1..)) if first[0].is_ascii_uppercase() => {
+            counters.inc(Counter::TlsPlainHttp);
+            let mut tcp = tcp;
+            let _ = tokio::time::timeout_at(deadline, tcp.write_all(PLAIN_HTTP)).await;
+            return None;
+        }
+        Ok(Ok(1..)) => {}
+        Ok(_) => {
+            counters.inc(Counter::TlsTruncated);
+            return None;
+        }
+        Err(_) => {
+            counters.inc(Counter::TlsHandshakeTimeouts);
+            return None;
+        }
+    }
+    let accept = tokio_rustls::TlsAcceptor::from(config).accept(tcp);
+    match tokio::time::timeout_at(deadline, accept).await {
+        Ok(Ok(stream)) => {
+            counters.inc(Counter::TlsHandshakes);
+            if stream.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+                counters.inc(Counter::TlsResumed);
+            }
+            Some(stream)
+        }
+        Ok(Err(e)) => {
+            let kind = failure(&e);
+            counters.inc(kind);
+            tracing::debug!("TLS handshake failed ({}): {e}", kind.name());
+            None
+        }
+        Err(_) => {
+            counters.inc(Counter::TlsHandshakeTimeouts);
+            None
+        }
+    }
+}
+
+/// The counter of a failed handshake.
+fn failure(e: &std::io::Error) -> Counter {
+    let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) else {
+        return Counter::TlsTruncated;
+    };
+    match tls {
+        rustls::Error::InvalidMessage(_)
+        | rustls::Error::InappropriateHandshakeMessage { .. }
+        | rustls::Error::InappropriateMessage { .. } => Counter::TlsBadHello,
+        rustls::Error::PeerIncompatible(_)
+        | rustls::Error::NoCertificatesPresented
+        | rustls::Error::General(_) => Counter::TlsIncompatible,
+        rustls::Error::AlertReceived(_) => Counter::TlsAlertReceived,
+        _ => Counter::TlsOtherFailures,
+    }
+}
+
+/// nginx's name of a TLS version (`$ssl_protocol`).
+pub fn version_name(v: Option<rustls::ProtocolVersion>) -> &'static str {
+    match v {
+        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+        Some(_) => "TLS",
+        None => "",
+    }
+}

@@ -1,0 +1,61 @@
+//! Choosing a certificate by SNI: an exact name, then the longest `*.suffix` wildcard, then the
+//! default (or none, refusing clients that name no known host when so configured).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+/// Certificates by server name.
+#[derive(Debug, Default)]
+pub struct SniResolver {
+    exact: HashMap<String, Arc<CertifiedKey>>,
+    /// By suffix with its leading dot (`.example.com`).
+    wildcard: HashMap<String, Arc<CertifiedKey>>,
+    default: Option<Arc<CertifiedKey>>,
+}
+
+impl SniResolver {
+    /// Adds `name` (`example.com` or `*.example.com`) for `key`; the first one for a name wins.
+    pub fn add(&mut self, name: &str, key: &Arc<CertifiedKey>) {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        let (map, k) = match name.strip_prefix('*') {
+            Some(suffix) => (&mut self.wildcard, suffix.to_string()),
+            None => (&mut self.exact, name),
+        };
+        map.entry(k).or_insert_with(|| key.clone());
+    }
+
+    /// Sets the certificate for clients without SNI or with an unknown name.
+    pub fn set_default(&mut self, key: &Arc<CertifiedKey>) {
+        self.default.get_or_insert_with(|| key.clone());
+    }
+
+    /// Whether any certificate is configured.
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wildcard.is_empty() && self.default.is_none()
+    }
+
+    /// The certificate for a server name (`None`: the default).
+    pub fn find(&self, name: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        if let Some(name) = name {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            if let Some(k) = self.exact.get(&name) {
+                return Some(k.clone());
+            }
+            for (i, _) in name.match_indices('.') {
+                if let Some(k) = self.wildcard.get(&name[i..]) {
+                    return Some(k.clone());
+                }
+            }
+        }
+        self.default.clone()
+    }
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.find(hello.server_name())
+    }
+}

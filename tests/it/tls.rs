@@ -1,0 +1,373 @@
+//! TLS termination through real sockets with a rustls client and curl: SNI (exact, wildcard,
+//! default), TLS 1.2 and 1.3, ALPN, resumption across connections and workers, plain HTTP to a
+//! TLS port, stalled and garbage handshakes, refused certificate files.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme};
+use slipstream::observe::metrics::Counter;
+
+use crate::support::*;
+
+/// A test CA and certificates it signed, written as PEM files in a temp directory.
+pub(crate) struct TestPki {
+    pub(crate) dir: PathBuf,
+    pub(crate) ca_pem: String,
+}
+
+impl TestPki {
+    pub(crate) fn new(name: &str) -> TestPki {
+        let dir = temp_path(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "slipstream test CA");
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        let ca_pem = ca.pem();
+        std::fs::write(dir.join("ca.pem"), &ca_pem).unwrap();
+        // Leaves are signed now and kept as files: `leaf` reads them back by name.
+        for (file, names) in [
+            ("exact", vec!["a.test".to_string()]),
+            ("wild", vec!["*.w.test".to_string()]),
+            ("default", vec!["default.test".to_string()]),
+            ("localhost", vec!["localhost".to_string()]),
+        ] {
+            let key = KeyPair::generate().unwrap();
+            let mut params = CertificateParams::new(names.clone()).unwrap();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, names[0].as_str());
+            let cert = params.signed_by(&key, &ca).unwrap();
+            std::fs::write(dir.join(format!("{file}.pem")), cert.pem()).unwrap();
+            std::fs::write(dir.join(format!("{file}.key")), key.serialize_pem()).unwrap();
+        }
+        TestPki { dir, ca_pem }
+    }
+
+    pub(crate) fn path(&self, file: &str) -> String {
+        self.dir.join(file).display().to_string()
+    }
+
+    /// The DER of a leaf written by `new`.
+    fn der(&self, name: &str) -> CertificateDer<'static> {
+        use rustls::pki_types::pem::PemObject;
+        CertificateDer::from_pem_file(self.dir.join(format!("{name}.pem"))).unwrap()
+    }
+}
+
+/// Accepts any certificate: the tests compare the certificate they got instead.
+#[derive(Debug)]
+struct AnyCert;
+
+impl ServerCertVerifier for AnyCert {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        rustls::crypto::aws_lc_rs::default_provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+fn client_config(versions: &[&'static rustls::SupportedProtocolVersion]) -> Arc<ClientConfig> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut c = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCert))
+        .with_no_client_auth();
+    c.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Arc::new(c)
+}
+
+/// What one TLS request saw.
+struct Seen {
+    cert: CertificateDer<'static>,
+    version: rustls::ProtocolVersion,
+    alpn: Option<Vec<u8>>,
+    resumed: bool,
+    response: Vec<u8>,
+}
+
+/// One request over a new TLS connection, with `name` as SNI (an IP: no SNI).
+fn tls_get(addr: SocketAddr, name: &str, config: &Arc<ClientConfig>, host: &str) -> Seen {
+    let server_name = ServerName::try_from(name.to_string()).unwrap();
+    let conn = ClientConnection::new(config.clone(), server_name).unwrap();
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    write!(
+        tls,
+        "GET /tls HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = Vec::new();
+    let _ = tls.read_to_end(&mut response);
+    let c = &tls.conn;
+    Seen {
+        cert: c.peer_certificates().unwrap()[0].clone().into_owned(),
+        version: c.protocol_version().unwrap(),
+        alpn: c.alpn_protocol().map(<[u8]>::to_vec),
+        resumed: c.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
+        response,
+    }
+}
+
+fn tls_config(pki: &TestPki, upstream: SocketAddr, workers: usize, extra: &str) -> String {
+    format!(
+        r#"
+workers = {workers}
+{extra}
+[[listen]]
+address = "127.0.0.1:0"
+tls = true
+[upstreams.app]
+servers = ["{upstream}"]
+[[sites]]
+hosts = ["a.test"]
+cert = "{exact}"
+key = "{exact_key}"
+routes = [{{ path = "/", upstream = "app" }}]
+[[sites]]
+hosts = ["*.w.test"]
+cert = "{wild}"
+key = "{wild_key}"
+routes = [{{ path = "/", upstream = "app" }}]
+[[sites]]
+default = true
+cert = "{default}"
+key = "{default_key}"
+routes = [{{ path = "/", upstream = "app" }}]
+"#,
+        exact = pki.path("exact.pem"),
+        exact_key = pki.path("exact.key"),
+        wild = pki.path("wild.pem"),
+        wild_key = pki.path("wild.key"),
+        default = pki.path("default.pem"),
+        default_key = pki.path("default.key"),
+    )
+}
+
+#[test]
+fn sni_picks_exact_wildcard_and_default_certificates() {
+    let pki = TestPki::new("tls-sni");
+    let upstream = Upstream::ok(b"hello");
+    let proxy = proxy(&tls_config(&pki, upstream.addr, 1, ""));
+    let addr = proxy.local_addrs()[0];
+    let config = client_config(&[&rustls::version::TLS13]);
+    for (sni, want) in [
+        ("a.test", "exact"),
+        ("x.w.test", "wild"),
+        ("unknown.test", "default"),
+        ("127.0.0.1", "default"),
+    ] {
+        let seen = tls_get(addr, sni, &config, "a.test");
+        assert_eq!(seen.cert, pki.der(want), "{sni}");
+        assert_eq!(status_of(&seen.response), 200, "{sni}");
+        assert!(seen.response.ends_with(b"hello"));
+    }
+    // The upstream learns the request came over TLS.
+    let forwarded = upstream.seen();
+    assert_eq!(forwarded[0].header("x-forwarded-proto"), Some("https"));
+    proxy.shutdown();
+}
+
+#[test]
+fn tls_12_and_13_alpn_and_the_version_in_the_log() {
+    let pki = TestPki::new("tls-versions");
+    let upstream = Upstream::ok(b"hello");
+    let log = temp_path("tls-versions.log");
+    let _ = std::fs::remove_file(&log);
+    let extra = format!(
+        "access_log = {:?}\naccess_log_format = \"$ssl_protocol $status\"",
+        log.display().to_string()
+    );
+    let proxy = proxy(&tls_config(&pki, upstream.addr, 1, &extra));
+    let addr = proxy.local_addrs()[0];
+    let v12 = tls_get(
+        addr,
+        "a.test",
+        &client_config(&[&rustls::version::TLS12]),
+        "a",
+    );
+    assert_eq!(v12.version, rustls::ProtocolVersion::TLSv1_2);
+    let v13 = tls_get(
+        addr,
+        "a.test",
+        &client_config(&[&rustls::version::TLS13]),
+        "a",
+    );
+    assert_eq!(v13.version, rustls::ProtocolVersion::TLSv1_3);
+    assert_eq!(v13.alpn.as_deref(), Some(&b"http/1.1"[..]));
+    proxy.shutdown();
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "TLSv1.2 200\nTLSv1.3 200\n"
+    );
+}
+
+#[test]
+fn tls13_only_refuses_tls12() {
+    let pki = TestPki::new("tls13-only");
+    let upstream = Upstream::ok(b"hello");
+    let text = tls_config(&pki, upstream.addr, 1, "")
+        .replace("[[listen]]", "[tls]\nmin_version = \"1.3\"\n[[listen]]");
+    let proxy = proxy(&text);
+    let addr = proxy.local_addrs()[0];
+    let config = client_config(&[&rustls::version::TLS12]);
+    let conn = ClientConnection::new(config, ServerName::try_from("a.test").unwrap()).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, TcpStream::connect(addr).unwrap());
+    assert!(tls
+        .write_all(b"GET / HTTP/1.1\r\n\r\n")
+        .and_then(|()| tls.flush())
+        .is_err());
+    assert!(eventually(|| proxy
+        .metrics()
+        .total(Counter::TlsIncompatible)
+        == 1));
+    proxy.shutdown();
+}
+
+#[test]
+fn sessions_resume_across_connections_and_workers() {
+    let pki = TestPki::new("tls-resume");
+    let upstream = Upstream::ok(b"hello");
+    let proxy = proxy(&tls_config(&pki, upstream.addr, 2, ""));
+    let addr = proxy.local_addrs()[0];
+    for versions in [
+        &[&rustls::version::TLS13][..],
+        &[&rustls::version::TLS12][..],
+    ] {
+        // One client config: it keeps the tickets it is given.
+        let config = client_config(versions);
+        let first = tls_get(addr, "a.test", &config, "a");
+        assert!(!first.resumed);
+        // Twenty new connections spread over both workers (SO_REUSEPORT hashes the ports).
+        for _ in 0..20 {
+            let again = tls_get(addr, "a.test", &config, "a");
+            assert!(again.resumed, "{versions:?}");
+            assert_eq!(status_of(&again.response), 200);
+        }
+    }
+    assert_eq!(proxy.metrics().total(Counter::TlsResumed), 40);
+    proxy.shutdown();
+}
+
+#[test]
+fn plain_http_stalls_and_garbage_are_closed_and_counted() {
+    let pki = TestPki::new("tls-bad-input");
+    let upstream = Upstream::ok(b"hello");
+    let text = tls_config(&pki, upstream.addr, 1, "").replace(
+        "[[listen]]",
+        "[tls]\nhandshake_timeout = \"500ms\"\n[[listen]]",
+    );
+    let proxy = proxy(&text);
+    let addr = proxy.local_addrs()[0];
+    let plain = exchange_until_close(addr, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(status_of(&plain), 400);
+    assert!(String::from_utf8_lossy(&plain).contains("HTTPS"));
+    // Silent, and a ClientHello cut short: both closed after the timeout.
+    for bytes in [&b""[..], &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00][..]] {
+        let mut s = connect(addr);
+        s.write_all(bytes).unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(s.read(&mut buf).unwrap(), 0);
+    }
+    // A record that is no ClientHello.
+    let garbage = exchange_until_close(addr, &[0x16, 0x03, 0x01, 0x00, 0x05, 9, 9, 9, 9, 9]);
+    assert!(!garbage.starts_with(b"HTTP"));
+    let m = proxy.metrics();
+    assert!(eventually(|| m.total(Counter::TlsBadHello) == 1));
+    assert_eq!(m.total(Counter::TlsPlainHttp), 1);
+    assert_eq!(m.total(Counter::TlsHandshakeTimeouts), 2);
+    assert_eq!(m.total(Counter::TlsHandshakes), 0);
+    // It still serves real clients.
+    let ok = tls_get(
+        addr,
+        "a.test",
+        &client_config(&[&rustls::version::TLS13]),
+        "a",
+    );
+    assert_eq!(status_of(&ok.response), 200);
+    proxy.shutdown();
+}
+
+#[test]
+fn broken_or_mismatched_certificates_are_refused_with_their_line() {
+    let pki = TestPki::new("tls-refused");
+    let upstream = "127.0.0.1:1".parse().unwrap();
+    let good = tls_config(&pki, upstream, 1, "");
+    // The key of another certificate.
+    let mismatched = good.replacen(&pki.path("exact.key"), &pki.path("wild.key"), 1);
+    let e = slipstream::Config::parse(&mismatched, "t.toml").unwrap_err();
+    assert_eq!(e.0.len(), 1, "{e}");
+    assert!(e.0[0].message.contains("does not match"), "{e}");
+    assert_eq!(e.0[0].line, 11, "{e}");
+    std::fs::write(
+        pki.dir.join("broken.pem"),
+        "-----BEGIN CERTIFICATE-----\nnot base64\n",
+    )
+    .unwrap();
+    let broken = good.replacen(&pki.path("exact.pem"), &pki.path("broken.pem"), 1);
+    assert!(slipstream::Config::parse(&broken, "t.toml").is_err());
+    let no_cert = good.replace(&format!("cert = \"{}\"", pki.path("default.pem")), "");
+    let e = slipstream::Config::parse(&no_cert, "t.toml").unwrap_err();
+    assert!(e.to_string().contains("needs cert too"), "{e}");
+}
+
+#[test]
+fn curl_reaches_the_proxy_with_the_test_ca() {
+    let pki = TestPki::new("tls-curl");
+    let upstream = Upstream::ok(b"hello");
+    let proxy = proxy(&tls_config(&pki, upstream.addr, 1, ""));
+    let port = proxy.local_addrs()[0].port();
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--cacert", &pki.path("ca.pem"), "--resolve"])
+        .arg(format!("a.test:{port}:127.0.0.1"))
+        .arg(format!("https://a.test:{port}/"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.stdout,
+        b"hello",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!pki.ca_pem.is_empty());
+    proxy.shutdown();
+}
