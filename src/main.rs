@@ -56,6 +56,8 @@ enum Command {
         workers: Option<usize>,
         #[command(flatten)]
         observe: ObserveArgs,
+        #[command(flatten)]
+        tls: TlsArgs,
     },
     /// Zero-config static file server: ROOT for every path, with index.html, ranges,
     /// conditional requests, precompressed siblings and the open-file cache.
@@ -74,6 +76,8 @@ enum Command {
         workers: Option<usize>,
         #[command(flatten)]
         observe: ObserveArgs,
+        #[command(flatten)]
+        tls: TlsArgs,
     },
     /// Run from a config file, in the foreground.
     Run {
@@ -106,6 +110,39 @@ enum Command {
         #[arg(long, default_value = "/proc", hide = true)]
         proc_root: PathBuf,
     },
+}
+
+/// The TLS flags of the zero-config commands.
+#[derive(clap::Args)]
+struct TlsArgs {
+    /// Speak TLS on --listen with this certificate chain (PEM), for every name.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Also listen here in plain HTTP, answering every request with a 308 to https.
+    #[arg(long, value_parser = parse_addr, requires = "tls_cert")]
+    redirect_http: Option<SocketAddr>,
+}
+
+impl TlsArgs {
+    /// Applies the flags to a zero-config `Config`.
+    fn apply(self, config: &mut Config) -> Result<(), String> {
+        let (Some(cert), Some(key)) = (self.tls_cert, self.tls_key) else {
+            return Ok(());
+        };
+        config.tls = Some(slipstream::tls::TlsSettings::single(&cert, &key)?);
+        config.listeners[0].tls = true;
+        if let Some(address) = self.redirect_http {
+            let mut plain = config.listeners[0].clone();
+            plain.address = address;
+            plain.tls = false;
+            plain.redirect_https = true;
+            config.listeners.push(plain);
+        }
+        Ok(())
+    }
 }
 
 /// The logging and admin flags of the zero-config commands.
@@ -218,9 +255,11 @@ fn main() -> ExitCode {
             balance,
             workers,
             observe,
+            tls,
         } => {
             let mut config = match proxy_config(listen, upstreams, root, front_controller, workers)
                 .and_then(|mut c| observe.apply(&mut c).map(|()| c))
+                .and_then(|mut c| tls.apply(&mut c).map(|()| c))
             {
                 Ok(c) => c,
                 Err(e) => {
@@ -244,13 +283,17 @@ fn main() -> ExitCode {
             browse,
             workers,
             observe,
+            tls,
         } => {
             if !root.is_dir() {
                 eprintln!("{}: not a directory", root.display());
                 return ExitCode::FAILURE;
             }
             let mut config = Config::for_files(listen, root, browse, workers);
-            if let Err(e) = observe.apply(&mut config) {
+            if let Err(e) = observe
+                .apply(&mut config)
+                .and_then(|()| tls.apply(&mut config))
+            {
                 eprintln!("{e}");
                 return ExitCode::FAILURE;
             }
@@ -316,10 +359,15 @@ fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Result
             tracing::warn!("the admin listener {addr} is reachable from other hosts: its pages show upstream addresses and traffic; bind it to 127.0.0.1 unless a firewall guards it");
         }
     }
+    let certificates = server.certificates_changed();
     rt.block_on(async {
         loop {
             tokio::select! {
                 _ = hup.recv() => reload(&server, config_path),
+                () = certificates.notified() => match server.reload_certificates() {
+                    Ok(()) => tracing::info!("certificates changed on disk: reloaded"),
+                    Err(e) => tracing::error!("certificates changed on disk but were refused, the old ones keep serving: {e}"),
+                },
                 _ = usr1.recv() => {
                     error_log::reopen();
                     server.reopen_logs();
@@ -354,7 +402,11 @@ fn stop_at_once() {
 
 fn reload(server: &Server, config_path: Option<&Path>) {
     let Some(path) = config_path else {
-        return tracing::info!("SIGHUP ignored: running without a config file");
+        // Without a config file, only the certificate files can change.
+        return match server.reload_certificates() {
+            Ok(()) => tracing::info!("SIGHUP: certificates reloaded"),
+            Err(e) => tracing::error!("reload refused, the old certificates keep serving: {e}"),
+        };
     };
     match Config::load(path) {
         Ok(config) => match server.reload(config) {

@@ -77,6 +77,8 @@ pub struct ListenerConfig {
     pub max_connections: usize,
     /// Clients speak TLS here.
     pub tls: bool,
+    /// Every request here is answered with a 308 redirect to the same URL over https.
+    pub redirect_https: bool,
 }
 
 /// Client-side limits.
@@ -124,6 +126,12 @@ pub fn default_workers() -> usize {
 }
 
 impl Config {
+    /// The port https redirects point to: the first TLS listener's (`None`: 443, left out).
+    pub fn https_port(&self) -> Option<u16> {
+        let port = self.listeners.iter().find(|l| l.tls)?.address.port();
+        (port != 443).then_some(port)
+    }
+
     /// The zero-config reverse proxy of `slipstream proxy`: every default is the fast one.
     pub fn for_proxy(
         listen: SocketAddr,
@@ -188,6 +196,7 @@ impl Config {
                 backlog: DEFAULT_BACKLOG,
                 max_connections: DEFAULT_MAX_CONNECTIONS,
                 tls: false,
+                redirect_https: false,
             }],
             upstreams: Vec::new(),
             router: Router::default(),
@@ -341,6 +350,7 @@ struct FileLimits {
 struct FileListener {
     address: Spanned<String>,
     tls: Option<bool>,
+    redirect_https: Option<bool>,
     backlog: Option<u32>,
     max_connections: Option<usize>,
 }
@@ -566,6 +576,7 @@ impl Validator<'_> {
                     backlog: l.backlog.unwrap_or(DEFAULT_BACKLOG),
                     max_connections: l.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
                     tls: l.tls.unwrap_or(false),
+                    redirect_https: l.redirect_https.unwrap_or(false),
                 });
             }
         }

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{FileSite, Validator};
-use crate::tls::{SniResolver, TlsSettings};
+use crate::tls::{CertSource, SniResolver, TlsSettings};
 
 /// Default time allowed for a handshake.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -37,6 +37,7 @@ impl Validator<'_> {
     ) -> Option<TlsSettings> {
         let mut resolver = SniResolver::default();
         let mut default = None;
+        let mut sources = Vec::new();
         for site in sites {
             let (cert, key) = match (&site.cert, &site.key) {
                 (None, None) => continue,
@@ -50,10 +51,14 @@ impl Validator<'_> {
                     continue;
                 }
             };
-            let loaded = crate::tls::certs::load(
-                &self.relative(cert.get_ref()),
-                &self.relative(key.get_ref()),
-            );
+            let source = CertSource {
+                names: site.hosts.iter().map(|h| h.get_ref().clone()).collect(),
+                cert: self.relative(cert.get_ref()),
+                key: self.relative(key.get_ref()),
+                default: site.default.as_ref().is_some_and(|d| *d.get_ref()),
+            };
+            let loaded = crate::tls::certs::load(&source.cert, &source.key);
+            sources.push(source);
             let certified = match loaded {
                 Ok(c) => c,
                 Err(reason) => {
@@ -94,6 +99,7 @@ impl Validator<'_> {
         };
         Some(TlsSettings {
             resolver: Arc::new(resolver),
+            sources,
             tls13_only,
             handshake_timeout: self.duration(&section.handshake_timeout, DEFAULT_HANDSHAKE_TIMEOUT),
             max_handshakes: section

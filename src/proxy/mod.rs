@@ -31,7 +31,7 @@ use crate::observe::log_format::UpstreamTimes;
 
 use crate::net::Address;
 
-pub use serve::serve;
+pub use serve::{redirect_to_https, serve};
 
 use crate::net::Stream;
 use crate::worker::{Snapshot, Worker};

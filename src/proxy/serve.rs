@@ -96,6 +96,69 @@ impl Client {
     }
 }
 
+/// Answers every request of a plain connection with a 308 to the same URL over https (the
+/// `redirect_https` listener), then closes it.
+pub async fn redirect_to_https(worker: Rc<Worker>, stream: Stream) {
+    let snapshot = worker.snapshot();
+    let config = &snapshot.config;
+    let limits = &config.limits;
+    let mut stream = stream;
+    let mut buf = worker.buffers.take(MIN_BUFFER);
+    let deadline = tokio::time::Instant::now() + limits.client_header_timeout;
+    let location = loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let room = limits.max_request_head + 1;
+        match crate::net::io::read_some(&mut stream, &mut buf, room, left).await {
+            Ok(0) | Err(_) => break None,
+            Ok(_) => {}
+        }
+        let mut storage = crate::http1::request::header_storage();
+        match crate::http1::parse_request(&buf, &mut storage, limits.max_request_head) {
+            Ok(Some(head)) => break https_location(&head, config.https_port()),
+            Ok(None) => continue,
+            Err(_) => break None,
+        }
+    };
+    let response = match location {
+        Some(url) => format!(
+            "HTTP/1.1 308 Permanent Redirect\r\nLocation: {url}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
+        None => "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(),
+    };
+    let _ = write_all(
+        &mut stream,
+        &[response.as_bytes()],
+        limits.client_body_timeout,
+    )
+    .await;
+    worker.buffers.give(buf, limits.max_buffer);
+}
+
+/// `https://HOST[:PORT]/TARGET` for a request, its Host's port replaced by `port`.
+fn https_location(
+    head: &crate::http1::request::RequestHead<'_, '_>,
+    port: Option<u16>,
+) -> Option<String> {
+    let host = std::str::from_utf8(head.host?).ok()?;
+    let name = if host.starts_with('[') {
+        &host[..=host.find(']')?]
+    } else {
+        host.split_once(':').map_or(host, |(name, _)| name)
+    };
+    if name.is_empty() || name.bytes().any(|b| b <= b' ' || b == b'/' || b == b'@') {
+        return None;
+    }
+    let target = if head.path.starts_with('/') {
+        head.path
+    } else {
+        "/"
+    };
+    Some(match port {
+        Some(p) => format!("https://{name}:{p}{target}"),
+        None => format!("https://{name}{target}"),
+    })
+}
+
 /// Handles one request; returns whether the client connection stays open.
 async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Client) -> bool {
     let config = &snapshot.config;
@@ -184,6 +247,15 @@ fn count_response(cx: &Ctx<'_>, status: u16, body_bytes: u64, micros: u64, gener
     }
 }
 
+/// A client connection as the error log names it: `WORKER-SERIAL`.
+struct ConnId(usize, u64);
+
+impl std::fmt::Display for ConnId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.0, self.1)
+    }
+}
+
 /// What an access-log line needs beyond the outcome.
 struct Line<'a> {
     client: &'a Client,
@@ -235,7 +307,7 @@ async fn answer_failure(cx: &Ctx<'_>, client: &mut Client, buf: &mut Vec<u8>, e:
     let answer = e.answer();
     let p: &Prepared = cx.request;
     cx.worker.counters.inc(answer.counter);
-    let conn = format_args!("{}-{}", cx.worker.id, client.id);
+    let conn = ConnId(cx.worker.id, client.id);
     match e.side() {
         Side::Upstream => match &e.server {
             Some(server) => tracing::warn!(%conn, peer = %client.peer, %server, "{e}"),
@@ -271,7 +343,7 @@ async fn refuse_head(worker: &Worker, config: &Config, client: &mut Client, e: E
     if answer.logged >= 500 {
         worker.counters.inc(Counter::Responses5xxGenerated);
     }
-    let conn = format_args!("{}-{}", worker.id, client.id);
+    let conn = ConnId(worker.id, client.id);
     tracing::debug!(%conn, peer = %client.peer, status = answer.logged, "request refused: {e}");
     if let Some(status) = answer.send {
         client.respond(status, false, false, config).await;

@@ -3,6 +3,7 @@
 //! the admin thread and the log writer; reloads swap the shared config; shutdown drains.
 //! Dropping a [`Server`] shuts it down.
 
+mod cert_watch;
 pub mod listener;
 mod worker_thread;
 
@@ -36,6 +37,10 @@ pub struct Server {
     log: Option<LogWriter>,
     /// TLS session tickets and cache, kept across reloads.
     resumption: crate::tls::Resumption,
+    /// Woken when certificate files change.
+    certificates_changed: Arc<tokio::sync::Notify>,
+    /// Dropped to stop the certificate watcher.
+    stop_watch: Option<std::sync::mpsc::Sender<()>>,
 }
 
 /// Each worker's listening sockets, with the connection limit each one has.
@@ -84,7 +89,17 @@ impl Server {
             control: std::sync::Mutex::new(Some(control)),
             log: Some(log),
             resumption,
+            certificates_changed: Arc::default(),
+            stop_watch: None,
         };
+        let (stop_watch, stop) = std::sync::mpsc::channel();
+        let watcher = cert_watch::spawn(
+            server.shared.clone(),
+            server.certificates_changed.clone(),
+            stop,
+        )?;
+        server.threads.push(watcher);
+        server.stop_watch = Some(stop_watch);
         for (id, listeners) in per_worker.into_iter().enumerate() {
             let counters = server.metrics.new_shard();
             let log_buffer = server
@@ -158,6 +173,30 @@ impl Server {
         process.reloads_failed.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Woken when a certificate or key file of the running config changes (then call
+    /// [`Server::reload_certificates`]).
+    pub fn certificates_changed(&self) -> Arc<tokio::sync::Notify> {
+        self.certificates_changed.clone()
+    }
+
+    /// Reads the running config's certificate files again and serves the new ones; a broken or
+    /// mismatched file is refused and the old certificates keep serving. Sessions resume across
+    /// it (the ticket keys stay).
+    pub fn reload_certificates(&self) -> Result<(), String> {
+        let mut config = Config::clone(&self.shared.current());
+        let Some(tls) = &mut config.tls else {
+            return Ok(());
+        };
+        match crate::tls::SniResolver::build(&tls.sources) {
+            Ok(resolver) => tls.resolver = Arc::new(resolver),
+            Err(e) => {
+                self.reload_refused();
+                return Err(e);
+            }
+        }
+        self.reload(config)
+    }
+
     /// Reopens the access-log files by their paths (SIGUSR1, after logrotate renamed them).
     pub fn reopen_logs(&self) {
         if let Some(log) = &self.log {
@@ -207,6 +246,7 @@ impl Server {
 
     fn stop(&mut self) {
         let _ = self.shutdown.send(true);
+        drop(self.stop_watch.take());
         drop(
             self.control
                 .lock()
@@ -256,6 +296,7 @@ fn bind_listeners(
                 socket,
                 limit,
                 tls: l.tls,
+                redirect: l.redirect_https,
             });
         }
     }

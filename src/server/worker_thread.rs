@@ -19,6 +19,8 @@ pub(super) struct Listening {
     pub(super) limit: usize,
     /// Clients speak TLS on it.
     pub(super) tls: bool,
+    /// Requests on it are redirected to https.
+    pub(super) redirect: bool,
 }
 
 /// Runs `worker` on this thread until shutdown has drained its connections.
@@ -36,7 +38,12 @@ pub(super) fn run(worker: Worker, listeners: Vec<Listening>) {
         for l in listeners {
             match TcpListener::from_std(l.socket) {
                 Ok(socket) => {
-                    tokio::task::spawn_local(accept_loop(worker.clone(), socket, l.limit, l.tls));
+                    let kind = match (l.tls, l.redirect) {
+                        (true, _) => Kind::Tls,
+                        (false, true) => Kind::Redirect,
+                        (false, false) => Kind::Plain,
+                    };
+                    tokio::task::spawn_local(accept_loop(worker.clone(), socket, l.limit, kind));
                 }
                 Err(e) => tracing::error!("worker {}: listener: {e}", worker.id),
             }
@@ -61,7 +68,15 @@ pub(super) fn run(worker: Worker, listeners: Vec<Listening>) {
 }
 
 /// Accepts connections until shutdown, pausing (and counting it) at the connection limit.
-async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, limit: usize, tls: bool) {
+/// What a listener's connections get.
+#[derive(Clone, Copy)]
+enum Kind {
+    Plain,
+    Tls,
+    Redirect,
+}
+
+async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, limit: usize, kind: Kind) {
     let mut shutdown = worker.shutdown.clone();
     while !*shutdown.borrow() {
         if worker.active.get() >= limit {
@@ -83,10 +98,10 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, limit: usize, tl
                     let w = worker.clone();
                     tokio::task::spawn_local(async move {
                         let _open = OpenConnection(w.clone());
-                        if tls {
-                            serve_tls(w, stream, peer).await;
-                        } else {
-                            proxy::serve(w, stream.into(), peer).await;
+                        match kind {
+                            Kind::Plain => proxy::serve(w, stream.into(), peer).await,
+                            Kind::Tls => serve_tls(w, stream, peer).await,
+                            Kind::Redirect => proxy::redirect_to_https(w, stream.into()).await,
                         }
                     });
                 }

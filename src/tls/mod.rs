@@ -14,7 +14,7 @@ use std::time::Duration;
 use rustls::server::{ProducesTickets, StoresServerSessions};
 use rustls::ServerConfig;
 
-pub use resolve::SniResolver;
+pub use resolve::{CertSource, SniResolver};
 
 /// ALPN protocols offered to clients.
 const ALPN: [&[u8]; 1] = [b"http/1.1"];
@@ -24,6 +24,8 @@ const ALPN: [&[u8]; 1] = [b"http/1.1"];
 pub struct TlsSettings {
     /// Certificates by SNI name, and the default.
     pub resolver: Arc<SniResolver>,
+    /// The files they were read from, to read again when they change.
+    pub sources: Vec<CertSource>,
     /// Accept only TLS 1.3 (else 1.2 and 1.3).
     pub tls13_only: bool,
     /// Time allowed for a handshake.
@@ -33,6 +35,27 @@ pub struct TlsSettings {
     /// The rustls config built from these settings by the server (with the process's
     /// resumption state); `None` until then.
     pub server: Option<Arc<ServerConfig>>,
+}
+
+impl TlsSettings {
+    /// Settings with the default limits for one certificate used for every name (the
+    /// `--tls-cert` one-liner).
+    pub fn single(cert: &std::path::Path, key: &std::path::Path) -> Result<TlsSettings, String> {
+        let sources = vec![CertSource {
+            names: Vec::new(),
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            default: true,
+        }];
+        Ok(TlsSettings {
+            resolver: Arc::new(SniResolver::build(&sources)?),
+            sources,
+            tls13_only: false,
+            handshake_timeout: Duration::from_secs(10),
+            max_handshakes: 1024,
+            server: None,
+        })
+    }
 }
 
 /// Session resumption state shared by every worker and kept across reloads.

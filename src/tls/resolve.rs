@@ -7,6 +7,19 @@ use std::sync::Arc;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+/// Where one site's certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertSource {
+    /// The names it serves (`*.suffix` wildcards included).
+    pub names: Vec<String>,
+    /// The PEM chain.
+    pub cert: std::path::PathBuf,
+    /// The PEM private key.
+    pub key: std::path::PathBuf,
+    /// It is the certificate for clients without SNI or with an unknown name.
+    pub default: bool,
+}
+
 /// Certificates by server name.
 #[derive(Debug, Default)]
 pub struct SniResolver {
@@ -17,6 +30,27 @@ pub struct SniResolver {
 }
 
 impl SniResolver {
+    /// Reads every source's files; the first failure is the error. Without a source marked
+    /// default, the first one is the default.
+    pub fn build(sources: &[CertSource]) -> Result<SniResolver, String> {
+        let mut resolver = SniResolver::default();
+        let mut first = None;
+        for s in sources {
+            let key = super::certs::load(&s.cert, &s.key)?;
+            for name in &s.names {
+                resolver.add(name, &key);
+            }
+            if s.default {
+                resolver.set_default(&key);
+            }
+            first.get_or_insert(key);
+        }
+        if let Some(first) = first {
+            resolver.set_default(&first);
+        }
+        Ok(resolver)
+    }
+
     /// Adds `name` (`example.com` or `*.example.com`) for `key`; the first one for a name wins.
     pub fn add(&mut self, name: &str, key: &Arc<CertifiedKey>) {
         let name = name.trim_end_matches('.').to_ascii_lowercase();

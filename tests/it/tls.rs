@@ -371,3 +371,87 @@ fn curl_reaches_the_proxy_with_the_test_ca() {
     assert!(!pki.ca_pem.is_empty());
     proxy.shutdown();
 }
+
+/// Points `link` at `target`, replacing it atomically (as certbot and Kubernetes do).
+fn swap_symlink(target: &str, link: &std::path::Path) {
+    let tmp = link.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp).unwrap();
+    std::fs::rename(&tmp, link).unwrap();
+}
+
+#[test]
+fn certificates_rotate_on_file_change_and_sighup_and_bad_files_are_refused() {
+    let pki = TestPki::new("tls-rotate");
+    let upstream = Upstream::ok(b"hello");
+    let (cert, key) = (pki.dir.join("live.pem"), pki.dir.join("live.key"));
+    swap_symlink(&pki.path("exact.pem"), &cert);
+    swap_symlink(&pki.path("exact.key"), &key);
+    let up = format!("127.0.0.1:{}", upstream.addr.port());
+    let running = Running::proxy(&[
+        "--upstream",
+        &up,
+        "--workers",
+        "2",
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    // A new client each time: a resumed session shows the certificate of its first handshake.
+    let served = || {
+        let fresh = client_config(&[&rustls::version::TLS13]);
+        tls_get(running.addr, "a.test", &fresh, "a")
+    };
+    let returning = client_config(&[&rustls::version::TLS13]);
+    assert!(!tls_get(running.addr, "a.test", &returning, "a").resumed);
+    assert_eq!(served().cert, pki.der("exact"));
+    // The files change under the running proxy: it serves the new pair without a signal.
+    swap_symlink(&pki.path("wild.pem"), &key.with_file_name("live.pem"));
+    swap_symlink(&pki.path("wild.key"), &key);
+    assert!(eventually(|| served().cert == pki.der("wild")));
+    // Sessions made before the rotation still resume.
+    assert!(tls_get(running.addr, "a.test", &returning, "a").resumed);
+    // A mismatched pair is refused; the old certificate keeps serving.
+    swap_symlink(&pki.path("default.pem"), &cert);
+    assert!(eventually(|| running.logged("refused")));
+    assert_eq!(served().cert, pki.der("wild"));
+    // Fixed, and applied by SIGHUP (the watcher may be first: either way it is served).
+    swap_symlink(&pki.path("default.key"), &key);
+    running.signal("-HUP");
+    assert!(eventually(|| served().cert == pki.der("default")));
+}
+
+#[test]
+fn plain_http_listener_redirects_to_https() {
+    let pki = TestPki::new("tls-redirect");
+    let upstream = Upstream::ok(b"hello");
+    let plain: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let up = upstream.addr.to_string();
+    let running = Running::proxy(&[
+        "--upstream",
+        &up,
+        "--tls-cert",
+        &pki.path("exact.pem"),
+        "--tls-key",
+        &pki.path("exact.key"),
+        "--redirect-http",
+        &plain.to_string(),
+    ]);
+    assert!(eventually(|| TcpStream::connect(plain).is_ok()));
+    let raw = exchange_until_close(plain, b"GET /a/b?c=d HTTP/1.1\r\nHost: a.test:8080\r\n\r\n");
+    let text = String::from_utf8_lossy(&raw);
+    assert_eq!(status_of(&raw), 308, "{text}");
+    let port = running.addr.port();
+    assert!(
+        text.contains(&format!("Location: https://a.test:{port}/a/b?c=d\r\n")),
+        "{text}"
+    );
+    let seen = tls_get(
+        running.addr,
+        "a.test",
+        &client_config(&[&rustls::version::TLS13]),
+        "a",
+    );
+    assert_eq!(status_of(&seen.response), 200);
+}
