@@ -22,6 +22,7 @@ pub mod logs;
 pub mod shared;
 pub mod tls;
 pub mod upstream;
+mod upstream_tls;
 
 pub use fastcgi::{FastCgi, Protocol};
 pub use files::{Fallback, FileRoute, FilesSettings, TryFiles};

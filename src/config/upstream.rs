@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -61,6 +62,8 @@ pub struct UpstreamGroup {
     pub queue_timeout: Duration,
     /// The FastCGI settings, when the protocol is FastCGI.
     pub fastcgi: Option<FastCgi>,
+    /// TLS to the servers (`https://` servers or `tls = true`).
+    pub tls: Option<Arc<crate::tls::client::UpstreamTls>>,
 }
 
 /// One configured server: an address, or a name resolved to every address it has.
@@ -78,6 +81,8 @@ pub struct ServerSpec {
     pub backup: bool,
     /// Time over which a server that comes back ramps up to its full weight (zero: at once).
     pub slow_start: Duration,
+    /// Written as `https://`: the group speaks TLS to it.
+    pub tls: bool,
 }
 
 impl ServerSpec {
@@ -173,6 +178,7 @@ impl UpstreamGroup {
             max_conns: 0,
             queue_timeout: Duration::from_secs(10),
             fastcgi: None,
+            tls: None,
         }
     }
 
@@ -218,7 +224,8 @@ pub fn parse_server(
 ) -> Result<ServerSpec, String> {
     let mut words = text.split_whitespace();
     let address = words.next().ok_or("empty server")?;
-    let address = ["http://", "fastcgi://"]
+    let tls = address.starts_with("https://");
+    let address = ["http://", "https://", "fastcgi://"]
         .iter()
         .find_map(|scheme| address.strip_prefix(scheme))
         .unwrap_or(address);
@@ -250,6 +257,7 @@ pub fn parse_server(
         weight: 1,
         backup: false,
         slow_start: default_slow_start,
+        tls,
     };
     for word in words {
         match word.split_once('=') {
@@ -358,6 +366,12 @@ pub(super) struct FileUpstream {
     max_conns: Option<usize>,
     queue_timeout: Option<Spanned<String>>,
     root: Option<Spanned<String>>,
+    tls: Option<Spanned<bool>>,
+    tls_ca: Option<String>,
+    tls_verify: Option<bool>,
+    tls_server_name: Option<String>,
+    tls_client_cert: Option<String>,
+    tls_client_key: Option<String>,
     index: Option<Spanned<String>>,
     front_controller: Option<Spanned<String>>,
     params: Option<BTreeMap<String, String>>,
@@ -365,6 +379,18 @@ pub(super) struct FileUpstream {
 }
 
 impl FileUpstream {
+    /// The TLS keys.
+    pub(super) fn tls_keys(&self) -> super::upstream_tls::FileUpstreamTls<'_> {
+        super::upstream_tls::FileUpstreamTls {
+            tls: self.tls.as_ref(),
+            ca: self.tls_ca.as_deref(),
+            verify: self.tls_verify,
+            server_name: self.tls_server_name.as_deref(),
+            client_cert: self.tls_client_cert.as_deref(),
+            client_key: self.tls_client_key.as_deref(),
+        }
+    }
+
     fn fastcgi_keys(&self) -> FileFastCgi {
         FileFastCgi {
             root: self.root.clone(),
@@ -470,6 +496,7 @@ impl Validator<'_> {
         g.send_timeout = self.duration(&u.send_timeout, g.send_timeout);
         g.idle_timeout = self.duration(&u.idle_timeout, g.idle_timeout);
         self.build_protocol(&mut g, name, u);
+        g.tls = self.build_upstream_tls(&g, name, u);
         g.max_conns = u.max_conns.unwrap_or(g.max_conns);
         g.queue_timeout = self.duration(&u.queue_timeout, g.queue_timeout);
         g

@@ -43,7 +43,7 @@ pub async fn write_all(stream: &mut Stream, parts: &[&[u8]], timeout: Duration) 
 
 /// Pushes out TLS records rustls still holds (a plain socket has nothing to flush).
 async fn flush_tls(stream: &mut Stream, timeout: Duration) -> io::Result<()> {
-    if !matches!(stream, Stream::TlsServer(_)) {
+    if !matches!(stream, Stream::TlsServer(_) | Stream::TlsClient(_)) {
         return Ok(());
     }
     match tokio::time::timeout(timeout, stream.flush()).await {

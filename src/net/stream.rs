@@ -19,6 +19,8 @@ pub enum Stream {
     Unix(UnixStream),
     /// A TLS connection from a client (boxed: its state is large, and rare on the fast path).
     TlsServer(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    /// A TLS connection to an upstream server.
+    TlsClient(Box<tokio_rustls::client::TlsStream<TcpStream>>),
     /// A scripted connection for unit tests of the relay code.
     #[cfg(test)]
     Mock(Box<tokio_test::io::Mock>),
@@ -30,7 +32,7 @@ impl Stream {
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
             Stream::Tcp(s) => Some(s),
-            Stream::Unix(_) | Stream::TlsServer(_) => None,
+            Stream::Unix(_) | Stream::TlsServer(_) | Stream::TlsClient(_) => None,
             #[cfg(test)]
             Stream::Mock(_) => None,
         }
@@ -61,7 +63,7 @@ impl Stream {
             Stream::Tcp(s) => s.readable().await,
             Stream::Unix(s) => s.readable().await,
             // Decrypted bytes may already wait inside rustls: let the read find out.
-            Stream::TlsServer(_) => Ok(()),
+            Stream::TlsServer(_) | Stream::TlsClient(_) => Ok(()),
             #[cfg(test)]
             Stream::Mock(_) => Ok(()),
         }
@@ -78,7 +80,7 @@ impl Stream {
                 let mut cx = Context::from_waker(std::task::Waker::noop());
                 s.poll_read_ready(&mut cx).is_ready()
             }
-            Stream::TlsServer(_) => false,
+            Stream::TlsServer(_) | Stream::TlsClient(_) => false,
             #[cfg(test)]
             Stream::Mock(_) => false,
         }
@@ -89,7 +91,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.try_read(buf),
             Stream::Unix(s) => s.try_read(buf),
-            Stream::TlsServer(_) => Err(io::ErrorKind::WouldBlock.into()),
+            Stream::TlsServer(_) | Stream::TlsClient(_) => Err(io::ErrorKind::WouldBlock.into()),
             #[cfg(test)]
             Stream::Mock(_) => Err(io::ErrorKind::WouldBlock.into()),
         }
@@ -126,6 +128,7 @@ impl AsyncRead for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
             Stream::TlsServer(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::TlsClient(s) => Pin::new(s).poll_read(cx, buf),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_read(cx, buf),
         }
@@ -142,6 +145,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
             Stream::TlsServer(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::TlsClient(s) => Pin::new(s).poll_write(cx, buf),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_write(cx, buf),
         }
@@ -156,6 +160,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::TlsServer(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::TlsClient(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
@@ -166,6 +171,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => s.is_write_vectored(),
             Stream::Unix(s) => s.is_write_vectored(),
             Stream::TlsServer(s) => s.is_write_vectored(),
+            Stream::TlsClient(s) => s.is_write_vectored(),
             #[cfg(test)]
             Stream::Mock(s) => s.is_write_vectored(),
         }
@@ -176,6 +182,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
             Stream::Unix(s) => Pin::new(s).poll_flush(cx),
             Stream::TlsServer(s) => Pin::new(s).poll_flush(cx),
+            Stream::TlsClient(s) => Pin::new(s).poll_flush(cx),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_flush(cx),
         }
@@ -186,6 +193,7 @@ impl AsyncWrite for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
             Stream::TlsServer(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::TlsClient(s) => Pin::new(s).poll_shutdown(cx),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_shutdown(cx),
         }

@@ -235,7 +235,8 @@ pub(super) async fn on_connection(
         }
         Obtained::Open(slot) => slot,
     };
-    let stream = connect(server, group.connect_timeout, counters, stats).await?;
+    let tls = group.tls.as_deref();
+    let stream = connect(server, group.connect_timeout, counters, stats, tls).await?;
     cx.mark_connected();
     let server = server.clone();
     let mut conn = Conn {

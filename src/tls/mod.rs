@@ -6,6 +6,7 @@
 
 pub mod accept;
 pub mod certs;
+pub mod client;
 pub mod resolve;
 
 use std::sync::Arc;

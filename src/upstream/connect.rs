@@ -9,6 +9,7 @@ use tokio::net::{TcpStream, UnixStream};
 use crate::error::{Error, Kind};
 use crate::net::Stream;
 use crate::observe::metrics::{Counter, Shard};
+use crate::tls::client::UpstreamTls;
 use crate::upstream::stats::{ConnectErrno, ServerStats};
 
 /// Opens a new upstream connection, counting it and its failures by kind and errno (in the
@@ -18,10 +19,11 @@ pub async fn connect(
     timeout: Duration,
     counters: &Shard,
     stats: &ServerStats,
+    tls: Option<&UpstreamTls>,
 ) -> Result<Stream, Error> {
     counters.inc(Counter::UpstreamConnects);
     ServerStats::bump(&stats.connects);
-    let error = match tokio::time::timeout(timeout, open(addr)).await {
+    let error = match tokio::time::timeout(timeout, open_with(addr, tls)).await {
         Ok(Ok(stream)) => return Ok(stream),
         Ok(Err(e)) => Some(e),
         Err(_) => None,
@@ -48,6 +50,24 @@ pub async fn connect(
     };
     counters.inc(Counter::UpstreamConnectErrors);
     Err(Error::connect(kind))
+}
+
+/// Opens a connection, with a TLS handshake when the group speaks TLS (a failed handshake is
+/// an `InvalidData` error, logged with its reason).
+async fn open_with(addr: &Address, tls: Option<&UpstreamTls>) -> std::io::Result<Stream> {
+    let Some(tls) = tls else {
+        return open(addr).await;
+    };
+    let Stream::Tcp(tcp) = open(addr).await? else {
+        return Err(std::io::ErrorKind::Unsupported.into());
+    };
+    match tls.connect(addr, tcp).await {
+        Ok(s) => Ok(Stream::TlsClient(Box::new(s))),
+        Err(e) => {
+            tracing::warn!(%addr, "TLS handshake with the upstream failed: {e}");
+            Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        }
+    }
 }
 
 /// Opens a TCP connection (without Nagle's delay) or a unix socket connection.

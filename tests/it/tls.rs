@@ -455,3 +455,122 @@ fn plain_http_listener_redirects_to_https() {
     );
     assert_eq!(status_of(&seen.response), 200);
 }
+
+/// A group sending to `upstream` over TLS, trusting `ca`, with `extra` keys.
+fn https_group_config(upstream: SocketAddr, ca: &str, extra: &str) -> String {
+    format!(
+        r#"
+workers = 1
+[[listen]]
+address = "127.0.0.1:0"
+[upstreams.app]
+servers = ["https://{upstream}"]
+tls_ca = "{ca}"
+tls_server_name = "localhost"
+retries = 0
+{extra}
+[[sites]]
+default = true
+routes = [{{ path = "/", upstream = "app" }}]
+"#
+    )
+}
+
+#[test]
+fn https_upstreams_are_verified_pooled_and_refused_with_a_wrong_ca() {
+    let pki = TestPki::new("tls-upstream");
+    let origin = Upstream::ok(b"over tls");
+    // A TLS-terminating slipstream in front of the origin plays the https upstream.
+    let terminator = proxy(
+        &tls_config(&pki, origin.addr, 1, "")
+            .replace("hosts = [\"a.test\"]", "hosts = [\"localhost\"]")
+            .replace("exact.", "localhost."),
+    );
+    let tls_addr = terminator.local_addrs()[0];
+    let direct = tls_get(
+        tls_addr,
+        "localhost",
+        &client_config(&[&rustls::version::TLS13]),
+        "a",
+    );
+    assert_eq!(status_of(&direct.response), 200);
+    assert_eq!(direct.cert, pki.der("localhost"));
+    let front = proxy(&https_group_config(tls_addr, &pki.path("ca.pem"), ""));
+    let mut client = connect(front.local_addrs()[0]);
+    let mut reader = std::io::BufReader::new(client.try_clone().unwrap());
+    for _ in 0..5 {
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap();
+        let r = read_response(&mut reader, false).unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"over tls"[..]));
+    }
+    // One handshake from the front (and the direct one above): its connection was pooled.
+    assert_eq!(terminator.metrics().total(Counter::TlsHandshakes), 2);
+    assert_eq!(front.metrics().total(Counter::UpstreamReused), 4);
+    front.shutdown();
+    // Another CA: the server's certificate is not trusted.
+    let other = TestPki::new("tls-upstream-other");
+    let wrong = proxy(&https_group_config(tls_addr, &other.path("ca.pem"), ""));
+    let raw = exchange_until_close(
+        wrong.local_addrs()[0],
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status_of(&raw), 502);
+    assert!(eventually(|| terminator
+        .metrics()
+        .total(Counter::TlsAlertReceived)
+        == 1));
+    // Unless verification is turned off, said explicitly.
+    let unverified = proxy(&https_group_config(
+        tls_addr,
+        &other.path("ca.pem"),
+        "tls_verify = false",
+    ));
+    let raw = exchange_until_close(
+        unverified.local_addrs()[0],
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status_of(&raw), 200);
+}
+
+#[test]
+fn mtls_to_an_upstream_that_requires_a_client_certificate() {
+    let pki = TestPki::new("tls-mtls");
+    let port = free_port();
+    let mut server = std::process::Command::new("openssl")
+        .args(["s_server", "-quiet", "-www", "-Verify", "1", "-accept"])
+        .arg(port.to_string())
+        .args([
+            "-cert",
+            &pki.path("localhost.pem"),
+            "-key",
+            &pki.path("localhost.key"),
+        ])
+        .args(["-CAfile", &pki.path("ca.pem")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    assert!(eventually(|| TcpStream::connect(addr).is_ok()));
+    let keys = format!(
+        "tls_client_cert = \"{}\"\ntls_client_key = \"{}\"",
+        pki.path("exact.pem"),
+        pki.path("exact.key")
+    );
+    let with_cert = proxy(&https_group_config(addr, &pki.path("ca.pem"), &keys));
+    let raw = exchange_until_close(
+        with_cert.local_addrs()[0],
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status_of(&raw), 200, "{}", String::from_utf8_lossy(&raw));
+    let without = proxy(&https_group_config(addr, &pki.path("ca.pem"), ""));
+    let raw = exchange_until_close(
+        without.local_addrs()[0],
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status_of(&raw), 502);
+    let _ = server.kill();
+    let _ = server.wait();
+}
