@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Question: what does TLS termination cost, slipstream (rustls, aws-lc-rs) against nginx and
+# HAProxy (Debian's, OpenSSL 3), with the same ECDSA P-256 certificate, one worker each?
+#
+# wrk -> TLS proxy -> nginx origin (plain, keep-alive), all on loopback.
+#   (a) a new connection per request (wrk -H 'Connection: close'): every request is a full
+#       handshake: handshakes/s and the proxy's CPU per handshake;
+#   (b) keep-alive: req/s at 0 B, 1 KB and 91 KB.
+# Columns: req/s, p50, p99 (wrk --latency), proxy CPU microseconds per request (schedstat of its
+# threads), proxy syscalls per request (perf stat -e raw_syscalls:sys_enter).
+#
+# Usage: bench/tls.sh [seconds per run, default 10] [connections, default 50]
+# ROUNDS=N (default 2) repeats each cell, alternating the order; SIZES narrows (b).
+set -euo pipefail
+DURATION=${1:-10}
+CONNS=${2:-50}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORK=${BENCH_DIR:-/tmp/slipstream-bench-tls}
+ORIGIN=18100 SLIP=18101 NGX=18102 HAP=18103
+
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+bench_install
+(cd "$ROOT" && cargo build --release -q)
+
+rm -rf "$WORK" && mkdir -p "$WORK/www"
+: > "$WORK/www/0b"
+head -c 1024 /dev/zero | tr '\0' 'a' > "$WORK/www/1k"
+head -c 93184 /dev/urandom | base64 -w 100 | head -c 93184 > "$WORK/www/91k"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
+    -keyout "$WORK/key.pem" -out "$WORK/cert.pem" -subj /CN=localhost \
+    -addext subjectAltName=DNS:localhost 2>/dev/null
+cat "$WORK/cert.pem" "$WORK/key.pem" > "$WORK/both.pem"
+
+write_origin_conf "$WORK/origin.conf" $ORIGIN "$WORK/www"
+cat > "$WORK/nginx.conf" <<CONF
+worker_processes 1;
+worker_rlimit_nofile 20000;
+daemon off;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx.error.log;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    upstream origin { server 127.0.0.1:$ORIGIN; keepalive 1000; }
+    ssl_session_cache shared:SSL:10m;
+    server {
+        listen 127.0.0.1:$NGX ssl reuseport;
+        ssl_certificate $WORK/cert.pem;
+        ssl_certificate_key $WORK/key.pem;
+        location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    }
+}
+CONF
+{
+    haproxy_head 1
+    cat <<CONF
+frontend fe
+    bind 127.0.0.1:$HAP ssl crt $WORK/both.pem
+    default_backend be
+backend be
+    server origin 127.0.0.1:$ORIGIN maxconn 1000
+CONF
+} > "$WORK/haproxy.cfg"
+
+nginx -c "$WORK/origin.conf" & PIDS+=($!)
+nginx -c "$WORK/nginx.conf" & PIDS+=($!)
+haproxy -f "$WORK/haproxy.cfg" -db & PIDS+=($!)
+"$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP --upstream 127.0.0.1:$ORIGIN \
+    --workers 1 --admin 127.0.0.1:18109 --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" 2>"$WORK/slipstream.log" & PIDS+=($!)
+SLIP_PID=$!
+sleep 1
+
+proxy_pids() { if [ "$1" = "$SLIP" ]; then echo "$SLIP_PID"; else listener_pids "$1"; fi; }
+
+run() { # port path close -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
+    local port=$1 path=$2 close=$3 pids before after header=()
+    [ "$close" = yes ] && header=(-H 'Connection: close')
+    local url="https://localhost:$port/$path"
+    wrk -t1 -c"$CONNS" -d2s "${header[@]}" "$url" >/dev/null
+    pids=$(proxy_pids "$port")
+    # shellcheck disable=SC2086
+    perf stat -e raw_syscalls:sys_enter -x, -o "$WORK/perf.txt" -p "$(echo $pids | tr ' ' ',')" -- sleep "$DURATION" 2>/dev/null &
+    local perf_pid=$!
+    # shellcheck disable=SC2086
+    before=$(cpu_ns $pids)
+    wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "${header[@]}" "$url" > "$WORK/wrk.txt"
+    # shellcheck disable=SC2086
+    after=$(cpu_ns $pids)
+    wait "$perf_pid" || true
+    local rps reqs p50 p99 sys
+    rps=$(awk '/Requests\/sec/ {print $2}' "$WORK/wrk.txt")
+    reqs=$(awk '/requests in/ {print $1}' "$WORK/wrk.txt")
+    p50=$(awk '$1=="50%" {print $2}' "$WORK/wrk.txt" | to_us)
+    p99=$(awk '$1=="99%" {print $2}' "$WORK/wrk.txt" | to_us)
+    sys=$(awk -F, '/raw_syscalls:sys_enter/ {print $1}' "$WORK/perf.txt")
+    awk -v rps="$rps" -v p50="$p50" -v p99="$p99" -v cpu=$((after - before)) -v n="$reqs" -v sys="${sys:-0}" \
+        'BEGIN { printf "%s %s %s %.1f %.1f\n", rps, p50, p99, cpu/1000/n, sys/n }'
+}
+
+ROUNDS=${ROUNDS:-2}
+TARGETS=(slipstream:$SLIP nginx:$NGX haproxy:$HAP)
+table() { # title path close
+    printf '\n### %s\n\n' "$1"
+    printf '| %-11s | %9s | %8s | %8s | %10s | %12s |\n' proxy 'req/s' 'p50 us' 'p99 us' 'CPU us/req' 'syscalls/req'
+    printf '|%s|\n' '-------------|-----------|----------|----------|------------|--------------'
+    : > "$WORK/results"
+    for round in $(seq 1 "$ROUNDS"); do
+        order=("${TARGETS[@]}")
+        [ $((round % 2)) -eq 0 ] && order=("${TARGETS[2]}" "${TARGETS[1]}" "${TARGETS[0]}")
+        for target in "${order[@]}"; do
+            echo "${target%%:*} $(run "${target##*:}" "$2" "$3")" >> "$WORK/results"
+        done
+    done
+    for target in "${TARGETS[@]}"; do
+        awk -v name="${target%%:*}" '$1==name { n++; r+=$2; a+=$3; b+=$4; c+=$5; s+=$6 }
+            END { printf "| %-11s | %9.0f | %8.0f | %8.0f | %10.1f | %12.1f |\n", name, r/n, a/n, b/n, c/n, s/n }' "$WORK/results"
+    done
+}
+
+printf '\nwrk -t1 -c%s -d%ss, TLS to each proxy (ECDSA P-256), one worker each; %s cores; %s rounds alternating\n' \
+    "$CONNS" "$DURATION" "$(nproc)" "$ROUNDS"
+printf 'slipstream: rustls (aws-lc-rs); nginx %s and HAProxy %s: %s\n' \
+    "$(nginx -v 2>&1 | sed 's/.*\///')" "$(haproxy -v | head -1 | awk '{print $3}')" "$(openssl version | awk '{print $1, $2}')"
+table "(a) a new connection and full handshake per request, 0 B" 0b yes
+for size in ${SIZES:-0b 1k 91k}; do
+    table "(b) keep-alive, $size" "$size" no
+done
+printf '\nslipstream: %s handshakes, %s of them resumed (so the (a) rows are full handshakes)\n' \
+    "$(curl -s 127.0.0.1:18109/metrics | awk '$1=="slipstream_tls_handshakes_total" {print $2}')" \
+    "$(curl -s 127.0.0.1:18109/metrics | awk '$1=="slipstream_tls_resumed_total" {print $2}')"
