@@ -452,3 +452,15 @@ pub fn proc_files(data: &[u8]) {
         }
     }
 }
+
+/// A certificate file and a key file (the data split at the first NUL): never panics; a pair
+/// accepted has a certificate chain.
+pub fn tls_pem(data: &[u8]) {
+    let (cert, key) = match data.iter().position(|b| *b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, data),
+    };
+    if let Ok(certified) = crate::tls::certs::from_pem(cert, key) {
+        assert!(!certified.cert.is_empty());
+    }
+}

@@ -82,3 +82,8 @@ fn log_format_seeds() {
 fn proc_files_seeds() {
     replay("proc_files", slipstream::fuzzing::proc_files);
 }
+
+#[test]
+fn tls_pem_seeds() {
+    replay("tls_pem", slipstream::fuzzing::tls_pem);
+}
