@@ -100,6 +100,9 @@ pub fn server_config(
         .with_no_client_auth()
         .with_cert_resolver(settings.resolver.clone());
     config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    // The provider's order (AES-GCM with hardware support first, then ChaCha20) decides, not
+    // the client's.
+    config.ignore_client_order = true;
     config.ticketer = resumption.ticketer.clone();
     config.session_storage = resumption.cache.clone();
     Ok(Arc::new(config))
