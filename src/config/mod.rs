@@ -20,6 +20,9 @@ pub mod fastcgi;
 pub mod files;
 pub mod logs;
 pub mod shared;
+mod text;
+use text::{line_column, nearest, suggest_nearest};
+pub use text::{parse_duration, parse_size};
 pub mod tls;
 pub mod upstream;
 mod upstream_tls;
@@ -735,88 +738,6 @@ impl Validator<'_> {
         built.route_params.push(params);
         u16::try_from(built.route_params.len() - 1).ok()
     }
-}
-
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-    (line, column)
-}
-
-/// Parses `"500ms"`, `"30s"`, `"5m"`, `"1h"`.
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit())?;
-    let (n, unit) = s.split_at(split);
-    let n: u64 = n.parse().ok()?;
-    match unit.trim() {
-        "ms" => Some(Duration::from_millis(n)),
-        "s" => Some(Duration::from_secs(n)),
-        "m" => Some(Duration::from_secs(n * 60)),
-        "h" => Some(Duration::from_secs(n * 3600)),
-        _ => None,
-    }
-}
-
-/// Parses `"4096"`, `"16KB"`, `"16k"`, `"1MB"`, `"1GiB"` (units are powers of 1024).
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (n, unit) = s.split_at(split);
-    let n: u64 = n.parse().ok()?;
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return None,
-    };
-    n.checked_mul(mult)
-}
-
-/// Turns serde's "unknown field `x`, expected one of `a`, `b`" into a message naming the
-/// nearest valid key.
-fn suggest_nearest(message: &str) -> String {
-    let message = message.trim();
-    if !message.starts_with("unknown field") {
-        return message.to_string();
-    }
-    let names: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
-    match names.split_first() {
-        Some((unknown, valid)) if !valid.is_empty() => match nearest(unknown, valid) {
-            Some(n) => format!(
-                "unknown key `{unknown}`; did you mean `{n}`? (valid keys: {})",
-                valid.join(", ")
-            ),
-            None => format!("unknown key `{unknown}` (valid keys: {})", valid.join(", ")),
-        },
-        _ => message.to_string(),
-    }
-}
-
-/// The candidate closest to `word` by edit distance.
-fn nearest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    candidates
-        .iter()
-        .map(|c| (edit_distance(word, c), *c))
-        .min()
-        .map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]
