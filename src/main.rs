@@ -124,6 +124,10 @@ struct TlsArgs {
     /// Also listen here in plain HTTP, answering every request with a 308 to https.
     #[arg(long, value_parser = parse_addr, requires = "tls_cert")]
     redirect_http: Option<SocketAddr>,
+    /// Add `Strict-Transport-Security: VALUE` to every response over TLS
+    /// (for example "max-age=31536000").
+    #[arg(long, requires = "tls_cert")]
+    hsts: Option<String>,
 }
 
 impl TlsArgs {
@@ -132,7 +136,12 @@ impl TlsArgs {
         let (Some(cert), Some(key)) = (self.tls_cert, self.tls_key) else {
             return Ok(());
         };
-        config.tls = Some(slipstream::tls::TlsSettings::single(&cert, &key)?);
+        let mut tls = slipstream::tls::TlsSettings::single(&cert, &key)?;
+        if let Some(value) = &self.hsts {
+            tls.hsts =
+                Some(slipstream::tls::hsts_field(value).map_err(|e| format!("--hsts: {e}"))?);
+        }
+        config.tls = Some(tls);
         config.listeners[0].tls = true;
         if let Some(address) = self.redirect_http {
             let mut plain = config.listeners[0].clone();

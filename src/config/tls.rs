@@ -1,6 +1,6 @@
 //! The TLS keys: `tls = true` on a listener, `cert` and `key` on sites (chosen by SNI with the
 //! site's host names; the default site's, or the first one's, for clients without SNI), and the
-//! `[tls]` section (versions, handshake limits). Certificate files are read and checked at load,
+//! `[tls]` section (versions, handshake limits, SNI, resumption, HSTS). Certificate files are read and checked at load,
 //! so a missing, broken or mismatched file refuses the config (and a reload keeps the old one).
 
 use std::path::Path;
@@ -25,6 +25,9 @@ pub(super) struct FileTls {
     min_version: Option<Spanned<String>>,
     handshake_timeout: Option<Spanned<String>>,
     max_handshakes: Option<usize>,
+    require_sni: Option<bool>,
+    resumption: Option<bool>,
+    hsts: Option<Spanned<String>>,
 }
 
 impl Validator<'_> {
@@ -97,6 +100,13 @@ impl Validator<'_> {
             }
             None => false,
         };
+        let require_sni = section.require_sni.unwrap_or(false);
+        resolver.set_require_sni(require_sni);
+        let hsts = section.hsts.as_ref().and_then(|v| {
+            crate::tls::hsts_field(v.get_ref())
+                .map_err(|e| self.error(v.span().start, e))
+                .ok()
+        });
         Some(TlsSettings {
             resolver: Arc::new(resolver),
             sources,
@@ -106,6 +116,9 @@ impl Validator<'_> {
                 .max_handshakes
                 .unwrap_or(DEFAULT_MAX_HANDSHAKES)
                 .max(1),
+            require_sni,
+            resumption: section.resumption.unwrap_or(true),
+            hsts,
             server: None,
         })
     }

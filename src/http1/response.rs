@@ -247,6 +247,29 @@ fn put_length(out: &mut Vec<u8>, n: u64) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Adds one field line (`Name: value\r\n`) to the response head that starts at `start` in
+/// `out`, before the blank line that ends it; a field the head already has is not added twice.
+pub fn add_fields(out: &mut Vec<u8>, start: usize, fields: &[u8]) {
+    let Some(end) = out[start..].windows(4).position(|w| w == b"\r\n\r\n") else {
+        return;
+    };
+    let head = &out[start..start + end + 2];
+    let name_len = fields
+        .iter()
+        .position(|&b| b == b':')
+        .unwrap_or(fields.len());
+    let name = &fields[..name_len];
+    let present = head.split(|&b| b == b'\n').any(|line| {
+        line.len() > name_len
+            && line[..name_len].eq_ignore_ascii_case(name)
+            && line[name_len] == b':'
+    });
+    if !present {
+        let at = start + end + 2;
+        out.splice(at..at, fields.iter().copied());
+    }
+}
+
 /// The interim response the proxy sends for `Expect: 100-continue` before reading a body.
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -348,5 +371,25 @@ mod tests {
         let mut out = Vec::new();
         head.write_client_head(&mut out, Relay::Pass, true, 1);
         assert!(out.starts_with(b"HTTP/1.1 204 No Content\r\n"));
+    }
+
+    #[test]
+    fn fields_go_before_the_blank_line_once() {
+        let hsts = b"Strict-Transport-Security: max-age=1\r\n";
+        let mut out = b"body-before HTTP/1.1 200 OK\r\nA: b\r\n\r\nbody".to_vec();
+        add_fields(&mut out, 12, hsts);
+        assert_eq!(
+            out,
+            b"body-before HTTP/1.1 200 OK\r\nA: b\r\nStrict-Transport-Security: max-age=1\r\n\r\nbody"
+        );
+        let mut present =
+            b"HTTP/1.1 200 OK\r\nstrict-transport-security: max-age=9\r\n\r\n".to_vec();
+        let before = present.clone();
+        add_fields(&mut present, 0, hsts);
+        assert_eq!(present, before);
+        // A field whose name only starts the same is not the same field.
+        let mut other = b"HTTP/1.1 200 OK\r\nStrict-Transport-Security-X: 1\r\n\r\n".to_vec();
+        add_fields(&mut other, 0, hsts);
+        assert_eq!(other.windows(7).filter(|w| w == b"max-age").count(), 1);
     }
 }

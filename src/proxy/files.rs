@@ -41,7 +41,10 @@ pub(super) async fn serve_files(
     };
     let outcome = match lookup.resolve(&req.target) {
         Resolution::File(entry) => {
-            let plan = plan(&entry, req, route, framing);
+            let mut plan = plan(&entry, req, route, framing);
+            if let Some(fields) = cx.tls_fields() {
+                crate::http1::response::add_fields(&mut plan.head, 0, fields);
+            }
             send_plan(cx, client, &plan, framing).await?
         }
         Resolution::Upstream(u) => return exchange::exchange(cx, u, client, buf, tried).await,
@@ -93,6 +96,13 @@ async fn send_simple(
     framing: Framing,
 ) -> Result<Outcome, Error> {
     let timeout = cx.config().limits.client_body_timeout;
+    let mut with_fields;
+    let mut head = head;
+    if let Some(fields) = cx.tls_fields() {
+        with_fields = head.to_vec();
+        crate::http1::response::add_fields(&mut with_fields, 0, fields);
+        head = &with_fields;
+    }
     write_all(&mut client.stream, &[head, body], timeout)
         .await
         .map_err(|_| Error::client_write().after_head(status))?;

@@ -86,6 +86,15 @@ impl Ctx<'_> {
         &self.snapshot.config
     }
 
+    /// The field lines every response over TLS gets (`Strict-Transport-Security`), when
+    /// configured.
+    fn tls_fields(&self) -> Option<&[u8]> {
+        if !self.request.https {
+            return None;
+        }
+        self.config().tls.as_ref()?.hsts.as_deref()
+    }
+
     /// Microseconds since the current try began.
     fn since_try(&self) -> Option<u64> {
         self.try_started

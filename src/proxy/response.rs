@@ -157,7 +157,12 @@ pub(super) async fn respond(
                 let early = &ubuf[head_len..];
                 return tunnel::switch(cx, group, client, pending, up, &out, early).await;
             }
-            Parsed::Final(head) => break head,
+            Parsed::Final(mut head) => {
+                if let Some(fields) = cx.tls_fields() {
+                    crate::http1::response::add_fields(&mut head.out, 0, fields);
+                }
+                break head;
+            }
         }
     };
     let buffer_limit = cx.request.upstream.and_then(|r| r.buffer_response);

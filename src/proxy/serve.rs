@@ -91,6 +91,10 @@ impl Client {
     async fn respond(&mut self, status: u16, keep_alive: bool, head_only: bool, config: &Config) {
         let mut out = Vec::with_capacity(160);
         write_simple_response(&mut out, status, keep_alive, head_only);
+        let hsts = config.tls.as_ref().and_then(|t| t.hsts.as_deref());
+        if let Some(fields) = hsts.filter(|_| !self.stream.tls_version().is_empty()) {
+            crate::http1::response::add_fields(&mut out, 0, fields);
+        }
         let timeout = config.limits.client_body_timeout;
         let _ = write_all(&mut self.stream, &[&out], timeout).await;
     }

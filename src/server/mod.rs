@@ -187,7 +187,7 @@ impl Server {
         let Some(tls) = &mut config.tls else {
             return Ok(());
         };
-        match crate::tls::SniResolver::build(&tls.sources) {
+        match crate::tls::SniResolver::build(&tls.sources, tls.require_sni) {
             Ok(resolver) => tls.resolver = Arc::new(resolver),
             Err(e) => {
                 self.reload_refused();

@@ -1,5 +1,5 @@
 //! Choosing a certificate by SNI: an exact name, then the longest `*.suffix` wildcard, then the
-//! default (or none, refusing clients that name no known host when so configured).
+//! default (none for clients without SNI when `require_sni` says so: their handshake fails).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,13 +27,18 @@ pub struct SniResolver {
     /// By suffix with its leading dot (`.example.com`).
     wildcard: HashMap<String, Arc<CertifiedKey>>,
     default: Option<Arc<CertifiedKey>>,
+    /// Clients without SNI get no certificate (the handshake fails).
+    require_sni: bool,
 }
 
 impl SniResolver {
     /// Reads every source's files; the first failure is the error. Without a source marked
     /// default, the first one is the default.
-    pub fn build(sources: &[CertSource]) -> Result<SniResolver, String> {
-        let mut resolver = SniResolver::default();
+    pub fn build(sources: &[CertSource], require_sni: bool) -> Result<SniResolver, String> {
+        let mut resolver = SniResolver {
+            require_sni,
+            ..SniResolver::default()
+        };
         let mut first = None;
         for s in sources {
             let key = super::certs::load(&s.cert, &s.key)?;
@@ -66,13 +71,21 @@ impl SniResolver {
         self.default.get_or_insert_with(|| key.clone());
     }
 
+    /// Refuses clients without SNI (`require_sni`).
+    pub fn set_require_sni(&mut self, require: bool) {
+        self.require_sni = require;
+    }
+
     /// Whether any certificate is configured.
     pub fn is_empty(&self) -> bool {
         self.exact.is_empty() && self.wildcard.is_empty() && self.default.is_none()
     }
 
-    /// The certificate for a server name (`None`: the default).
+    /// The certificate for a server name (`None`: the default, unless SNI is required).
     pub fn find(&self, name: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        if name.is_none() && self.require_sni {
+            return None;
+        }
         if let Some(name) = name {
             let name = name.trim_end_matches('.').to_ascii_lowercase();
             if let Some(k) = self.exact.get(&name) {

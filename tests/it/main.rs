@@ -14,3 +14,4 @@ mod observe;
 mod proxy_http1;
 mod support;
 mod tls;
+mod tls_options;

@@ -64,7 +64,9 @@ impl TestPki {
     }
 }
 
-fn client_config(versions: &[&'static rustls::SupportedProtocolVersion]) -> Arc<ClientConfig> {
+pub(crate) fn client_config(
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<ClientConfig> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut c = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(versions)
@@ -77,16 +79,21 @@ fn client_config(versions: &[&'static rustls::SupportedProtocolVersion]) -> Arc<
 }
 
 /// What one TLS request saw.
-struct Seen {
-    cert: CertificateDer<'static>,
-    version: rustls::ProtocolVersion,
-    alpn: Option<Vec<u8>>,
-    resumed: bool,
-    response: Vec<u8>,
+pub(crate) struct Seen {
+    pub(crate) cert: CertificateDer<'static>,
+    pub(crate) version: rustls::ProtocolVersion,
+    pub(crate) alpn: Option<Vec<u8>>,
+    pub(crate) resumed: bool,
+    pub(crate) response: Vec<u8>,
 }
 
 /// One request over a new TLS connection, with `name` as SNI (an IP: no SNI).
-fn tls_get(addr: SocketAddr, name: &str, config: &Arc<ClientConfig>, host: &str) -> Seen {
+pub(crate) fn tls_get(
+    addr: SocketAddr,
+    name: &str,
+    config: &Arc<ClientConfig>,
+    host: &str,
+) -> Seen {
     let server_name = ServerName::try_from(name.to_string()).unwrap();
     let conn = ClientConnection::new(config.clone(), server_name).unwrap();
     let tcp = TcpStream::connect(addr).unwrap();
@@ -110,7 +117,12 @@ fn tls_get(addr: SocketAddr, name: &str, config: &Arc<ClientConfig>, host: &str)
     }
 }
 
-fn tls_config(pki: &TestPki, upstream: SocketAddr, workers: usize, extra: &str) -> String {
+pub(crate) fn tls_config(
+    pki: &TestPki,
+    upstream: SocketAddr,
+    workers: usize,
+    extra: &str,
+) -> String {
     format!(
         r#"
 workers = {workers}

@@ -309,7 +309,11 @@ impl Relay {
         };
         let keep = keep_alive(cx, framing);
         out.reserve(head_len + 128);
+        let start = out.len();
         write_head(out, &head, framing, keep, p.minor_version, &http_date_now());
+        if let Some(fields) = cx.tls_fields() {
+            crate::http1::response::add_fields(out, start, fields);
+        }
         self.stage = Stage::Streaming {
             framing,
             sent: 0,
