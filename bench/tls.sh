@@ -3,8 +3,10 @@
 # HAProxy (Debian's, OpenSSL 3), with the same ECDSA P-256 certificate, one worker each?
 #
 # wrk -> TLS proxy -> nginx origin (plain, keep-alive), all on loopback.
-#   (a) a new connection per request (wrk -H 'Connection: close'): every request is a full
-#       handshake: handshakes/s and the proxy's CPU per handshake;
+#   (a) a new connection per request (wrk -H 'Connection: close'): handshakes/s and the proxy's
+#       CPU per handshake. wrk resumes sessions when the server offers it, so each proxy runs
+#       twice: (a1) with resumption off (no tickets, no session cache: every handshake is a
+#       full one; a second instance of each) and (a2) with it on (resumed handshakes);
 #   (b) keep-alive: req/s at 0 B, 1 KB and 91 KB.
 # Columns: req/s, p50, p99 (wrk --latency), proxy CPU microseconds per request (schedstat of its
 # threads), proxy syscalls per request (perf stat -e raw_syscalls:sys_enter).
@@ -16,7 +18,7 @@ DURATION=${1:-10}
 CONNS=${2:-50}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-bench-tls}
-ORIGIN=18100 SLIP=18101 NGX=18102 HAP=18103
+ORIGIN=18100 SLIP=18101 NGX=18102 HAP=18103 SLIP_FULL=18105 NGX_FULL=18106 HAP_FULL=18107
 
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -51,6 +53,14 @@ http {
         ssl_certificate_key $WORK/key.pem;
         location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; }
     }
+    server {
+        listen 127.0.0.1:$NGX_FULL ssl reuseport;
+        ssl_certificate $WORK/cert.pem;
+        ssl_certificate_key $WORK/key.pem;
+        ssl_session_tickets off;
+        ssl_session_cache off;
+        location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    }
 }
 CONF
 {
@@ -63,16 +73,53 @@ backend be
     server origin 127.0.0.1:$ORIGIN maxconn 1000
 CONF
 } > "$WORK/haproxy.cfg"
+{
+    haproxy_head 1
+    cat <<CONF
+global
+    tune.ssl.cachesize 0
+frontend fe
+    bind 127.0.0.1:$HAP_FULL ssl crt $WORK/both.pem no-tls-tickets
+    default_backend be
+backend be
+    server origin 127.0.0.1:$ORIGIN maxconn 1000
+CONF
+} > "$WORK/haproxy-full.cfg"
+cat > "$WORK/slipstream-full.toml" <<CONF
+workers = 1
+admin = "127.0.0.1:18110"
+[tls]
+resumption = false
+[[listen]]
+address = "127.0.0.1:$SLIP_FULL"
+tls = true
+[upstreams.origin]
+servers = ["127.0.0.1:$ORIGIN"]
+[[sites]]
+default = true
+cert = "$WORK/cert.pem"
+key = "$WORK/key.pem"
+routes = [{ path = "/", upstream = "origin" }]
+CONF
 
 nginx -c "$WORK/origin.conf" & PIDS+=($!)
 nginx -c "$WORK/nginx.conf" & PIDS+=($!)
 haproxy -f "$WORK/haproxy.cfg" -db & PIDS+=($!)
+haproxy -f "$WORK/haproxy-full.cfg" -db & PIDS+=($!)
+"$ROOT/target/release/slipstream" run --config "$WORK/slipstream-full.toml" 2>"$WORK/slipstream-full.log" & PIDS+=($!)
+SLIP_FULL_PID=$!
 "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP --upstream 127.0.0.1:$ORIGIN \
     --workers 1 --admin 127.0.0.1:18109 --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" 2>"$WORK/slipstream.log" & PIDS+=($!)
 SLIP_PID=$!
 sleep 1
 
-proxy_pids() { if [ "$1" = "$SLIP" ]; then echo "$SLIP_PID"; else listener_pids "$1"; fi; }
+proxy_pids() {
+    case $1 in
+    "$SLIP") echo "$SLIP_PID" ;;
+    "$SLIP_FULL") echo "$SLIP_FULL_PID" ;;
+    *) listener_pids "$1" ;;
+    esac
+}
 
 run() { # port path close -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
     local port=$1 path=$2 close=$3 pids before after header=()
@@ -100,7 +147,9 @@ run() { # port path close -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
 }
 
 ROUNDS=${ROUNDS:-2}
-TARGETS=(slipstream:$SLIP nginx:$NGX haproxy:$HAP)
+RESUMING=(slipstream:$SLIP nginx:$NGX haproxy:$HAP)
+FULL=(slipstream:$SLIP_FULL nginx:$NGX_FULL haproxy:$HAP_FULL)
+TARGETS=("${RESUMING[@]}")
 table() { # title path close
     printf '\n### %s\n\n' "$1"
     printf '| %-11s | %9s | %8s | %8s | %10s | %12s |\n' proxy 'req/s' 'p50 us' 'p99 us' 'CPU us/req' 'syscalls/req'
@@ -123,10 +172,14 @@ printf '\nwrk -t1 -c%s -d%ss, TLS to each proxy (ECDSA P-256), one worker each; 
     "$CONNS" "$DURATION" "$(nproc)" "$ROUNDS"
 printf 'slipstream: rustls (aws-lc-rs); nginx %s and HAProxy %s: %s\n' \
     "$(nginx -v 2>&1 | sed 's/.*\///')" "$(haproxy -v | head -1 | awk '{print $3}')" "$(openssl version | awk '{print $1, $2}')"
-table "(a) a new connection and full handshake per request, 0 B" 0b yes
+TARGETS=("${FULL[@]}")
+table "(a1) a new connection and a full handshake per request (resumption off), 0 B" 0b yes
+TARGETS=("${RESUMING[@]}")
+table "(a2) a new connection and a resumed handshake per request, 0 B" 0b yes
 for size in ${SIZES:-0b 1k 91k}; do
     table "(b) keep-alive, $size" "$size" no
 done
-printf '\nslipstream: %s handshakes, %s of them resumed (so the (a) rows are full handshakes)\n' \
-    "$(curl -s 127.0.0.1:18109/metrics | awk '$1=="slipstream_tls_handshakes_total" {print $2}')" \
-    "$(curl -s 127.0.0.1:18109/metrics | awk '$1=="slipstream_tls_resumed_total" {print $2}')"
+counter() { curl -s "127.0.0.1:$1/metrics" | awk -v n="$2" '$1==n {print $2}'; }
+printf '\nslipstream handshakes: %s full, %s resumed in (a1); %s of %s resumed in (a2) and (b)\n' \
+    "$(counter 18110 slipstream_tls_handshakes_total)" "$(counter 18110 slipstream_tls_resumed_total)" \
+    "$(counter 18109 slipstream_tls_resumed_total)" "$(counter 18109 slipstream_tls_handshakes_total)"

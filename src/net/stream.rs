@@ -62,8 +62,22 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.readable().await,
             Stream::Unix(s) => s.readable().await,
-            // Decrypted bytes may already wait inside rustls: let the read find out.
-            Stream::TlsServer(_) | Stream::TlsClient(_) => Ok(()),
+            // Decrypted bytes (or the peer's close_notify) may already wait inside rustls;
+            // else wait on the socket, so an idle TLS connection holds no read buffer.
+            Stream::TlsServer(s) => {
+                let (tcp, conn) = s.get_ref();
+                if conn.wants_read() {
+                    tcp.readable().await?;
+                }
+                Ok(())
+            }
+            Stream::TlsClient(s) => {
+                let (tcp, conn) = s.get_ref();
+                if conn.wants_read() {
+                    tcp.readable().await?;
+                }
+                Ok(())
+            }
             #[cfg(test)]
             Stream::Mock(_) => Ok(()),
         }

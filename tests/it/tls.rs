@@ -431,7 +431,7 @@ fn plain_http_listener_redirects_to_https() {
 }
 
 /// A group sending to `upstream` over TLS, trusting `ca`, with `extra` keys.
-fn https_group_config(upstream: SocketAddr, ca: &str, extra: &str) -> String {
+pub(crate) fn https_group_config(upstream: SocketAddr, ca: &str, extra: &str) -> String {
     format!(
         r#"
 workers = 1

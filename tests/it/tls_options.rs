@@ -241,3 +241,65 @@ fn the_server_prefers_aes_128_gcm_whatever_the_client_lists_first() {
     }
     proxy.shutdown();
 }
+
+#[test]
+fn upstream_tls_sessions_resume_on_new_connections() {
+    let pki = TestPki::new("tls-upstream-resume");
+    let origin = Upstream::ok(b"over tls");
+    let terminator = proxy(
+        &tls_config(&pki, origin.addr, 1, "")
+            .replace("hosts = [\"a.test\"]", "hosts = [\"localhost\"]")
+            .replace("exact.", "localhost."),
+    );
+    let tls_addr = terminator.local_addrs()[0];
+    // No idle connections kept: every request opens a new TLS connection to the upstream.
+    let front = proxy(&crate::tls::https_group_config(
+        tls_addr,
+        &pki.path("ca.pem"),
+        "keepalive = 0",
+    ));
+    for _ in 0..5 {
+        let raw = exchange_until_close(
+            front.local_addrs()[0],
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(status_of(&raw), 200);
+    }
+    let m = terminator.metrics();
+    assert_eq!(m.total(Counter::TlsHandshakes), 5);
+    // The first handshake is full; the others resume with the ticket the previous one got.
+    assert_eq!(m.total(Counter::TlsResumed), 4);
+    assert_eq!(front.metrics().total(Counter::UpstreamReused), 0);
+    front.shutdown();
+    terminator.shutdown();
+}
+
+#[test]
+fn idle_tls_keep_alive_connections_wait_without_reading() {
+    use std::io::{BufReader, Write};
+    let pki = TestPki::new("tls-idle");
+    let upstream = Upstream::ok(b"hello");
+    let proxy = proxy(&tls_config(&pki, upstream.addr, 1, ""));
+    let config = client_config(&[&rustls::version::TLS13]);
+    let conn = ClientConnection::new(config, ServerName::try_from("a.test").unwrap()).unwrap();
+    let tcp = TcpStream::connect(proxy.local_addrs()[0]).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    for round in 0..2 {
+        tls.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            .unwrap();
+        let mut reader = BufReader::new(&mut tls);
+        let r = read_response(&mut reader, false).unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+        // Between requests the connection waits on the socket (stub_status "waiting"), holding
+        // no read buffer, instead of sitting in a read as "reading".
+        assert!(
+            eventually(|| {
+                let c = proxy.metrics().connections();
+                (c.active, c.reading, c.waiting) == (1, 0, 1)
+            }),
+            "round {round}: {:?}",
+            proxy.metrics().connections()
+        );
+    }
+    proxy.shutdown();
+}
