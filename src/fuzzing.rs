@@ -102,7 +102,15 @@ pub fn response_head(data: &[u8]) {
     let mut out = Vec::new();
     head.write_client_head(&mut out, relay, flags & 4 == 4, client_minor);
     assert_clean_head(&out);
-    if head.headers.len() + ADDED_FIELDS > MAX_HEADERS {
+    if flags & 8 == 8 {
+        // HSTS over TLS: added once, before the blank line, whatever the upstream sent.
+        let hsts = b"Strict-Transport-Security: max-age=1\r\n";
+        crate::http1::response::add_fields(&mut out, 0, hsts);
+        assert_clean_head(&out);
+        let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+        assert!(text.contains("\nstrict-transport-security:"));
+    }
+    if head.headers.len() + ADDED_FIELDS + 1 > MAX_HEADERS {
         return;
     }
     let mut again = header_storage();

@@ -57,7 +57,7 @@ enum Command {
         #[command(flatten)]
         observe: ObserveArgs,
         #[command(flatten)]
-        tls: TlsArgs,
+        tls: FrontArgs,
     },
     /// Zero-config static file server: ROOT for every path, with index.html, ranges,
     /// conditional requests, precompressed siblings and the open-file cache.
@@ -77,7 +77,7 @@ enum Command {
         #[command(flatten)]
         observe: ObserveArgs,
         #[command(flatten)]
-        tls: TlsArgs,
+        tls: FrontArgs,
     },
     /// Run from a config file, in the foreground.
     Run {
@@ -112,9 +112,9 @@ enum Command {
     },
 }
 
-/// The TLS flags of the zero-config commands.
+/// The TLS and response-header flags of the zero-config commands.
 #[derive(clap::Args)]
-struct TlsArgs {
+struct FrontArgs {
     /// Speak TLS on --listen with this certificate chain (PEM), for every name.
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -128,11 +128,24 @@ struct TlsArgs {
     /// (for example "max-age=31536000").
     #[arg(long, requires = "tls_cert")]
     hsts: Option<String>,
+    /// Add this field to every response ("Name: value"; repeatable), like nginx's add_header.
+    #[arg(long = "add-header", value_name = "NAME: VALUE")]
+    add_header: Vec<String>,
 }
 
-impl TlsArgs {
+impl FrontArgs {
     /// Applies the flags to a zero-config `Config`.
     fn apply(self, config: &mut Config) -> Result<(), String> {
+        let mut lines = Vec::new();
+        for field in &self.add_header {
+            let (name, value) = field
+                .split_once(':')
+                .ok_or_else(|| format!("--add-header {field:?}: write it as \"Name: value\""))?;
+            let line = slipstream::http1::response::field_line(name.trim(), value)
+                .map_err(|e| format!("--add-header: {e}"))?;
+            lines.extend_from_slice(&line);
+        }
+        config.router.set_all_headers(&lines);
         let (Some(cert), Some(key)) = (self.tls_cert, self.tls_key) else {
             return Ok(());
         };

@@ -27,6 +27,8 @@ struct Site {
     routes: Vec<Route>,
     /// The figures slot of requests to this site that match no route.
     unrouted: u16,
+    /// Field lines (`Name: value\r\n`) added to every response of the site (`add_headers`).
+    headers: Vec<u8>,
 }
 
 #[derive(Debug, Clone)]
@@ -91,6 +93,19 @@ impl UpstreamTarget {
 }
 
 impl Router {
+    /// The field lines every response of a site gets (empty when none are configured).
+    pub fn site_headers(&self, site: Option<u16>) -> &[u8] {
+        site.and_then(|s| self.sites.get(usize::from(s)))
+            .map_or(&[], |s| s.headers.as_slice())
+    }
+
+    /// Sets the field lines of every site (the `--add-header` flags of the one-liners).
+    pub fn set_all_headers(&mut self, lines: &[u8]) {
+        for site in &mut self.sites {
+            site.headers = lines.to_vec();
+        }
+    }
+
     /// The route target for a request, or `None` (404).
     pub fn route(&self, host: Option<&[u8]>, path: &str) -> Option<Target> {
         self.route_request(host, path).target
@@ -194,6 +209,11 @@ impl RouterBuilder {
             self.router.default = Some(index);
         }
         index
+    }
+
+    /// Sets the field lines added to every response of a site.
+    pub fn set_headers(&mut self, site: usize, lines: Vec<u8>) {
+        self.router.sites[site].headers = lines;
     }
 
     /// Adds a host name (`example.com` or `*.example.com`) to a site.

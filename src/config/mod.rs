@@ -368,6 +368,7 @@ struct FileSite {
     access_log_format: Option<Spanned<String>>,
     cert: Option<Spanned<String>>,
     key: Option<Spanned<String>>,
+    add_headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
     #[serde(default)]
     hosts: Vec<Spanned<String>>,
     #[serde(default)]
@@ -613,6 +614,16 @@ impl Validator<'_> {
                     None => "default".to_string(),
                 });
             let index = builder.add_site(&name, is_default);
+            if let Some(headers) = &site.add_headers {
+                let mut lines = Vec::new();
+                for (name, value) in headers.get_ref() {
+                    match crate::http1::response::field_line(name, value) {
+                        Ok(line) => lines.extend_from_slice(&line),
+                        Err(e) => self.error(headers.span().start, format!("add_headers: {e}")),
+                    }
+                }
+                builder.set_headers(index, lines);
+            }
             for host in &site.hosts {
                 if let Err(reason) = builder.add_host(index, host.get_ref()) {
                     self.error(host.span().start, reason);

@@ -247,9 +247,31 @@ fn put_length(out: &mut Vec<u8>, n: u64) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// Adds one field line (`Name: value\r\n`) to the response head that starts at `start` in
+/// The field line `Name: value\r\n` for a configured response header; refuses names that
+/// are not tokens, values with control characters, and the fields that frame the message.
+pub fn field_line(name: &str, value: &str) -> Result<Vec<u8>, String> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || !name.bytes().all(token) {
+        return Err(format!("{name:?} is not a header name"));
+    }
+    if super::is_hop_by_hop(name) || name.eq_ignore_ascii_case("date") {
+        return Err(format!("{name} is set by the proxy itself"));
+    }
+    if value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
+        return Err(format!("the value of {name} has a control character"));
+    }
+    Ok(format!("{name}: {}\r\n", value.trim()).into_bytes())
+}
+
+/// Adds field lines (each `Name: value\r\n`) to the response head that starts at `start` in
 /// `out`, before the blank line that ends it; a field the head already has is not added twice.
-pub fn add_fields(out: &mut Vec<u8>, start: usize, fields: &[u8]) {
+pub fn add_fields(out: &mut Vec<u8>, start: usize, lines: &[u8]) {
+    for line in lines.split_inclusive(|&b| b == b'\n') {
+        add_field(out, start, line);
+    }
+}
+
+fn add_field(out: &mut Vec<u8>, start: usize, fields: &[u8]) {
     let Some(end) = out[start..].windows(4).position(|w| w == b"\r\n\r\n") else {
         return;
     };

@@ -42,9 +42,7 @@ pub(super) async fn serve_files(
     let outcome = match lookup.resolve(&req.target) {
         Resolution::File(entry) => {
             let mut plan = plan(&entry, req, route, framing);
-            if let Some(fields) = cx.tls_fields() {
-                crate::http1::response::add_fields(&mut plan.head, 0, fields);
-            }
+            cx.add_response_fields(&mut plan.head, 0);
             send_plan(cx, client, &plan, framing).await?
         }
         Resolution::Upstream(u) => return exchange::exchange(cx, u, client, buf, tried).await,
@@ -98,9 +96,9 @@ async fn send_simple(
     let timeout = cx.config().limits.client_body_timeout;
     let mut with_fields;
     let mut head = head;
-    if let Some(fields) = cx.tls_fields() {
+    if cx.adds_response_fields() {
         with_fields = head.to_vec();
-        crate::http1::response::add_fields(&mut with_fields, 0, fields);
+        cx.add_response_fields(&mut with_fields, 0);
         head = &with_fields;
     }
     write_all(&mut client.stream, &[head, body], timeout)

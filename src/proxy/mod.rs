@@ -86,13 +86,25 @@ impl Ctx<'_> {
         &self.snapshot.config
     }
 
-    /// The field lines every response over TLS gets (`Strict-Transport-Security`), when
-    /// configured.
-    fn tls_fields(&self) -> Option<&[u8]> {
-        if !self.request.https {
-            return None;
+    /// Adds the fields configured for every response to the head at `start` in `out`: the
+    /// site's `add_headers` and, over TLS, `Strict-Transport-Security`.
+    fn add_response_fields(&self, out: &mut Vec<u8>, start: usize) {
+        let config = self.config();
+        let site = config.router.site_headers(self.request.routed.site);
+        crate::http1::response::add_fields(out, start, site);
+        if let Some(hsts) = hsts(config, self.request.https) {
+            crate::http1::response::add_fields(out, start, hsts);
         }
-        self.config().tls.as_ref()?.hsts.as_deref()
+    }
+
+    /// Whether any field is added to responses (so a head must be copied to add them).
+    fn adds_response_fields(&self) -> bool {
+        let config = self.config();
+        !config
+            .router
+            .site_headers(self.request.routed.site)
+            .is_empty()
+            || hsts(config, self.request.https).is_some()
     }
 
     /// Microseconds since the current try began.
@@ -128,6 +140,11 @@ impl Ctx<'_> {
         tried.times[tried.len - 1] = t;
         self.try_started.set(None);
     }
+}
+
+/// The `Strict-Transport-Security` field line, for a response over TLS when configured.
+fn hsts(config: &crate::config::Config, https: bool) -> Option<&[u8]> {
+    config.tls.as_ref()?.hsts.as_deref().filter(|_| https)
 }
 
 /// How a request ended when it got a response (from the upstream or, for errors, the proxy).

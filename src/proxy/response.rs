@@ -158,9 +158,7 @@ pub(super) async fn respond(
                 return tunnel::switch(cx, group, client, pending, up, &out, early).await;
             }
             Parsed::Final(mut head) => {
-                if let Some(fields) = cx.tls_fields() {
-                    crate::http1::response::add_fields(&mut head.out, 0, fields);
-                }
+                cx.add_response_fields(&mut head.out, 0);
                 break head;
             }
         }

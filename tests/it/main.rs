@@ -1,6 +1,7 @@
 //! Integration tests: one binary, every test through real sockets.
 #![allow(clippy::disallowed_methods)] // test threads may block and sleep
 
+mod added_fields;
 mod balancing;
 mod fastcgi;
 mod fastcgi_proxy;

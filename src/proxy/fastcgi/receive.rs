@@ -311,9 +311,7 @@ impl Relay {
         out.reserve(head_len + 128);
         let start = out.len();
         write_head(out, &head, framing, keep, p.minor_version, &http_date_now());
-        if let Some(fields) = cx.tls_fields() {
-            crate::http1::response::add_fields(out, start, fields);
-        }
+        cx.add_response_fields(out, start);
         self.stage = Stage::Streaming {
             framing,
             sent: 0,
