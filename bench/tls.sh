@@ -47,6 +47,8 @@ http {
     keepalive_requests 1000000;
     upstream origin { server 127.0.0.1:$ORIGIN; keepalive 1000; }
     ssl_session_cache shared:SSL:10m;
+    # nginx 1.22 offers only up to TLS 1.2 by default; offer what slipstream and HAProxy do.
+    ssl_protocols TLSv1.2 TLSv1.3;
     server {
         listen 127.0.0.1:$NGX ssl reuseport;
         ssl_certificate $WORK/cert.pem;

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
 
+use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use super::request::{self, Prepared};
@@ -62,6 +63,11 @@ pub async fn serve(worker: Rc<Worker>, stream: Stream, peer: SocketAddr) {
     if let Some(buf) = client.buf.take() {
         let max_buffer = worker.snapshot().config.limits.max_buffer;
         worker.buffers.give(buf, max_buffer);
+    }
+    if !client.stream.tls_version().is_empty() {
+        // close_notify: the client knows the connection ended cleanly, not cut short.
+        let timeout = worker.snapshot().config.limits.client_body_timeout;
+        let _ = tokio::time::timeout(timeout, client.stream.shutdown()).await;
     }
 }
 

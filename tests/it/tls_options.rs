@@ -303,3 +303,23 @@ fn idle_tls_keep_alive_connections_wait_without_reading() {
     }
     proxy.shutdown();
 }
+
+#[test]
+fn connections_end_with_close_notify() {
+    use std::io::{Read, Write};
+    let pki = TestPki::new("tls-close-notify");
+    let upstream = Upstream::ok(b"hello");
+    let proxy = proxy(&tls_config(&pki, upstream.addr, 1, ""));
+    let config = client_config(&[&rustls::version::TLS13]);
+    let conn = ClientConnection::new(config, ServerName::try_from("a.test").unwrap()).unwrap();
+    let tcp = TcpStream::connect(proxy.local_addrs()[0]).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = Vec::new();
+    // rustls reports a connection closed without close_notify as UnexpectedEof (a truncation
+    // the client could not tell from a short body).
+    tls.read_to_end(&mut response).unwrap();
+    assert!(response.ends_with(b"hello"));
+    proxy.shutdown();
+}
