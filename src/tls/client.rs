@@ -152,9 +152,7 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms =
-            rustls::crypto::aws_lc_rs::default_provider().signature_verification_algorithms;
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &algorithms)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &algorithms())
     }
 
     fn verify_tls13_signature(
@@ -163,14 +161,15 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms =
-            rustls::crypto::aws_lc_rs::default_provider().signature_verification_algorithms;
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &algorithms)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &algorithms())
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        rustls::crypto::aws_lc_rs::default_provider()
-            .signature_verification_algorithms
-            .supported_schemes()
+        algorithms().supported_schemes()
     }
+}
+
+/// The provider's signature algorithms: the handshake's own signature is still checked.
+fn algorithms() -> rustls::crypto::WebPkiSupportedAlgorithms {
+    rustls::crypto::aws_lc_rs::default_provider().signature_verification_algorithms
 }

@@ -430,6 +430,16 @@ fn plain_http_listener_redirects_to_https() {
     assert_eq!(status_of(&seen.response), 200);
 }
 
+/// A TLS-terminating slipstream in front of `origin`, serving `localhost`'s certificate: the
+/// https upstream of the upstream-TLS tests.
+pub(crate) fn https_terminator(pki: &TestPki, origin: SocketAddr) -> slipstream::server::Server {
+    proxy(
+        &tls_config(pki, origin, 1, "")
+            .replace("hosts = [\"a.test\"]", "hosts = [\"localhost\"]")
+            .replace("exact.", "localhost."),
+    )
+}
+
 /// A group sending to `upstream` over TLS, trusting `ca`, with `extra` keys.
 pub(crate) fn https_group_config(upstream: SocketAddr, ca: &str, extra: &str) -> String {
     format!(
@@ -454,12 +464,7 @@ routes = [{{ path = "/", upstream = "app" }}]
 fn https_upstreams_are_verified_pooled_and_refused_with_a_wrong_ca() {
     let pki = TestPki::new("tls-upstream");
     let origin = Upstream::ok(b"over tls");
-    // A TLS-terminating slipstream in front of the origin plays the https upstream.
-    let terminator = proxy(
-        &tls_config(&pki, origin.addr, 1, "")
-            .replace("hosts = [\"a.test\"]", "hosts = [\"localhost\"]")
-            .replace("exact.", "localhost."),
-    );
+    let terminator = https_terminator(&pki, origin.addr);
     let tls_addr = terminator.local_addrs()[0];
     let direct = tls_get(
         tls_addr,

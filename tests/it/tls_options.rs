@@ -84,6 +84,17 @@ routes = [
     proxy.shutdown();
 }
 
+/// A TLS connection to `addr` with `name` as SNI.
+fn tls_connect(
+    addr: std::net::SocketAddr,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    name: &str,
+) -> rustls::StreamOwned<ClientConnection, TcpStream> {
+    let name = ServerName::try_from(name.to_string()).unwrap();
+    let conn = ClientConnection::new(config, name).unwrap();
+    rustls::StreamOwned::new(conn, TcpStream::connect(addr).unwrap())
+}
+
 /// One GET of `path` over a new TLS connection (SNI a.test).
 fn tls_get_path(
     addr: std::net::SocketAddr,
@@ -91,8 +102,7 @@ fn tls_get_path(
     path: &str,
 ) -> Vec<u8> {
     use std::io::{Read, Write};
-    let conn = ClientConnection::new(config.clone(), ServerName::try_from("a.test").unwrap());
-    let mut tls = rustls::StreamOwned::new(conn.unwrap(), TcpStream::connect(addr).unwrap());
+    let mut tls = tls_connect(addr, config.clone(), "a.test");
     write!(
         tls,
         "GET {path} HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n"
@@ -157,8 +167,7 @@ fn require_sni_refuses_clients_without_sni_and_counts_them() {
         200
     );
     // An IP address as the server name: rustls sends no SNI.
-    let conn = ClientConnection::new(config, ServerName::try_from("127.0.0.1").unwrap()).unwrap();
-    let mut tls = rustls::StreamOwned::new(conn, TcpStream::connect(addr).unwrap());
+    let mut tls = tls_connect(addr, config, "127.0.0.1");
     use std::io::Write;
     let failed = tls
         .write_all(b"GET / HTTP/1.1\r\n\r\n")
@@ -229,8 +238,7 @@ fn the_server_prefers_aes_128_gcm_whatever_the_client_lists_first() {
                 slipstream::tls::client::NoVerification,
             ))
             .with_no_client_auth();
-        let conn = ClientConnection::new(config.into(), ServerName::try_from("a.test").unwrap());
-        let mut tls = rustls::StreamOwned::new(conn.unwrap(), TcpStream::connect(addr).unwrap());
+        let mut tls = tls_connect(addr, config.into(), "a.test");
         use std::io::{Read, Write};
         tls.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
             .unwrap();
@@ -246,11 +254,7 @@ fn the_server_prefers_aes_128_gcm_whatever_the_client_lists_first() {
 fn upstream_tls_sessions_resume_on_new_connections() {
     let pki = TestPki::new("tls-upstream-resume");
     let origin = Upstream::ok(b"over tls");
-    let terminator = proxy(
-        &tls_config(&pki, origin.addr, 1, "")
-            .replace("hosts = [\"a.test\"]", "hosts = [\"localhost\"]")
-            .replace("exact.", "localhost."),
-    );
+    let terminator = crate::tls::https_terminator(&pki, origin.addr);
     let tls_addr = terminator.local_addrs()[0];
     // No idle connections kept: every request opens a new TLS connection to the upstream.
     let front = proxy(&crate::tls::https_group_config(
@@ -281,9 +285,7 @@ fn idle_tls_keep_alive_connections_wait_without_reading() {
     let upstream = Upstream::ok(b"hello");
     let proxy = proxy(&tls_config(&pki, upstream.addr, 1, ""));
     let config = client_config(&[&rustls::version::TLS13]);
-    let conn = ClientConnection::new(config, ServerName::try_from("a.test").unwrap()).unwrap();
-    let tcp = TcpStream::connect(proxy.local_addrs()[0]).unwrap();
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let mut tls = tls_connect(proxy.local_addrs()[0], config, "a.test");
     for round in 0..2 {
         tls.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
             .unwrap();
@@ -311,9 +313,7 @@ fn connections_end_with_close_notify() {
     let upstream = Upstream::ok(b"hello");
     let proxy = proxy(&tls_config(&pki, upstream.addr, 1, ""));
     let config = client_config(&[&rustls::version::TLS13]);
-    let conn = ClientConnection::new(config, ServerName::try_from("a.test").unwrap()).unwrap();
-    let tcp = TcpStream::connect(proxy.local_addrs()[0]).unwrap();
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let mut tls = tls_connect(proxy.local_addrs()[0], config, "a.test");
     tls.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut response = Vec::new();
