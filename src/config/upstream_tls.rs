@@ -9,7 +9,6 @@ use toml::Spanned;
 
 use super::upstream::{FileUpstream, UpstreamGroup};
 use super::Validator;
-use crate::config::HealthCheck;
 use crate::tls::client::{ClientSettings, UpstreamTls};
 
 /// The TLS keys of one `[upstreams.NAME]`.
@@ -51,16 +50,6 @@ impl Validator<'_> {
         if g.fastcgi.is_some() {
             self.error(at, "TLS to FastCGI servers is not supported");
             return None;
-        }
-        if let Some(HealthCheck {
-            probe: crate::config::Probe::Http { .. },
-            ..
-        }) = &g.health
-        {
-            self.error(
-                at,
-                "active http health checks do not speak TLS yet: use type = \"tcp\"",
-            );
         }
         let path = |p: Option<&str>| p.map(PathBuf::from);
         let (ca, cert, key) = (path(keys.ca), path(keys.client_cert), path(keys.client_key));

@@ -54,7 +54,10 @@ pub async fn connect(
 
 /// Opens a connection, with a TLS handshake when the group speaks TLS (a failed handshake is
 /// an `InvalidData` error, logged with its reason).
-async fn open_with(addr: &Address, tls: Option<&UpstreamTls>) -> std::io::Result<Stream> {
+pub(super) async fn open_with(
+    addr: &Address,
+    tls: Option<&UpstreamTls>,
+) -> std::io::Result<Stream> {
     let Some(tls) = tls else {
         return open(addr).await;
     };

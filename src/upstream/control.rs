@@ -326,8 +326,9 @@ async fn check_group(index: usize, group: &UpstreamGroup, state: &Rc<RefCell<Sta
     let mut set = tokio::task::JoinSet::new();
     for addr in addrs {
         let check = check.clone();
+        let tls = group.tls.clone();
         set.spawn_local(async move {
-            let result = health::check(&addr, &check).await;
+            let result = health::check(&addr, &check, tls.as_deref()).await;
             (addr, result)
         });
     }

@@ -323,3 +323,50 @@ fn connections_end_with_close_notify() {
     assert!(response.ends_with(b"hello"));
     proxy.shutdown();
 }
+
+#[test]
+fn http_health_checks_speak_tls_to_tls_groups() {
+    let pki = TestPki::new("tls-health");
+    let origin = Upstream::ok(b"over tls");
+    let terminator = crate::tls::https_terminator(&pki, origin.addr);
+    let tls_addr = terminator.local_addrs()[0];
+    let health = "[upstreams.app.health]\npath = \"/health\"\ninterval = \"50ms\"\nrise = 1\nstart_down = true";
+    let checked = |ca: &str| {
+        proxy(
+            &crate::tls::https_group_config(tls_addr, ca, "")
+                .replace("[[sites]]", &format!("{health}\n[[sites]]")),
+        )
+    };
+    // Trusted: the checks pass over TLS and the server comes up.
+    let good = checked(&pki.path("ca.pem"));
+    assert!(eventually(|| {
+        let r = exchange_until_close(
+            good.local_addrs()[0],
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        );
+        status_of(&r) == 200
+    }));
+    assert!(origin.seen().iter().any(|s| s.path() == "/health"));
+    let checks = good.fleet().checks.lock().unwrap().clone();
+    assert!(checks.values().all(|c| c.up), "{checks:?}");
+    good.shutdown();
+    // Another CA: every check fails its handshake, so the server never comes up.
+    let other = TestPki::new("tls-health-other");
+    let bad = checked(&other.path("ca.pem"));
+    assert!(eventually(|| bad
+        .fleet()
+        .checks
+        .lock()
+        .unwrap()
+        .values()
+        .any(|c| c.checks >= 3)));
+    let checks = bad.fleet().checks.lock().unwrap().clone();
+    assert!(checks.values().all(|c| !c.up), "{checks:?}");
+    let r = exchange_until_close(
+        bad.local_addrs()[0],
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status_of(&r), 503);
+    bad.shutdown();
+    terminator.shutdown();
+}
