@@ -472,3 +472,26 @@ pub fn tls_pem(data: &[u8]) {
         assert!(!certified.cert.is_empty());
     }
 }
+
+/// A client's HTTP/2 byte stream (after a first byte that chooses the split size and small
+/// limits): never panics, and feeding it in pieces gives the verdict feeding it whole does.
+pub fn http2_frames(data: &[u8]) {
+    use crate::http2::guard::{FrameGuard, Limits};
+    let Some((&seed, data)) = data.split_first() else {
+        return;
+    };
+    let limits = Limits {
+        resets_per_sec: 3,
+        pings_per_sec: 3,
+        settings_per_sec: 3,
+        empty_frames_per_sec: 3,
+        max_header_block: 1000,
+    };
+    let whole = FrameGuard::new(limits).feed(data, 0);
+    let mut pieces = FrameGuard::new(limits);
+    let mut verdict = crate::http2::guard::Verdict::Ok;
+    for piece in data.chunks(usize::from(seed % 16) + 1) {
+        verdict = pieces.feed(piece, 0);
+    }
+    assert_eq!(whole, verdict);
+}

@@ -24,6 +24,7 @@ pub mod fastcgi;
 pub mod files;
 pub mod fuzzing;
 pub mod http1;
+pub mod http2;
 pub mod net;
 pub mod observe;
 pub mod proxy;

@@ -87,3 +87,8 @@ fn proc_files_seeds() {
 fn tls_pem_seeds() {
     replay("tls_pem", slipstream::fuzzing::tls_pem);
 }
+
+#[test]
+fn http2_frames_seeds() {
+    replay("http2_frames", slipstream::fuzzing::http2_frames);
+}

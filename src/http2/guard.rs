@@ -1,0 +1,311 @@
+//! A sans-IO scanner of the client's side of an HTTP/2 connection: it skips the connection
+//! preface, reads each 9-byte frame header as the bytes pass by (in any split), and counts the
+//! frames that cost the client almost nothing and the server real work. Each count is per
+//! one-second window; crossing a limit is the verdict [`Verdict::Abuse`]. The `h2` crate does
+//! the real parsing and answers protocol errors; this only adds rates it does not keep.
+
+/// The client connection preface (RFC 9113, 3.4).
+const PREFACE_LEN: usize = 24;
+/// Frame header length.
+const HEADER_LEN: usize = 9;
+
+const DATA: u8 = 0x0;
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const PING: u8 = 0x6;
+const CONTINUATION: u8 = 0x9;
+
+/// END_STREAM on DATA and HEADERS; ACK on SETTINGS and PING.
+const FLAG_END_STREAM_OR_ACK: u8 = 0x1;
+const FLAG_END_HEADERS: u8 = 0x4;
+
+/// What one connection may send per second, and the most bytes one header block may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// RST_STREAM frames (Rapid Reset, CVE-2023-44487).
+    pub resets_per_sec: u32,
+    /// PING frames that are not acknowledgements.
+    pub pings_per_sec: u32,
+    /// SETTINGS frames that are not acknowledgements.
+    pub settings_per_sec: u32,
+    /// DATA without payload or END_STREAM, HEADERS or CONTINUATION without payload or
+    /// END_HEADERS: frames that carry nothing.
+    pub empty_frames_per_sec: u32,
+    /// Bytes of one header block across HEADERS and its CONTINUATION frames (the CONTINUATION
+    /// flood, CVE-2024-27316).
+    pub max_header_block: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            resets_per_sec: 100,
+            pings_per_sec: 20,
+            settings_per_sec: 20,
+            empty_frames_per_sec: 100,
+            max_header_block: 64 * 1024,
+        }
+    }
+}
+
+/// Whether the connection may go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing crossed a limit.
+    Ok,
+    /// A limit was crossed: the name of what was flooded.
+    Abuse(&'static str),
+}
+
+/// Where the scanner is in the byte stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Position {
+    /// Inside the preface, this many bytes seen.
+    Preface(usize),
+    /// Inside a frame header, this many bytes seen.
+    Header(usize),
+    /// Inside a payload, this many bytes left.
+    Payload(u32),
+}
+
+/// Frame counts of the current window.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Counts {
+    resets: u32,
+    pings: u32,
+    settings: u32,
+    empty: u32,
+}
+
+/// Scans one connection's inbound bytes.
+#[derive(Debug, Clone)]
+pub struct FrameGuard {
+    limits: Limits,
+    position: Position,
+    header: [u8; HEADER_LEN],
+    /// Bytes of the header block in progress, when one is open.
+    block: Option<u32>,
+    counts: Counts,
+    /// Start of the current window, in the caller's milliseconds.
+    window_start: u64,
+    verdict: Verdict,
+}
+
+impl FrameGuard {
+    /// A guard for a connection whose first bytes are the client preface.
+    pub fn new(limits: Limits) -> FrameGuard {
+        FrameGuard {
+            limits,
+            position: Position::Preface(0),
+            header: [0; HEADER_LEN],
+            block: None,
+            counts: Counts::default(),
+            window_start: 0,
+            verdict: Verdict::Ok,
+        }
+    }
+
+    /// Takes the next bytes the client sent, at `now_ms` (any monotonic millisecond clock).
+    /// Once abuse is found the verdict stays.
+    pub fn feed(&mut self, mut bytes: &[u8], now_ms: u64) -> Verdict {
+        if now_ms.saturating_sub(self.window_start) >= 1000 {
+            self.window_start = now_ms;
+            self.counts = Counts::default();
+        }
+        while !bytes.is_empty() && self.verdict == Verdict::Ok {
+            match self.position {
+                Position::Preface(seen) => {
+                    let take = (PREFACE_LEN - seen).min(bytes.len());
+                    bytes = &bytes[take..];
+                    self.position = match seen + take {
+                        PREFACE_LEN => Position::Header(0),
+                        n => Position::Preface(n),
+                    };
+                }
+                Position::Header(seen) => {
+                    let take = (HEADER_LEN - seen).min(bytes.len());
+                    self.header[seen..seen + take].copy_from_slice(&bytes[..take]);
+                    bytes = &bytes[take..];
+                    if seen + take < HEADER_LEN {
+                        self.position = Position::Header(seen + take);
+                        continue;
+                    }
+                    self.verdict = self.frame();
+                    let len = self.length();
+                    self.position = if len == 0 {
+                        Position::Header(0)
+                    } else {
+                        Position::Payload(len)
+                    };
+                }
+                Position::Payload(left) => {
+                    let take = left.min(u32::try_from(bytes.len()).unwrap_or(u32::MAX));
+                    bytes = &bytes[take as usize..];
+                    self.position = match left - take {
+                        0 => Position::Header(0),
+                        n => Position::Payload(n),
+                    };
+                }
+            }
+        }
+        self.verdict
+    }
+
+    /// The payload length of the frame header just read.
+    fn length(&self) -> u32 {
+        u32::from_be_bytes([0, self.header[0], self.header[1], self.header[2]])
+    }
+
+    /// Counts the frame whose header was just read.
+    fn frame(&mut self) -> Verdict {
+        let (len, kind, flags) = (self.length(), self.header[3], self.header[4]);
+        let flag = |f: u8| flags & f == f;
+        let limits = self.limits;
+        let c = &mut self.counts;
+        let over = |n: &mut u32, max: u32| {
+            *n += 1;
+            *n > max
+        };
+        match kind {
+            RST_STREAM if over(&mut c.resets, limits.resets_per_sec) => {
+                return Verdict::Abuse("RST_STREAM")
+            }
+            PING if !flag(FLAG_END_STREAM_OR_ACK) && over(&mut c.pings, limits.pings_per_sec) => {
+                return Verdict::Abuse("PING")
+            }
+            SETTINGS
+                if !flag(FLAG_END_STREAM_OR_ACK)
+                    && over(&mut c.settings, limits.settings_per_sec) =>
+            {
+                return Verdict::Abuse("SETTINGS")
+            }
+            _ => {}
+        }
+        let empty = len == 0
+            && match kind {
+                DATA => !flag(FLAG_END_STREAM_OR_ACK),
+                HEADERS | CONTINUATION => !flag(FLAG_END_HEADERS),
+                _ => false,
+            };
+        if empty && over(&mut c.empty, limits.empty_frames_per_sec) {
+            return Verdict::Abuse("empty frames");
+        }
+        if kind == HEADERS || (kind == CONTINUATION && self.block.is_some()) {
+            let total = self.block.unwrap_or(0).saturating_add(len);
+            if total > limits.max_header_block {
+                return Verdict::Abuse("CONTINUATION");
+            }
+            self.block = (!flag(FLAG_END_HEADERS)).then_some(total);
+        }
+        Verdict::Ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len() as u32;
+        let mut f = len.to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[kind, flags]);
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    fn connection(frames: &[Vec<u8>]) -> Vec<u8> {
+        let mut bytes = PREFACE.to_vec();
+        for f in frames {
+            bytes.extend_from_slice(f);
+        }
+        bytes
+    }
+
+    #[test]
+    fn ordinary_traffic_passes_in_any_split() {
+        let mut frames = vec![frame(SETTINGS, 0, 0, &[0; 6]), frame(SETTINGS, 1, 0, &[])];
+        for id in (1..200).step_by(2) {
+            frames.push(frame(HEADERS, 0x4, id, &[0x82; 20]));
+            frames.push(frame(DATA, 1, id, &[7; 100]));
+        }
+        frames.push(frame(PING, 0, 0, &[0; 8]));
+        let bytes = connection(&frames);
+        for chunk in [1, 2, 9, 10, 4096] {
+            let mut guard = FrameGuard::new(Limits::default());
+            for piece in bytes.chunks(chunk) {
+                assert_eq!(guard.feed(piece, 0), Verdict::Ok, "chunk {chunk}");
+            }
+            assert_eq!(guard.position, Position::Header(0));
+        }
+    }
+
+    #[test]
+    fn rapid_reset_pings_settings_and_empty_frames_are_abuse_beyond_their_rate() {
+        let cases: [(Vec<u8>, &str); 4] = [
+            (frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]), "RST_STREAM"),
+            (frame(PING, 0, 0, &[0; 8]), "PING"),
+            (frame(SETTINGS, 0, 0, &[]), "SETTINGS"),
+            (frame(DATA, 0, 1, &[]), "empty frames"),
+        ];
+        for (one, name) in cases {
+            let limits = Limits::default();
+            let mut guard = FrameGuard::new(limits);
+            assert_eq!(guard.feed(PREFACE, 0), Verdict::Ok);
+            let mut verdict = Verdict::Ok;
+            for i in 0..200u64 {
+                // Spread over one second: a second later the count starts again.
+                verdict = guard.feed(&one, i * 4);
+                if verdict != Verdict::Ok {
+                    break;
+                }
+            }
+            assert_eq!(verdict, Verdict::Abuse(name));
+            // The same frames at a lower rate pass.
+            let mut slow = FrameGuard::new(limits);
+            slow.feed(PREFACE, 0);
+            for i in 0..200u64 {
+                assert_eq!(slow.feed(&one, i * 100), Verdict::Ok, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn acknowledgements_are_not_counted() {
+        let mut guard = FrameGuard::new(Limits::default());
+        guard.feed(PREFACE, 0);
+        for _ in 0..1000 {
+            assert_eq!(guard.feed(&frame(PING, 1, 0, &[0; 8]), 0), Verdict::Ok);
+            assert_eq!(guard.feed(&frame(SETTINGS, 1, 0, &[]), 0), Verdict::Ok);
+        }
+    }
+
+    #[test]
+    fn an_endless_header_block_is_abuse() {
+        let mut guard = FrameGuard::new(Limits::default());
+        guard.feed(PREFACE, 0);
+        assert_eq!(
+            guard.feed(&frame(HEADERS, 0, 1, &[0; 16384]), 0),
+            Verdict::Ok
+        );
+        let more = frame(CONTINUATION, 0, 1, &[0; 16384]);
+        for _ in 0..3 {
+            // Up to 64 KB in all.
+            assert_eq!(guard.feed(&more, 0), Verdict::Ok);
+        }
+        assert_eq!(guard.feed(&more, 0), Verdict::Abuse("CONTINUATION"));
+        // A block that ends in time resets the count.
+        let mut ok = FrameGuard::new(Limits::default());
+        ok.feed(PREFACE, 0);
+        for id in (1..100).step_by(2) {
+            ok.feed(&frame(HEADERS, 0, id, &[0; 16384]), 0);
+            assert_eq!(
+                ok.feed(&frame(CONTINUATION, 4, id, &[0; 16384]), 0),
+                Verdict::Ok
+            );
+        }
+    }
+}
