@@ -50,24 +50,24 @@ pub(super) async fn serve_files(
         Resolution::Status(404) => return Err(Error::new(Kind::FileNotFound)),
         Resolution::Status(status) => {
             let (head, body) = simple(status, &[], None, req.method, framing);
-            send_simple(cx, client, status, &head, &body, framing).await?
+            send_simple(cx, client, status, head, &body, framing).await?
         }
         Resolution::Redirect(location) => {
             let fields = [("Location", location.as_bytes())];
             let (head, body) = simple(301, &fields, None, req.method, framing);
-            send_simple(cx, client, 301, &head, &body, framing).await?
+            send_simple(cx, client, 301, head, &body, framing).await?
         }
         Resolution::Listing { .. } if req.method == Method::Other => {
             let fields = [("Allow", b"GET, HEAD".as_slice())];
             let (head, body) = simple(405, &fields, None, req.method, framing);
-            send_simple(cx, client, 405, &head, &body, framing).await?
+            send_simple(cx, client, 405, head, &body, framing).await?
         }
         Resolution::Listing { dir, uri } => {
             let html = listing::render(&dir, &uri, route.dotfiles)
                 .map_err(|_| Error::new(Kind::FileFailed))?;
             let body = Some((b"text/html; charset=utf-8".as_slice(), html));
             let (head, body) = simple(200, &[], body, req.method, framing);
-            send_simple(cx, client, 200, &head, &body, framing).await?
+            send_simple(cx, client, 200, head, &body, framing).await?
         }
     };
     if outcome.keep_alive {
@@ -89,19 +89,13 @@ async fn send_simple(
     cx: &Ctx<'_>,
     client: &mut Client,
     status: u16,
-    head: &[u8],
+    mut head: Vec<u8>,
     body: &[u8],
     framing: Framing,
 ) -> Result<Outcome, Error> {
     let timeout = cx.config().limits.client_body_timeout;
-    let mut with_fields;
-    let mut head = head;
-    if cx.adds_response_fields() {
-        with_fields = head.to_vec();
-        cx.add_response_fields(&mut with_fields, 0);
-        head = &with_fields;
-    }
-    write_all(&mut client.stream, &[head, body], timeout)
+    cx.add_response_fields(&mut head, 0);
+    write_all(&mut client.stream, &[&head, body], timeout)
         .await
         .map_err(|_| Error::client_write().after_head(status))?;
     Ok(Outcome {

@@ -89,22 +89,8 @@ impl Ctx<'_> {
     /// Adds the fields configured for every response to the head at `start` in `out`: the
     /// site's `add_headers` and, over TLS, `Strict-Transport-Security`.
     fn add_response_fields(&self, out: &mut Vec<u8>, start: usize) {
-        let config = self.config();
-        let site = config.router.site_headers(self.request.routed.site);
-        crate::http1::response::add_fields(out, start, site);
-        if let Some(hsts) = hsts(config, self.request.https) {
-            crate::http1::response::add_fields(out, start, hsts);
-        }
-    }
-
-    /// Whether any field is added to responses (so a head must be copied to add them).
-    fn adds_response_fields(&self) -> bool {
-        let config = self.config();
-        !config
-            .router
-            .site_headers(self.request.routed.site)
-            .is_empty()
-            || hsts(config, self.request.https).is_some()
+        let (site, https) = (self.request.routed.site, self.request.https);
+        add_configured_fields(self.config(), site, https, out, start);
     }
 
     /// Microseconds since the current try began.
@@ -142,9 +128,21 @@ impl Ctx<'_> {
     }
 }
 
-/// The `Strict-Transport-Security` field line, for a response over TLS when configured.
-fn hsts(config: &crate::config::Config, https: bool) -> Option<&[u8]> {
-    config.tls.as_ref()?.hsts.as_deref().filter(|_| https)
+/// Adds the fields every response gets to the head at `start` in `out`: the `add_headers` of
+/// `site` (when known) and, over TLS, the configured `Strict-Transport-Security`.
+fn add_configured_fields(
+    config: &crate::config::Config,
+    site: Option<u16>,
+    https: bool,
+    out: &mut Vec<u8>,
+    start: usize,
+) {
+    crate::http1::response::add_fields(out, start, config.router.site_headers(site));
+    if let Some(hsts) = config.tls.as_ref().and_then(|t| t.hsts.as_deref()) {
+        if https {
+            crate::http1::response::add_fields(out, start, hsts);
+        }
+    }
 }
 
 /// How a request ended when it got a response (from the upstream or, for errors, the proxy).

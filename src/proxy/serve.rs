@@ -104,11 +104,8 @@ impl Client {
     ) {
         let mut out = Vec::with_capacity(160);
         write_simple_response(&mut out, status, keep_alive, head_only);
-        let site_fields = config.router.site_headers(site);
-        crate::http1::response::add_fields(&mut out, 0, site_fields);
-        if let Some(fields) = super::hsts(config, !self.stream.tls_version().is_empty()) {
-            crate::http1::response::add_fields(&mut out, 0, fields);
-        }
+        let https = !self.stream.tls_version().is_empty();
+        super::add_configured_fields(config, site, https, &mut out, 0);
         let timeout = config.limits.client_body_timeout;
         let _ = write_all(&mut self.stream, &[&out], timeout).await;
     }
