@@ -389,7 +389,7 @@ pub fn log_format(data: &[u8]) {
         client: std::net::Ipv4Addr::LOCALHOST.into(),
         method,
         target,
-        minor_version: 1,
+        protocol: "HTTP/1.1",
         status: 200,
         bytes: fields.len() as u64,
         micros: u64::from(fields.first().copied().unwrap_or(0)) * 12345,

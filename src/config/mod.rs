@@ -18,6 +18,7 @@ use logs::SiteAccessLog;
 
 pub mod fastcgi;
 pub mod files;
+pub mod http2;
 pub mod logs;
 pub mod shared;
 mod text;
@@ -68,6 +69,8 @@ pub struct Config {
     pub tls: Option<crate::tls::TlsSettings>,
     /// DNS servers for re-resolving upstream names (empty: the system's, with /etc/hosts).
     pub resolvers: Vec<SocketAddr>,
+    /// HTTP/2: offered by ALPN, and its limits.
+    pub http2: http2::Http2Settings,
 }
 
 /// One listening address.
@@ -83,6 +86,8 @@ pub struct ListenerConfig {
     pub tls: bool,
     /// Every request here is answered with a 308 redirect to the same URL over https.
     pub redirect_https: bool,
+    /// Plain connections here may speak HTTP/2 with prior knowledge (h2c).
+    pub h2c: bool,
 }
 
 /// Client-side limits.
@@ -201,6 +206,7 @@ impl Config {
                 max_connections: DEFAULT_MAX_CONNECTIONS,
                 tls: false,
                 redirect_https: false,
+                h2c: false,
             }],
             upstreams: Vec::new(),
             router: Router::default(),
@@ -214,6 +220,7 @@ impl Config {
             admin: None,
             resolvers: Vec::new(),
             tls: None,
+            http2: http2::Http2Settings::defaults(Limits::default().max_request_head),
         }
     }
 
@@ -335,6 +342,8 @@ struct FileConfig {
     files: FileFilesSection,
     #[serde(default)]
     tls: tls::FileTls,
+    #[serde(default)]
+    http2: http2::FileHttp2,
 }
 
 #[derive(Deserialize, Default)]
@@ -355,6 +364,7 @@ struct FileListener {
     address: Spanned<String>,
     tls: Option<bool>,
     redirect_https: Option<bool>,
+    h2c: Option<bool>,
     backlog: Option<u32>,
     max_connections: Option<usize>,
 }
@@ -523,6 +533,7 @@ impl Validator<'_> {
             .find(|l| l.tls == Some(true))
             .map(|l| l.address.span().start);
         let tls = self.build_tls(&raw.tls, &raw.sites, tls_listener);
+        let http2 = self.build_http2(&raw.http2, limits.max_request_head);
         let router = self.build_router(
             &raw.sites,
             &upstreams,
@@ -556,6 +567,7 @@ impl Validator<'_> {
             admin,
             resolvers,
             tls,
+            http2,
         }
     }
 
@@ -582,6 +594,7 @@ impl Validator<'_> {
                     max_connections: l.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
                     tls: l.tls.unwrap_or(false),
                     redirect_https: l.redirect_https.unwrap_or(false),
+                    h2c: l.h2c.unwrap_or(false),
                 });
             }
         }

@@ -109,6 +109,15 @@ impl ChunkedReader {
         self.state == State::Done
     }
 
+    /// True while the reader is inside the trailer section (after the last chunk, before the
+    /// final empty line): a caller feeding one byte at a time collects the trailer fields.
+    pub fn in_trailers(&self) -> bool {
+        matches!(
+            self.state,
+            State::TrailerStart | State::Trailer | State::TrailerLf
+        )
+    }
+
     /// Bytes of chunk payload that follow immediately in the stream (0 when inside framing).
     /// A caller may move this many bytes without looking at them (e.g. with splice) and then
     /// report them through [`ChunkedReader::skip_data`].

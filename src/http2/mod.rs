@@ -1,6 +1,12 @@
-//! HTTP/2 to clients (issue 12, in progress). So far: [`guard`], which watches the client's
-//! frames before the `h2` crate sees them and tells when a connection floods cheap frames
-//! (Rapid Reset, PING, SETTINGS, empty frames, endless CONTINUATION), so it can be sent
-//! GOAWAY(ENHANCE_YOUR_CALM) and closed.
+//! HTTP/2 to clients, on the `h2` crate. [`guard`] watches the client's frames before `h2`
+//! sees them and tells when a connection floods cheap frames (Rapid Reset, PING, SETTINGS,
+//! empty frames, endless CONTINUATION), so it can be sent GOAWAY(ENHANCE_YOUR_CALM).
+//! [`request`] turns a stream's request head into the HTTP/1.1 head the proxy reads, refusing
+//! what HTTP/1.1 would read differently; [`response`] turns the HTTP/1.1 response head back;
+//! [`stream::H2Stream`] joins them into one stream the request path reads and writes like an
+//! HTTP/1.1 connection. The connection itself is driven by `proxy/http2.rs`.
 
 pub mod guard;
+pub mod request;
+pub mod response;
+pub mod stream;

@@ -1,5 +1,5 @@
 //! [`Stream`]: one client or upstream connection, whatever carries it: a TCP socket, or a unix
-//! socket to an upstream; TLS becomes a variant here. It implements tokio's `AsyncRead`/`AsyncWrite`, so
+//! socket to an upstream, TLS, or one HTTP/2 stream read and written as HTTP/1.1. It implements tokio's `AsyncRead`/`AsyncWrite`, so
 //! the request path is written once, and exposes the raw TCP socket where splice(2) and
 //! readiness checks need it. Tests add a scripted in-memory variant.
 
@@ -21,6 +21,8 @@ pub enum Stream {
     TlsServer(Box<tokio_rustls::server::TlsStream<TcpStream>>),
     /// A TLS connection to an upstream server.
     TlsClient(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    /// One HTTP/2 stream of a client connection, carrying one request as HTTP/1.1 bytes.
+    H2(Box<crate::http2::stream::H2Stream>),
     /// A scripted connection for unit tests of the relay code.
     #[cfg(test)]
     Mock(Box<tokio_test::io::Mock>),
@@ -32,7 +34,7 @@ impl Stream {
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
             Stream::Tcp(s) => Some(s),
-            Stream::Unix(_) | Stream::TlsServer(_) | Stream::TlsClient(_) => None,
+            Stream::Unix(_) | Stream::TlsServer(_) | Stream::TlsClient(_) | Stream::H2(_) => None,
             #[cfg(test)]
             Stream::Mock(_) => None,
         }
@@ -43,6 +45,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.local_addr().ok(),
             Stream::TlsServer(s) => s.get_ref().0.local_addr().ok(),
+            Stream::H2(s) => s.local,
             _ => None,
         }
     }
@@ -53,6 +56,7 @@ impl Stream {
             Stream::TlsServer(s) => {
                 crate::tls::accept::version_name(s.get_ref().1.protocol_version())
             }
+            Stream::H2(s) => s.tls_version,
             _ => "",
         }
     }
@@ -78,6 +82,8 @@ impl Stream {
                 }
                 Ok(())
             }
+            // The request is in hand as soon as the stream exists.
+            Stream::H2(_) => Ok(()),
             #[cfg(test)]
             Stream::Mock(_) => Ok(()),
         }
@@ -94,7 +100,7 @@ impl Stream {
                 let mut cx = Context::from_waker(std::task::Waker::noop());
                 s.poll_read_ready(&mut cx).is_ready()
             }
-            Stream::TlsServer(_) | Stream::TlsClient(_) => false,
+            Stream::TlsServer(_) | Stream::TlsClient(_) | Stream::H2(_) => false,
             #[cfg(test)]
             Stream::Mock(_) => false,
         }
@@ -105,7 +111,9 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.try_read(buf),
             Stream::Unix(s) => s.try_read(buf),
-            Stream::TlsServer(_) | Stream::TlsClient(_) => Err(io::ErrorKind::WouldBlock.into()),
+            Stream::TlsServer(_) | Stream::TlsClient(_) | Stream::H2(_) => {
+                Err(io::ErrorKind::WouldBlock.into())
+            }
             #[cfg(test)]
             Stream::Mock(_) => Err(io::ErrorKind::WouldBlock.into()),
         }
@@ -114,6 +122,10 @@ impl Stream {
     /// Resolves when the peer has closed its sending side (EOF). Bytes waiting to be read
     /// (pipelined requests) are not a hang-up; this never resolves on a stream that cannot tell.
     pub async fn hangup(&self) {
+        if let Stream::H2(s) = self {
+            // An HTTP/2 client leaves a request by resetting its stream.
+            return std::future::poll_fn(|cx| s.poll_reset(cx)).await;
+        }
         if let Some(s) = self.tcp() {
             if s.readable().await.is_ok() {
                 let mut probe = [0u8; 1];
@@ -143,6 +155,7 @@ impl AsyncRead for Stream {
             Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
             Stream::TlsServer(s) => Pin::new(s).poll_read(cx, buf),
             Stream::TlsClient(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::H2(s) => Pin::new(s).poll_read(cx, buf),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_read(cx, buf),
         }
@@ -160,6 +173,7 @@ impl AsyncWrite for Stream {
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
             Stream::TlsServer(s) => Pin::new(s).poll_write(cx, buf),
             Stream::TlsClient(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::H2(s) => Pin::new(s).poll_write(cx, buf),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_write(cx, buf),
         }
@@ -175,6 +189,7 @@ impl AsyncWrite for Stream {
             Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::TlsServer(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::TlsClient(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::H2(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
@@ -186,6 +201,7 @@ impl AsyncWrite for Stream {
             Stream::Unix(s) => s.is_write_vectored(),
             Stream::TlsServer(s) => s.is_write_vectored(),
             Stream::TlsClient(s) => s.is_write_vectored(),
+            Stream::H2(s) => s.is_write_vectored(),
             #[cfg(test)]
             Stream::Mock(s) => s.is_write_vectored(),
         }
@@ -197,6 +213,7 @@ impl AsyncWrite for Stream {
             Stream::Unix(s) => Pin::new(s).poll_flush(cx),
             Stream::TlsServer(s) => Pin::new(s).poll_flush(cx),
             Stream::TlsClient(s) => Pin::new(s).poll_flush(cx),
+            Stream::H2(s) => Pin::new(s).poll_flush(cx),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_flush(cx),
         }
@@ -208,6 +225,7 @@ impl AsyncWrite for Stream {
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
             Stream::TlsServer(s) => Pin::new(s).poll_shutdown(cx),
             Stream::TlsClient(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::H2(s) => Pin::new(s).poll_shutdown(cx),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_shutdown(cx),
         }

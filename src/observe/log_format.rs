@@ -223,8 +223,8 @@ pub struct Entry<'a> {
     pub method: &'a [u8],
     /// Request target.
     pub target: &'a [u8],
-    /// Client's HTTP minor version.
-    pub minor_version: u8,
+    /// The client's protocol as nginx's `$server_protocol` names it (`HTTP/1.1`, `HTTP/2.0`).
+    pub protocol: &'a str,
     /// Status sent (499 when the client went away first).
     pub status: u16,
     /// Body bytes sent to the client.
@@ -342,11 +342,11 @@ fn write_field(out: &mut Vec<u8>, f: Field, e: &Entry<'_>, clock: &Clock, esc: E
             out.push(b' ');
             text(out, e.target);
             out.push(b' ');
-            put_protocol(out, e.minor_version);
+            out.extend_from_slice(e.protocol.as_bytes());
         }
         Field::RequestMethod => text(out, e.method),
         Field::RequestUri => text(out, e.target),
-        Field::ServerProtocol => put_protocol(out, e.minor_version),
+        Field::ServerProtocol => out.extend_from_slice(e.protocol.as_bytes()),
         Field::Status => put_decimal(out, u64::from(e.status)),
         Field::BodyBytesSent => put_decimal(out, e.bytes),
         Field::RequestTime => put_seconds(out, e.micros),
@@ -375,11 +375,6 @@ fn write_field(out: &mut Vec<u8>, f: Field, e: &Entry<'_>, clock: &Clock, esc: E
             put_decimal(out, e.connection.1);
         }
     }
-}
-
-fn put_protocol(out: &mut Vec<u8>, minor_version: u8) {
-    out.extend_from_slice(b"HTTP/1.");
-    put_decimal(out, u64::from(minor_version));
 }
 
 /// `1.234` seconds from microseconds (milliseconds shown, as nginx does).
@@ -455,7 +450,7 @@ mod tests {
             client: "10.1.2.3".parse().unwrap(),
             method: b"GET",
             target: b"/a?b=\"c\"",
-            minor_version: 1,
+            protocol: "HTTP/1.1",
             status: 200,
             bytes: 1234,
             micros: 1_234_567,

@@ -123,6 +123,18 @@ pub enum Counter {
     TlsOtherFailures,
     /// Connections closed at once because the worker had `max_handshakes` in progress.
     TlsHandshakesBusy,
+    /// Client connections that spoke HTTP/2 (ALPN `h2` or h2c).
+    Http2Connections,
+    /// HTTP/2 request streams accepted.
+    Http2Streams,
+    /// HTTP/2 connections whose preface was missing or wrong (answered GOAWAY).
+    Http2BadPreface,
+    /// HTTP/2 connections closed with GOAWAY(ENHANCE_YOUR_CALM) for flooding cheap frames.
+    Http2Floods,
+    /// HTTP/2 connections ended by a protocol or I/O error.
+    Http2ConnectionErrors,
+    /// HTTP/2 requests reset as malformed (nothing forwarded).
+    Http2Malformed,
 }
 
 impl Counter {
@@ -193,6 +205,12 @@ impl Counter {
             Counter::TlsAlertReceived => "slipstream_tls_handshake_alert_received_total",
             Counter::TlsOtherFailures => "slipstream_tls_handshake_other_failures_total",
             Counter::TlsHandshakesBusy => "slipstream_tls_handshakes_busy_total",
+            Counter::Http2Connections => "slipstream_http2_connections_total",
+            Counter::Http2Streams => "slipstream_http2_streams_total",
+            Counter::Http2BadPreface => "slipstream_http2_bad_preface_total",
+            Counter::Http2Floods => "slipstream_http2_floods_total",
+            Counter::Http2ConnectionErrors => "slipstream_http2_connection_errors_total",
+            Counter::Http2Malformed => "slipstream_http2_malformed_requests_total",
         }
     }
 }

@@ -17,6 +17,7 @@
 mod exchange;
 mod fastcgi;
 mod files;
+mod http2;
 mod relay;
 mod request;
 mod response;
@@ -31,6 +32,7 @@ use crate::observe::log_format::UpstreamTimes;
 
 use crate::net::Address;
 
+pub use http2::serve_http2;
 pub use serve::{redirect_to_https, serve};
 
 use crate::net::Stream;

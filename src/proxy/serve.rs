@@ -235,13 +235,22 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
             host: fields.host(),
             user_agent: fields.user_agent(),
             referer: fields.referer(),
-            minor_version: request.minor_version,
+            protocol: protocol_name(&client.stream, request.minor_version),
             site: request.routed.site,
         };
         log.record(worker, config, &outcome, micros, &tried);
     }
     client.buf = Some(buf);
     outcome.keep_alive
+}
+
+/// The client's protocol for the access log (nginx's `$server_protocol`).
+fn protocol_name(stream: &Stream, minor_version: u8) -> &'static str {
+    match (stream, minor_version) {
+        (Stream::H2(_), _) => "HTTP/2.0",
+        (_, 0) => "HTTP/1.0",
+        _ => "HTTP/1.1",
+    }
 }
 
 /// Counts a finished request: by status, by route (with its duration), 5xx by who made it.
@@ -279,7 +288,7 @@ struct Line<'a> {
     host: &'a [u8],
     user_agent: &'a [u8],
     referer: &'a [u8],
-    minor_version: u8,
+    protocol: &'static str,
     site: Option<u16>,
 }
 
@@ -299,7 +308,7 @@ impl Line<'_> {
             client: self.client.peer.ip(),
             method: self.method,
             target: self.target,
-            minor_version: self.minor_version,
+            protocol: self.protocol,
             status: o.status,
             bytes: o.body_bytes,
             micros,
@@ -378,7 +387,7 @@ async fn refuse_head(worker: &Worker, config: &Config, client: &mut Client, e: E
         host: b"",
         user_agent: b"",
         referer: b"",
-        minor_version: 1,
+        protocol: "HTTP/1.1",
         site: None,
     };
     line.record(worker, config, &outcome, 0, &Tried::default());

@@ -271,8 +271,9 @@ impl Drop for Server {
 /// Builds the rustls server config of a config's TLS settings, with the process's resumption
 /// state.
 fn prepare_tls(config: &mut Config, resumption: &crate::tls::Resumption) -> Result<(), String> {
+    let http2 = config.http2.enabled;
     if let Some(tls) = &mut config.tls {
-        tls.server = Some(crate::tls::server_config(tls, resumption)?);
+        tls.server = Some(crate::tls::server_config(tls, resumption, http2)?);
     }
     Ok(())
 }
@@ -297,6 +298,7 @@ fn bind_listeners(
                 limit,
                 tls: l.tls,
                 redirect: l.redirect_https,
+                h2c: l.h2c,
             });
         }
     }

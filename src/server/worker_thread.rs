@@ -21,6 +21,8 @@ pub(super) struct Listening {
     pub(super) tls: bool,
     /// Requests on it are redirected to https.
     pub(super) redirect: bool,
+    /// Plain connections on it may speak HTTP/2 with prior knowledge.
+    pub(super) h2c: bool,
 }
 
 /// Runs `worker` on this thread until shutdown has drained its connections.
@@ -38,10 +40,11 @@ pub(super) fn run(worker: Worker, listeners: Vec<Listening>) {
         for l in listeners {
             match TcpListener::from_std(l.socket) {
                 Ok(socket) => {
-                    let kind = match (l.tls, l.redirect) {
-                        (true, _) => Kind::Tls,
-                        (false, true) => Kind::Redirect,
-                        (false, false) => Kind::Plain,
+                    let kind = match (l.tls, l.redirect, l.h2c) {
+                        (true, _, _) => Kind::Tls,
+                        (false, true, _) => Kind::Redirect,
+                        (false, false, true) => Kind::PlainOrH2c,
+                        (false, false, false) => Kind::Plain,
                     };
                     tokio::task::spawn_local(accept_loop(worker.clone(), socket, l.limit, kind));
                 }
@@ -72,6 +75,8 @@ pub(super) fn run(worker: Worker, listeners: Vec<Listening>) {
 #[derive(Clone, Copy)]
 enum Kind {
     Plain,
+    /// Plain, and HTTP/2 when the client starts with its preface.
+    PlainOrH2c,
     Tls,
     Redirect,
 }
@@ -100,6 +105,7 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, limit: usize, ki
                         let _open = OpenConnection(w.clone());
                         match kind {
                             Kind::Plain => proxy::serve(w, stream.into(), peer).await,
+                            Kind::PlainOrH2c => serve_plain_or_h2c(w, stream, peer).await,
                             Kind::Tls => serve_tls(w, stream, peer).await,
                             Kind::Redirect => proxy::redirect_to_https(w, stream.into()).await,
                         }
@@ -136,9 +142,64 @@ async fn serve_tls(worker: Rc<Worker>, stream: tokio::net::TcpStream, peer: std:
     let done = crate::tls::accept::handshake(stream, server, timeout, &worker.counters).await;
     worker.handshakes.set(worker.handshakes.get() - 1);
     if let Some(stream) = done {
+        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
         let stream = crate::net::Stream::TlsServer(Box::new(stream));
-        proxy::serve(worker, stream, peer).await;
+        if h2 {
+            proxy::serve_http2(worker, stream, peer).await;
+        } else {
+            proxy::serve(worker, stream, peer).await;
+        }
     }
+}
+
+/// Serves a connection on an h2c listener: HTTP/2 when it starts with the HTTP/2 preface's
+/// `PRI ` (a method HTTP/1.1 never uses) or with a first line that is not an HTTP/1.x request
+/// line (it gets HTTP/2's answer to a bad preface, GOAWAY, instead of a 400); else HTTP/1.1.
+async fn serve_plain_or_h2c(
+    worker: Rc<Worker>,
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+) {
+    let timeout = worker.snapshot().config.limits.client_header_timeout;
+    let mut first = [0u8; 1024];
+    let peeked = tokio::time::timeout(timeout, async {
+        loop {
+            stream.readable().await?;
+            let n = stream.peek(&mut first).await?;
+            let seen = &first[..n];
+            let decided = n == 0
+                || n >= 4
+                    && (seen.starts_with(b"PRI ") || seen.contains(&b'\n') || n == first.len())
+                || seen != &b"PRI "[..n];
+            if decided {
+                return Ok::<usize, std::io::Error>(n);
+            }
+            // Part of a first line so far: wait for more without spinning.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let n = match peeked {
+        Ok(Ok(n)) if n > 0 => n,
+        _ => return,
+    };
+    if speaks_http2(&first[..n]) {
+        proxy::serve_http2(worker, stream.into(), peer).await;
+    } else {
+        proxy::serve(worker, stream.into(), peer).await;
+    }
+}
+
+/// Whether the first bytes of a connection on an h2c listener are HTTP/2's (see above).
+fn speaks_http2(seen: &[u8]) -> bool {
+    if seen.starts_with(b"PRI ") {
+        return true;
+    }
+    let Some(end) = seen.iter().position(|b| *b == b'\n') else {
+        return false;
+    };
+    let line = seen[..end].strip_suffix(b"\r").unwrap_or(&seen[..end]);
+    !(line.ends_with(b" HTTP/1.1") || line.ends_with(b" HTTP/1.0"))
 }
 
 /// Counts a client connection as open until dropped.
@@ -164,5 +225,16 @@ async fn housekeeping(worker: Rc<Worker>) {
         worker.publish_pool();
         crate::observe::error_log::flush_repeats();
         worker.log.flush(&worker.counters);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn h2c_listeners_tell_http2_from_http1_by_the_first_line() {
+        assert!(super::speaks_http2(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"));
+        assert!(super::speaks_http2(b"INVALID CONNECTION PREFACE\r\n\r\n"));
+        assert!(!super::speaks_http2(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
+        assert!(!super::speaks_http2(b"GET /very-long-target-not-yet-ended"));
     }
 }

@@ -17,8 +17,10 @@ use rustls::ServerConfig;
 
 pub use resolve::{CertSource, SniResolver};
 
-/// ALPN protocols offered to clients.
-const ALPN: [&[u8]; 1] = [b"http/1.1"];
+/// ALPN protocols offered to clients, in the server's order of preference.
+const ALPN_H2: [&[u8]; 2] = [b"h2", b"http/1.1"];
+/// ALPN protocols offered when HTTP/2 is off.
+const ALPN_H1: [&[u8]; 1] = [b"http/1.1"];
 
 /// TLS settings of a config: the certificates by name and the handshake limits.
 #[derive(Debug, Clone)]
@@ -132,11 +134,12 @@ fn preferred_suites(
 }
 
 /// The rustls server config for `settings`: the provider's safe defaults (suites in
-/// [`preferred_suites`] order), TLS 1.2 and 1.3 (or 1.3 only), ALPN `http/1.1`, the shared
-/// resumption state unless resumption is off.
+/// [`preferred_suites`] order), TLS 1.2 and 1.3 (or 1.3 only), ALPN `h2` (when `http2`) and
+/// `http/1.1`, the shared resumption state unless resumption is off.
 pub fn server_config(
     settings: &TlsSettings,
     resumption: &Resumption,
+    http2: bool,
 ) -> Result<Arc<ServerConfig>, String> {
     let mut provider = rustls::crypto::aws_lc_rs::default_provider();
     provider.cipher_suites = preferred_suites(provider.cipher_suites);
@@ -151,7 +154,8 @@ pub fn server_config(
         .map_err(|e| format!("TLS versions: {e}"))?
         .with_no_client_auth()
         .with_cert_resolver(settings.resolver.clone());
-    config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+    let alpn: &[&[u8]] = if http2 { &ALPN_H2 } else { &ALPN_H1 };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     // The provider's order (AES-GCM with hardware support first, then ChaCha20) decides, not
     // the client's.
     config.ignore_client_order = true;

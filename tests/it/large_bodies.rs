@@ -98,7 +98,7 @@ fn one_gib_download_is_byte_exact_with_bounded_memory_copied() {
 
 /// An upstream that reads one request with a Content-Length body, hashing it as it streams,
 /// and answers with the hash in hex.
-fn hashing_upstream() -> SocketAddr {
+pub(crate) fn hashing_upstream() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {

@@ -9,6 +9,8 @@ mod files;
 mod fleet;
 mod framing;
 mod fuzz_seeds;
+mod http2;
+mod http2_frames;
 mod large_bodies;
 mod lifecycle;
 mod observe;

@@ -329,12 +329,21 @@ pub(crate) fn read_request(reader: &mut BufReader<TcpStream>, connection: usize)
             reader.read_line(&mut size).ok()?;
             raw.extend_from_slice(size.as_bytes());
             let n = usize::from_str_radix(size.trim().split(';').next()?, 16).ok()?;
+            if n == 0 {
+                // Trailer fields, up to the empty line.
+                loop {
+                    let mut t = String::new();
+                    reader.read_line(&mut t).ok()?;
+                    raw.extend_from_slice(t.as_bytes());
+                    if t.trim_end().is_empty() {
+                        break;
+                    }
+                }
+                break;
+            }
             let mut chunk = vec![0u8; n + 2];
             reader.read_exact(&mut chunk).ok()?;
             raw.extend_from_slice(&chunk);
-            if n == 0 {
-                break;
-            }
             body.extend_from_slice(&chunk[..n]);
         }
     } else if let Some(n) = find("content-length") {

@@ -74,6 +74,15 @@ pub(crate) fn client_config(
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(NoVerification))
         .with_no_client_auth();
+    c.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(c)
+}
+
+/// [`client_config`] offering `h2` first, as browsers do.
+pub(crate) fn h2_client_config(
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<ClientConfig> {
+    let mut c = (*client_config(versions)).clone();
     c.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Arc::new(c)
 }

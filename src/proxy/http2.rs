@@ -1,0 +1,234 @@
+//! One HTTP/2 client connection: the preface is checked, the `h2` connection is built with the
+//! configured limits over a [`Guarded`] stream, each request stream is served by `serve.rs` as
+//! one request on an [`H2Stream`] (so every route kind works unchanged), and the connection
+//! ends by GOAWAY: two-phase on shutdown or reload and after the keep-alive timeout when idle,
+//! ENHANCE_YOUR_CALM for a client that floods.
+
+use std::cell::{Cell, RefCell};
+use std::future::poll_fn;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::http2::guard::{Guarded, PREFACE};
+use crate::http2::request::{to_http1, Malformed};
+use crate::http2::stream::H2Stream;
+use crate::net::Stream;
+use crate::observe::metrics::Counter;
+use crate::worker::Worker;
+
+/// A GOAWAY frame with last stream 0 and PROTOCOL_ERROR: the answer to a bad preface.
+const GOAWAY_PROTOCOL_ERROR: [u8; 17] = [0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+
+/// How long a connection sent GOAWAY for abuse has to take it before it is closed.
+const ABUSE_GRACE: Duration = Duration::from_secs(1);
+
+/// A request stream as `h2` hands it over.
+type Accepted = (http::Request<RecvStream>, SendResponse<Bytes>);
+
+/// What woke the connection's loop.
+enum Event {
+    Accepted(Option<Result<Box<Accepted>, h2::Error>>),
+    Shutdown,
+    Tick,
+    Flood,
+}
+
+/// Serves one connection that speaks HTTP/2 (ALPN `h2`, or h2c with prior knowledge).
+pub async fn serve_http2(worker: Rc<Worker>, mut stream: Stream, peer: SocketAddr) {
+    let snapshot = worker.snapshot();
+    let settings = snapshot.config.http2.clone();
+    let limits = snapshot.config.limits.clone();
+    drop(snapshot);
+    let counters = &worker.counters;
+    counters.inc(Counter::Http2Connections);
+    if !read_preface(&mut stream, limits.client_header_timeout).await {
+        counters.inc(Counter::Http2BadPreface);
+        refuse_preface(stream, limits.client_body_timeout).await;
+        return;
+    }
+    let info = StreamInfo {
+        tls_version: stream.tls_version(),
+        local: stream.local_addr(),
+        peer,
+        max_head: limits.max_buffer,
+    };
+    let verdict = Rc::new(Cell::new(None));
+    let stream = Rc::new(RefCell::new(stream));
+    let io = Guarded::new(stream.clone(), settings.flood, verdict.clone());
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(settings.max_concurrent_streams)
+        .max_header_list_size(settings.max_header_list_size)
+        .initial_window_size(settings.initial_window_size)
+        .initial_connection_window_size(settings.connection_window_size)
+        .max_frame_size(settings.max_frame_size)
+        .max_send_buffer_size(settings.max_send_buffer);
+    let handshake = builder.handshake::<_, Bytes>(io);
+    let Ok(Ok(conn)) = tokio::time::timeout(limits.client_header_timeout, handshake).await else {
+        return counters.inc(Counter::Http2BadPreface);
+    };
+    let flooded = drive(&worker, conn, &verdict, info, limits.keepalive_timeout).await;
+    if flooded {
+        // The GOAWAY is out; FIN, and read what the flood still sends, so the close does not
+        // become a reset that would destroy the GOAWAY before the client reads it.
+        // `h2` (and its handle on the stream) is gone by now.
+        if let Ok(stream) = Rc::try_unwrap(stream) {
+            linger(&mut stream.into_inner(), ABUSE_GRACE).await;
+        }
+    }
+}
+
+/// Runs a connection after its handshake: accepts streams and spawns their tasks until the
+/// connection ends, sending GOAWAY on shutdown, when idle, and to a flooding client (then
+/// true).
+async fn drive(
+    worker: &Rc<Worker>,
+    mut conn: h2::server::Connection<Guarded<Stream>, Bytes>,
+    verdict: &Cell<Option<&'static str>>,
+    info: StreamInfo,
+    idle: Duration,
+) -> bool {
+    let counters = &worker.counters;
+    let peer = info.peer;
+    let mut shutdown = worker.shutdown.clone();
+    let mut draining = false;
+    let mut idle_deadline = tokio::time::Instant::now() + idle;
+    loop {
+        if *shutdown.borrow() && !draining {
+            draining = true;
+            conn.graceful_shutdown();
+        }
+        let event = tokio::select! {
+            e = poll_fn(|cx| match conn.poll_accept(cx) {
+                // The guard may have found a flood in what this poll read.
+                _ if verdict.get().is_some() => Poll::Ready(Event::Flood),
+                Poll::Ready(r) => Poll::Ready(Event::Accepted(r.map(|r| r.map(Box::new)))),
+                Poll::Pending => Poll::Pending,
+            }) => e,
+            _ = shutdown.changed(), if !draining => Event::Shutdown,
+            _ = tokio::time::sleep_until(idle_deadline) => Event::Tick,
+        };
+        if let Some(what) = verdict.get() {
+            counters.inc(Counter::Http2Floods);
+            tracing::warn!(peer = %peer, "HTTP/2 flood ({what}): GOAWAY(ENHANCE_YOUR_CALM)");
+            conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+            let _ = tokio::time::timeout(ABUSE_GRACE, poll_fn(|cx| conn.poll_closed(cx))).await;
+            return true;
+        }
+        match event {
+            Event::Accepted(Some(Ok(accepted))) => {
+                let (request, respond) = *accepted;
+                counters.inc(Counter::Http2Streams);
+                idle_deadline = tokio::time::Instant::now() + idle;
+                let task = serve_stream(worker.clone(), request, respond, info);
+                tokio::task::spawn_local(task);
+            }
+            Event::Accepted(Some(Err(e))) if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) => {
+                // h2's own flood limits (reset streams waiting to be accepted, local errors).
+                counters.inc(Counter::Http2Floods);
+                tracing::warn!(peer = %peer, "HTTP/2 flood: {e}");
+                return false;
+            }
+            Event::Accepted(Some(Err(e))) => {
+                counters.inc(Counter::Http2ConnectionErrors);
+                tracing::debug!(peer = %peer, "HTTP/2 connection error: {e}");
+                return false;
+            }
+            Event::Accepted(None) => return false,
+            Event::Shutdown | Event::Flood => {}
+            Event::Tick if conn.has_streams() || draining => {
+                idle_deadline = tokio::time::Instant::now() + idle;
+            }
+            Event::Tick => {
+                draining = true;
+                conn.graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// Reads the 24-byte client preface; false if it is not there in time.
+async fn read_preface(stream: &mut Stream, timeout: Duration) -> bool {
+    let mut got = [0u8; 24];
+    let read = tokio::time::timeout(timeout, stream.read_exact(&mut got)).await;
+    matches!(read, Ok(Ok(_))) && got == *PREFACE
+}
+
+/// Answers a bad preface with GOAWAY(PROTOCOL_ERROR), then closes gently: what the client sent
+/// is read (briefly) so the close is a FIN, not a reset that could destroy the GOAWAY.
+async fn refuse_preface(mut stream: Stream, timeout: Duration) {
+    let _ = tokio::time::timeout(timeout, async {
+        stream.write_all(&GOAWAY_PROTOCOL_ERROR).await?;
+        stream.flush().await
+    })
+    .await;
+    linger(&mut stream, Duration::from_millis(500)).await;
+}
+
+/// Shuts the sending side and reads (and drops) what the client still sends, for at most
+/// `time` and 1 MiB: the client sees a FIN after the last frame, not a reset.
+async fn linger(stream: &mut Stream, time: Duration) {
+    let _ = tokio::time::timeout(time, stream.shutdown()).await;
+    let mut sink = [0u8; 16 * 1024];
+    let drain = async {
+        for _ in 0..64 {
+            if matches!(stream.read(&mut sink).await, Ok(0) | Err(_)) {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(time, drain).await;
+}
+
+/// What each stream of a connection needs to know about it.
+#[derive(Clone, Copy)]
+struct StreamInfo {
+    tls_version: &'static str,
+    local: Option<SocketAddr>,
+    peer: SocketAddr,
+    /// Largest response head written to the stream.
+    max_head: usize,
+}
+
+/// Serves one request stream as one HTTP/1.1 request, or resets it when it is malformed.
+async fn serve_stream(
+    worker: Rc<Worker>,
+    request: http::Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    info: StreamInfo,
+) {
+    let (parts, body) = request.into_parts();
+    let head = match to_http1(&parts, body.is_end_stream()) {
+        Ok(head) => head,
+        Err(Malformed(why)) => {
+            worker.counters.inc(Counter::Http2Malformed);
+            tracing::debug!(peer = %info.peer, "HTTP/2 request malformed: {why}");
+            respond.send_reset(Reason::PROTOCOL_ERROR);
+            return;
+        }
+    };
+    let expects_continue = parts
+        .headers
+        .get(http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let mut stream = H2Stream::new(head, body, respond, info.max_head);
+    stream.tls_version = info.tls_version;
+    stream.local = info.local;
+    if !expects_continue {
+        let limits = &worker.snapshot().config;
+        let (limit, timeout) = (limits.http2.body_preread, limits.limits.client_body_timeout);
+        let preread = tokio::time::timeout(timeout, stream.preread(limit)).await;
+        if !matches!(preread, Ok(Ok(()))) {
+            worker.counters.inc(Counter::Http2Malformed);
+            return;
+        }
+    }
+    super::serve::serve(worker, Stream::H2(Box::new(stream)), info.peer).await;
+}

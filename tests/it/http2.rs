@@ -1,0 +1,392 @@
+//! HTTP/2 to clients through real sockets, with the `h2` crate as the client over TLS (ALPN) and
+//! h2c: many streams on one connection, large bodies both ways with a slow reader and bounded
+//! memory, trailers both ways, a stream reset mid-response, static files and the access log.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use slipstream::observe::metrics::Counter;
+
+use crate::support::*;
+use crate::tls::{h2_client_config, tls_config, TestPki};
+
+/// A current-thread runtime for one test's client side.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// An HTTP/2 client connection over TLS (SNI `a.test`, ALPN h2); checks h2 was negotiated.
+pub(crate) async fn h2_tls(addr: SocketAddr) -> SendRequest<Bytes> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let config: Arc<rustls::ClientConfig> = h2_client_config(&[&rustls::version::TLS13]);
+    let name = rustls::pki_types::ServerName::try_from("a.test").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (send, conn) = h2::client::handshake(tls).await.unwrap();
+    tokio::task::spawn_local(async move {
+        let _ = conn.await;
+    });
+    send
+}
+
+/// An HTTP/2 client connection with prior knowledge over plain TCP (h2c).
+pub(crate) async fn h2c(addr: SocketAddr) -> SendRequest<Bytes> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::Builder::new()
+        .initial_window_size(1 << 20)
+        .handshake(tcp)
+        .await
+        .unwrap();
+    tokio::task::spawn_local(async move {
+        let _ = conn.await;
+    });
+    send
+}
+
+/// Reads a whole body, giving the window back as it goes.
+pub(crate) async fn body_of(mut body: h2::RecvStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(d) = body.data().await {
+        let d = d.unwrap();
+        body.flow_control().release_capacity(d.len()).unwrap();
+        out.extend_from_slice(&d);
+    }
+    out
+}
+
+/// A GET of `path` on `client`; the response head and body.
+pub(crate) async fn get(
+    client: &mut SendRequest<Bytes>,
+    authority: &str,
+    path: &str,
+) -> (http::response::Parts, Vec<u8>) {
+    let req = http::Request::get(format!("https://{authority}{path}"))
+        .body(())
+        .unwrap();
+    let mut ready = client.clone().ready().await.unwrap();
+    let (response, _) = ready.send_request(req, true).unwrap();
+    let (parts, body) = response.await.unwrap().into_parts();
+    (parts, body_of(body).await)
+}
+
+/// A one-worker proxy with an h2c listener routing everything to `upstream`; `extra` goes
+/// before the listener.
+pub(crate) fn h2c_config(upstream: SocketAddr, extra: &str) -> String {
+    format!(
+        r#"
+workers = 1
+{extra}
+[[listen]]
+address = "{{listen}}"
+h2c = true
+[upstreams.app]
+servers = ["{upstream}"]
+[[sites]]
+default = true
+routes = [{{ path = "/", upstream = "app" }}]
+"#
+    )
+}
+
+/// The in-process proxy of [`h2c_config`].
+pub(crate) fn h2c_proxy(upstream: SocketAddr, extra: &str) -> slipstream::server::Server {
+    proxy(&h2c_config(upstream, extra).replace("{listen}", "127.0.0.1:0"))
+}
+
+#[test]
+fn many_concurrent_streams_on_one_tls_connection() {
+    let pki = TestPki::new("h2-many");
+    let up = Upstream::start(|seen| Reply::Bytes(response(200, seen.path().as_bytes())));
+    let proxy = proxy(&tls_config(&pki, up.addr, 1, ""));
+    let addr = proxy.local_addrs()[0];
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime(), async {
+        let client = h2_tls(addr).await;
+        let mut waiting = Vec::new();
+        for i in 0..100 {
+            let req = http::Request::get(format!("https://a.test/s/{i}"))
+                .body(())
+                .unwrap();
+            let mut ready = client.clone().ready().await.unwrap();
+            let (response, _) = ready.send_request(req, true).unwrap();
+            waiting.push(response);
+        }
+        for (i, response) in waiting.into_iter().enumerate() {
+            let (parts, body) = response.await.unwrap().into_parts();
+            assert_eq!(parts.status, 200);
+            assert_eq!(parts.version, http::Version::HTTP_2);
+            assert_eq!(body_of(body).await, format!("/s/{i}").as_bytes());
+        }
+    });
+    let seen = up.seen();
+    assert_eq!(seen.len(), 100);
+    for s in &seen {
+        // :authority became Host; the upstream speaks HTTP/1.1 and learns the scheme.
+        assert_eq!(s.header("host"), Some("a.test"));
+        assert_eq!(s.header("x-forwarded-proto"), Some("https"));
+        assert!(s.line.ends_with(" HTTP/1.1"), "{}", s.line);
+    }
+    let m = proxy.metrics();
+    assert_eq!(m.total(Counter::Http2Connections), 1);
+    assert_eq!(m.total(Counter::Http2Streams), 100);
+}
+
+#[test]
+fn connection_specific_response_fields_are_dropped_and_1xx_passed_on() {
+    let up = Upstream::start(|_| {
+        Reply::Bytes(
+            b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n\
+              HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nKeep-Alive: timeout=5\r\n\
+              X-Hop: secret\r\nX-Kept: yes\r\nContent-Length: 2\r\n\r\nok"
+                .to_vec(),
+        )
+    });
+    let proxy = h2c_proxy(up.addr, "");
+    let addr = proxy.local_addrs()[0];
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime(), async {
+        let mut client = h2c(addr).await;
+        let (parts, body) = get(&mut client, "a", "/").await;
+        assert_eq!(parts.status, 200);
+        assert_eq!(body, b"ok");
+        let h = &parts.headers;
+        assert_eq!(h["x-kept"], "yes");
+        for gone in ["connection", "keep-alive", "x-hop", "transfer-encoding"] {
+            assert!(h.get(gone).is_none(), "{gone} was forwarded");
+        }
+    });
+    // The 103 itself: read with a raw client, which sees every HEADERS frame.
+    let frames = crate::http2_frames::exchange(
+        addr,
+        &[crate::http2_frames::headers(
+            1,
+            true,
+            &crate::http2_frames::get_block("/"),
+        )],
+    );
+    let heads: Vec<_> = frames
+        .iter()
+        .filter(|f| f.kind == 1 && f.stream == 1)
+        .collect();
+    assert_eq!(heads.len(), 2, "103 and 200: {frames:?}");
+}
+
+#[test]
+fn trailers_pass_both_ways() {
+    let up = Upstream::start(|_| {
+        Reply::Bytes(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: x-sum\r\n\r\n\
+              5\r\nhello\r\n0\r\nx-sum: 42\r\n\r\n"
+                .to_vec(),
+        )
+    });
+    let proxy = h2c_proxy(up.addr, "");
+    let addr = proxy.local_addrs()[0];
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime(), async {
+        let client = h2c(addr).await;
+        let req = http::Request::post("http://a/upload").body(()).unwrap();
+        let mut ready = client.ready().await.unwrap();
+        let (response, mut send) = ready.send_request(req, false).unwrap();
+        send.send_data(Bytes::from_static(b"abc"), false).unwrap();
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-checksum", "abc123".parse().unwrap());
+        send.send_trailers(trailers).unwrap();
+        let (parts, mut body) = response.await.unwrap().into_parts();
+        assert_eq!(parts.status, 200);
+        let mut data = Vec::new();
+        while let Some(d) = body.data().await {
+            data.extend_from_slice(&d.unwrap());
+        }
+        assert_eq!(data, b"hello");
+        let t = body.trailers().await.unwrap().expect("trailers");
+        assert_eq!(t["x-sum"], "42");
+    });
+    let seen = up.seen();
+    assert_eq!(seen[0].header("transfer-encoding"), Some("chunked"));
+    let raw = String::from_utf8_lossy(&up.raw()).to_string();
+    assert!(
+        raw.ends_with("3\r\nabc\r\n0\r\nx-checksum: abc123\r\n\r\n"),
+        "{raw:?}"
+    );
+}
+
+#[test]
+fn a_reset_stream_does_not_leave_its_upstream_connection_in_the_pool() {
+    const LEN: u64 = 64 << 20;
+    let up = Upstream::start(|seen| {
+        if seen.path() == "/big" {
+            Reply::Pattern {
+                head: format!("HTTP/1.1 200 OK\r\nContent-Length: {LEN}\r\n\r\n").into_bytes(),
+                len: LEN,
+            }
+        } else {
+            Reply::Bytes(response(200, b"small"))
+        }
+    });
+    let proxy = h2c_proxy(up.addr, "");
+    let addr = proxy.local_addrs()[0];
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime(), async {
+        let mut client = h2c(addr).await;
+        // A finished response leaves its connection for the next request.
+        assert_eq!(get(&mut client, "a", "/one").await.1, b"small");
+        assert_eq!(get(&mut client, "a", "/two").await.1, b"small");
+        assert_eq!(up.connections(), 1);
+        // A response the client resets part way is cut off upstream too.
+        let req = http::Request::get("http://a/big").body(()).unwrap();
+        let mut ready = client.clone().ready().await.unwrap();
+        let (response, _) = ready.send_request(req, true).unwrap();
+        let mut body = response.await.unwrap().into_body();
+        let first = body.data().await.unwrap().unwrap();
+        assert!(!first.is_empty());
+        drop(body); // RST_STREAM(CANCEL)
+        assert_eq!(get(&mut client, "a", "/three").await.1, b"small");
+    });
+    assert_eq!(
+        up.connections(),
+        2,
+        "the reset stream's connection was reused"
+    );
+    let sent = up.written.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(sent < LEN, "the whole body was sent after the reset");
+}
+
+#[test]
+fn static_files_and_the_access_log_over_http2() {
+    let root = temp_path("h2-files");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let big: Vec<u8> = (0..300_000u64).map(pattern_byte).collect();
+    std::fs::write(root.join("big.bin"), &big).unwrap();
+    let log = temp_path("h2-files.log");
+    let _ = std::fs::remove_file(&log);
+    let toml = format!(
+        "workers = 1\naccess_log = {:?}\naccess_log_format = \"$request $status $body_bytes_sent\"\n\
+         [[listen]]\naddress = \"127.0.0.1:0\"\nh2c = true\n[[sites]]\ndefault = true\n\
+         routes = [{{ path = \"/\", root = {:?} }}]\n",
+        log.display().to_string(),
+        root.display().to_string()
+    );
+    let proxy = proxy(&toml);
+    let addr = proxy.local_addrs()[0];
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime(), async {
+        let mut client = h2c(addr).await;
+        let (parts, body) = get(&mut client, "a", "/big.bin").await;
+        assert_eq!(parts.status, 200);
+        assert_eq!(parts.headers["content-length"], "300000");
+        assert!(body == big, "static body differs");
+        let (parts, body) = get(&mut client, "a", "/missing").await;
+        assert_eq!(parts.status, 404);
+        assert!(parts.headers.get("connection").is_none());
+        drop(body);
+    });
+    // HTTP/1.1 still works on the same h2c listener.
+    let plain = exchange_until_close(
+        addr,
+        b"GET /big.bin HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status_of(&plain), 200);
+    proxy.shutdown();
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "GET /big.bin HTTP/2.0 200 300000\nGET /missing HTTP/2.0 404 0\nGET /big.bin HTTP/1.1 200 300000\n"
+    );
+}
+
+/// Reads `len` bytes of the test pattern from `body`, slowly for the first `slow` bytes;
+/// returns their hash.
+async fn read_pattern(mut body: h2::RecvStream, len: u64, slow: u64, up: &Upstream) -> u128 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut got = 0u64;
+    let before = up.written.load(std::sync::atomic::Ordering::SeqCst);
+    while let Some(d) = body.data().await {
+        let d = d.unwrap();
+        got += d.len() as u64;
+        h.update(&d);
+        body.flow_control().release_capacity(d.len()).unwrap();
+        if got < slow {
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        } else if got - (d.len() as u64) < slow {
+            // Flow control held the upstream back while the client read slowly.
+            let sent = up.written.load(std::sync::atomic::Ordering::SeqCst) - before;
+            assert!(
+                sent - got < 48 << 20,
+                "upstream ran {} MiB ahead",
+                (sent - got) >> 20
+            );
+        }
+    }
+    assert_eq!(got, len);
+    h.digest128()
+}
+
+#[test]
+fn large_bodies_both_ways_with_a_slow_reader_and_bounded_memory() {
+    const LEN: u64 = 256 << 20;
+    let up = Upstream::start(|_| Reply::Pattern {
+        head: format!("HTTP/1.1 200 OK\r\nContent-Length: {LEN}\r\n\r\n").into_bytes(),
+        len: LEN,
+    });
+    let running = Running::config("h2-large.toml", &h2c_config(up.addr, ""));
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime(), async {
+        let client = h2c(running.addr).await;
+        let req = http::Request::get("http://a/big").body(()).unwrap();
+        let mut ready = client.ready().await.unwrap();
+        let (response, _) = ready.send_request(req, true).unwrap();
+        let body = response.await.unwrap().into_body();
+        let hash = read_pattern(body, LEN, 16 << 20, &up).await;
+        assert_eq!(hash, pattern_hash(LEN));
+    });
+    let hashing = crate::large_bodies::hashing_upstream();
+    let uploads = Running::config("h2-upload.toml", &h2c_config(hashing, ""));
+    local.block_on(&runtime(), async {
+        let client = h2c(uploads.addr).await;
+        let req = http::Request::put("http://a/upload")
+            .header("content-length", LEN.to_string())
+            .body(())
+            .unwrap();
+        let mut ready = client.ready().await.unwrap();
+        let (response, mut send) = ready.send_request(req, false).unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut pos = 0u64;
+        while pos < LEN {
+            fill_pattern(&mut buf, pos);
+            send.reserve_capacity(buf.len());
+            let mut offset = 0;
+            while offset < buf.len() {
+                let cap = std::future::poll_fn(|cx| send.poll_capacity(cx))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let n = cap.min(buf.len() - offset);
+                let end = pos + (offset + n) as u64 == LEN;
+                send.send_data(Bytes::copy_from_slice(&buf[offset..offset + n]), end)
+                    .unwrap();
+                offset += n;
+            }
+            pos += buf.len() as u64;
+        }
+        let (parts, body) = response.await.unwrap().into_parts();
+        assert_eq!(parts.status, 200);
+        assert_eq!(
+            body_of(body).await,
+            format!("{:032x}", pattern_hash(LEN)).as_bytes()
+        );
+    });
+    for r in [&running, &uploads] {
+        let peak = r.status_kb("VmHWM");
+        assert!(peak < 64 * 1024, "proxy peak RSS {peak} kB");
+    }
+}
