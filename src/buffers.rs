@@ -11,7 +11,10 @@ use std::cell::RefCell;
 /// Smallest read buffer handed out.
 pub const MIN_BUFFER: usize = 16 * 1024;
 
-/// Most buffers a worker keeps for reuse in each size class; more are freed when returned.
+/// Buffers a worker keeps for reuse in each size class at least; while more are lent out at
+/// once (many HTTP/2 streams in flight), as many as are out, so the concurrency of the moment
+/// reuses memory instead of going through malloc for every request. [`BufferPool::trim`]
+/// gives the surplus back once a second.
 const MAX_POOLED: usize = 64;
 
 /// Buffers up to this capacity are "small".
@@ -22,6 +25,8 @@ const SMALL: usize = 32 * 1024;
 pub struct BufferPool {
     small: RefCell<Vec<Vec<u8>>>,
     large: RefCell<Vec<Vec<u8>>>,
+    /// Buffers taken and not given back.
+    lent: std::cell::Cell<usize>,
 }
 
 impl BufferPool {
@@ -35,6 +40,7 @@ impl BufferPool {
 
     /// An empty buffer with at least `capacity` bytes of room.
     pub fn take(&self, capacity: usize) -> Vec<u8> {
+        self.lent.set(self.lent.get() + 1);
         let mut buf = self.class(capacity).borrow_mut().pop().unwrap_or_default();
         if buf.capacity() < capacity {
             buf.reserve_exact(capacity);
@@ -44,14 +50,23 @@ impl BufferPool {
 
     /// Returns a buffer for reuse; buffers beyond `max_capacity` are freed.
     pub fn give(&self, mut buf: Vec<u8>, max_capacity: usize) {
+        self.lent.set(self.lent.get().saturating_sub(1));
         let capacity = buf.capacity();
         if capacity == 0 || capacity > max_capacity {
             return;
         }
         let mut free = self.class(capacity).borrow_mut();
-        if free.len() < MAX_POOLED {
+        if free.len() < MAX_POOLED.max(self.lent.get()) {
             buf.clear();
             free.push(buf);
+        }
+    }
+
+    /// Frees pooled buffers beyond what is lent out now (at least [`MAX_POOLED`] stay).
+    pub fn trim(&self) {
+        let keep = MAX_POOLED.max(self.lent.get());
+        for class in [&self.small, &self.large] {
+            class.borrow_mut().truncate(keep);
         }
     }
 }

@@ -155,6 +155,11 @@ impl Worker {
         }
     }
 
+    /// The generation of the config in force (one atomic load): a reload changes it.
+    pub fn config_generation(&self) -> u64 {
+        self.shared.generation()
+    }
+
     /// The config in force and the state built from it. After a reload the worker copies the
     /// new config once, so reading it never touches a reference count shared with other threads;
     /// balancers start afresh with a new config.

@@ -4,17 +4,8 @@
 //! one-second window; crossing a limit is the verdict [`Verdict::Abuse`]. The `h2` crate does
 //! the real parsing and answers protocol errors; this only adds rates it does not keep.
 
-use std::cell::{Cell, RefCell};
-use std::io;
-use std::pin::Pin;
-use std::rc::Rc;
-use std::task::{ready, Context, Poll};
-use std::time::Instant;
-
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
 /// The client connection preface (RFC 9113, 3.4).
-const PREFACE_LEN: usize = 24;
+pub(super) const PREFACE_LEN: usize = 24;
 /// Frame header length.
 const HEADER_LEN: usize = 9;
 
@@ -226,97 +217,6 @@ impl FrameGuard {
 
 /// The client connection preface (RFC 9113, 3.4).
 pub const PREFACE: &[u8; PREFACE_LEN] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// A connection whose inbound bytes pass through a [`FrameGuard`] on their way to `h2`. The
-/// preface, already read and checked by the caller, is given again first. Once the guard finds
-/// abuse it records what in `verdict` and reads nothing more, so the connection's driver can
-/// send GOAWAY(ENHANCE_YOUR_CALM) and close.
-pub struct Guarded<T> {
-    /// Shared with the connection's driver, which closes it gently after `h2` is done.
-    inner: Rc<RefCell<T>>,
-    guard: FrameGuard,
-    started: Instant,
-    verdict: Rc<Cell<Option<&'static str>>>,
-    /// Preface bytes still to give.
-    replay: usize,
-}
-
-impl<T> Guarded<T> {
-    /// Wraps `inner`, whose preface has been read already.
-    pub fn new(
-        inner: Rc<RefCell<T>>,
-        limits: Limits,
-        verdict: Rc<Cell<Option<&'static str>>>,
-    ) -> Guarded<T> {
-        Guarded {
-            inner,
-            guard: FrameGuard::new(limits),
-            started: Instant::now(),
-            verdict,
-            replay: PREFACE_LEN,
-        }
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.verdict.get().is_some() {
-            return Poll::Pending;
-        }
-        if this.replay > 0 {
-            let from = PREFACE_LEN - this.replay;
-            let n = this.replay.min(buf.remaining());
-            buf.put_slice(&PREFACE[from..from + n]);
-            this.replay -= n;
-            this.guard.feed(&PREFACE[from..from + n], 0);
-            return Poll::Ready(Ok(()));
-        }
-        let before = buf.filled().len();
-        ready!(Pin::new(&mut *this.inner.borrow_mut()).poll_read(cx, buf))?;
-        let now_ms = this.started.elapsed().as_millis() as u64;
-        if let Verdict::Abuse(what) = this.guard.feed(&buf.filled()[before..], now_ms) {
-            // h2 gets only what came before the frame that crossed the limit.
-            buf.set_filled(before + this.guard.innocent_len());
-            this.verdict.set(Some(what));
-        }
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.inner.borrow_mut()).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.inner.borrow_mut()).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.borrow().is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.inner.borrow_mut()).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.inner.borrow_mut()).poll_shutdown(cx)
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -32,13 +32,13 @@ pub fn from_http1(
         .map_err(|_| ResponseError::Malformed("invalid status code"))?;
     let mut fields = HeaderMap::with_capacity(head.headers.len());
     for h in head.headers {
-        let lower = h.name.to_ascii_lowercase();
-        if is_connection_specific(&lower) || head.connection.names(&lower) {
-            continue;
-        }
-        let Ok(name) = HeaderName::from_bytes(lower.as_bytes()) else {
+        // Lower-cased by `from_bytes` (without allocating for the common names).
+        let Ok(name) = HeaderName::from_bytes(h.name.as_bytes()) else {
             return Err(ResponseError::Malformed("invalid field name"));
         };
+        if is_connection_specific(name.as_str()) || head.connection.names(name.as_str()) {
+            continue;
+        }
         let Ok(value) = HeaderValue::from_bytes(h.value.trim_ascii()) else {
             return Err(ResponseError::Malformed("invalid field value"));
         };

@@ -219,6 +219,7 @@ pub(super) async fn on_connection(
                 server,
                 stream,
                 slot,
+                demand: lease.in_flight(),
             };
             match send(client, &mut conn).await {
                 Ok(ubuf) => {
@@ -243,6 +244,7 @@ pub(super) async fn on_connection(
         server,
         stream,
         slot,
+        demand: lease.in_flight(),
     };
     let ubuf = send(client, &mut conn).await?;
     cx.mark_header();

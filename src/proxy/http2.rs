@@ -1,8 +1,8 @@
 //! One HTTP/2 client connection: the preface is checked, the `h2` connection is built with the
-//! configured limits over a [`Guarded`] stream, each request stream is served by `serve.rs` as
+//! configured limits over a [`ConnectionIo`] stream, each request stream is served by `serve.rs` as
 //! one request on an [`H2Stream`] (so every route kind works unchanged), and the connection
-//! ends by GOAWAY: two-phase on shutdown or reload and after the keep-alive timeout when idle,
-//! ENHANCE_YOUR_CALM for a client that floods.
+//! ends by GOAWAY: two-phase on shutdown or reload (looked for once a second) and after the
+//! keep-alive timeout when idle, ENHANCE_YOUR_CALM for a client that floods.
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
@@ -16,7 +16,8 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::http2::guard::{Guarded, PREFACE};
+use crate::http2::guard::PREFACE;
+use crate::http2::io::{ConnectionIo, Shared};
 use crate::http2::request::{to_http1, Malformed};
 use crate::http2::stream::H2Stream;
 use crate::net::Stream;
@@ -25,6 +26,9 @@ use crate::worker::Worker;
 
 /// A GOAWAY frame with last stream 0 and PROTOCOL_ERROR: the answer to a bad preface.
 const GOAWAY_PROTOCOL_ERROR: [u8; 17] = [0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+
+/// How often an open connection looks for a reload.
+const RELOAD_CHECK: Duration = Duration::from_secs(1);
 
 /// How long a connection sent GOAWAY for abuse has to take it before it is closed.
 const ABUSE_GRACE: Duration = Duration::from_secs(1);
@@ -60,8 +64,8 @@ pub async fn serve_http2(worker: Rc<Worker>, mut stream: Stream, peer: SocketAdd
         max_head: limits.max_buffer,
     };
     let verdict = Rc::new(Cell::new(None));
-    let stream = Rc::new(RefCell::new(stream));
-    let io = Guarded::new(stream.clone(), settings.flood, verdict.clone());
+    let shared = Shared::new(stream);
+    let io = ConnectionIo::new(shared.clone(), settings.flood, verdict.clone());
     let mut builder = h2::server::Builder::new();
     builder
         .max_concurrent_streams(settings.max_concurrent_streams)
@@ -74,13 +78,23 @@ pub async fn serve_http2(worker: Rc<Worker>, mut stream: Stream, peer: SocketAdd
     let Ok(Ok(conn)) = tokio::time::timeout(limits.client_header_timeout, handshake).await else {
         return counters.inc(Counter::Http2BadPreface);
     };
-    let flooded = drive(&worker, conn, &verdict, info, limits.keepalive_timeout).await;
+    let flooded = drive(
+        &worker,
+        conn,
+        &shared,
+        &verdict,
+        info,
+        limits.keepalive_timeout,
+    )
+    .await;
+    // What h2 wrote last (a GOAWAY) goes out.
+    let write_out = poll_fn(|cx| shared.borrow_mut().poll_write_out(cx));
+    let _ = tokio::time::timeout(limits.client_body_timeout, write_out).await;
     if flooded {
-        // The GOAWAY is out; FIN, and read what the flood still sends, so the close does not
-        // become a reset that would destroy the GOAWAY before the client reads it.
-        // `h2` (and its handle on the stream) is gone by now.
-        if let Ok(stream) = Rc::try_unwrap(stream) {
-            linger(&mut stream.into_inner(), ABUSE_GRACE).await;
+        // FIN, and read what the flood still sends, so the close does not become a reset that
+        // would destroy the GOAWAY before the client reads it. `h2` is gone by now.
+        if let Ok(shared) = Rc::try_unwrap(shared) {
+            linger(&mut shared.into_inner().stream, ABUSE_GRACE).await;
         }
     }
 }
@@ -90,7 +104,8 @@ pub async fn serve_http2(worker: Rc<Worker>, mut stream: Stream, peer: SocketAdd
 /// true).
 async fn drive(
     worker: &Rc<Worker>,
-    mut conn: h2::server::Connection<Guarded<Stream>, Bytes>,
+    mut conn: h2::server::Connection<ConnectionIo<Stream>, Bytes>,
+    shared: &RefCell<Shared<Stream>>,
     verdict: &Cell<Option<&'static str>>,
     info: StreamInfo,
     idle: Duration,
@@ -99,27 +114,40 @@ async fn drive(
     let peer = info.peer;
     let mut shutdown = worker.shutdown.clone();
     let mut draining = false;
+    let generation = worker.config_generation();
     let mut idle_deadline = tokio::time::Instant::now() + idle;
     loop {
+        let next_check = tokio::time::Instant::now() + RELOAD_CHECK;
         if *shutdown.borrow() && !draining {
             draining = true;
             conn.graceful_shutdown();
         }
         let event = tokio::select! {
-            e = poll_fn(|cx| match conn.poll_accept(cx) {
-                // The guard may have found a flood in what this poll read.
-                _ if verdict.get().is_some() => Poll::Ready(Event::Flood),
-                Poll::Ready(r) => Poll::Ready(Event::Accepted(r.map(|r| r.map(Box::new)))),
-                Poll::Pending => Poll::Pending,
+            e = poll_fn(|cx| {
+                let accepted = conn.poll_accept(cx);
+                // Everything h2 wrote in this poll leaves in one write (a failure is kept for
+                // h2 to see at its next flush).
+                let _ = shared.borrow_mut().poll_write_out(cx);
+                match accepted {
+                    // The guard may have found a flood in what this poll read.
+                    _ if verdict.get().is_some() => Poll::Ready(Event::Flood),
+                    Poll::Ready(r) => Poll::Ready(Event::Accepted(r.map(|r| r.map(Box::new)))),
+                    Poll::Pending => Poll::Pending,
+                }
             }) => e,
             _ = shutdown.changed(), if !draining => Event::Shutdown,
-            _ = tokio::time::sleep_until(idle_deadline) => Event::Tick,
+            _ = tokio::time::sleep_until(idle_deadline.min(next_check)) => Event::Tick,
         };
         if let Some(what) = verdict.get() {
             counters.inc(Counter::Http2Floods);
             tracing::warn!(peer = %peer, "HTTP/2 flood ({what}): GOAWAY(ENHANCE_YOUR_CALM)");
             conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
-            let _ = tokio::time::timeout(ABUSE_GRACE, poll_fn(|cx| conn.poll_closed(cx))).await;
+            let closed = poll_fn(|cx| {
+                let closed = conn.poll_closed(cx);
+                let _ = shared.borrow_mut().poll_write_out(cx);
+                closed
+            });
+            let _ = tokio::time::timeout(ABUSE_GRACE, closed).await;
             return true;
         }
         match event {
@@ -143,13 +171,20 @@ async fn drive(
             }
             Event::Accepted(None) => return false,
             Event::Shutdown | Event::Flood => {}
-            Event::Tick if conn.has_streams() || draining => {
-                idle_deadline = tokio::time::Instant::now() + idle;
-            }
-            Event::Tick => {
+            Event::Tick if draining => {}
+            Event::Tick if worker.config_generation() != generation => {
+                // A reload: the client reconnects to settings (and certificates) in force.
                 draining = true;
                 conn.graceful_shutdown();
             }
+            Event::Tick if conn.has_streams() => {
+                idle_deadline = tokio::time::Instant::now() + idle;
+            }
+            Event::Tick if tokio::time::Instant::now() >= idle_deadline => {
+                draining = true;
+                conn.graceful_shutdown();
+            }
+            Event::Tick => {}
         }
     }
 }

@@ -56,6 +56,10 @@ struct Conn {
     stream: Stream,
     /// Its place under the server's `max_conns`.
     slot: crate::upstream::pool::Slot,
+    /// Requests in flight to the server when the connection was taken: the pool keeps at
+    /// least this many idle, so the concurrency of the moment (many HTTP/2 streams, say)
+    /// finds its connections again instead of opening new ones (`keepalive` is the floor).
+    demand: usize,
 }
 
 impl Conn {
@@ -65,10 +69,17 @@ impl Conn {
             server,
             stream,
             slot,
+            demand,
         } = self;
+        // `keepalive = 0` turns pooling off altogether.
+        let keep = if group.keepalive == 0 {
+            0
+        } else {
+            group.keepalive.max(demand)
+        };
         worker
             .upstreams
-            .give(&server, stream, slot, group.keepalive, group.idle_timeout);
+            .give(&server, stream, slot, keep, group.idle_timeout);
     }
 }
 

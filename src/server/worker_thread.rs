@@ -222,6 +222,7 @@ async fn housekeeping(worker: Rc<Worker>) {
     loop {
         tick.tick().await;
         worker.upstreams.sweep();
+        worker.buffers.trim();
         worker.publish_pool();
         crate::observe::error_log::flush_repeats();
         worker.log.flush(&worker.counters);

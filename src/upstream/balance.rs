@@ -294,6 +294,11 @@ impl Lease {
         &self.peer.addr
     }
 
+    /// Requests this worker has in flight to the chosen server, this one included.
+    pub fn in_flight(&self) -> usize {
+        self.peer.in_flight() as usize
+    }
+
     /// This worker's figures for the chosen server.
     pub fn stats(&self) -> &super::stats::ServerStats {
         &self.peer.stats

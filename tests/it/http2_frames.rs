@@ -442,6 +442,27 @@ fn sigterm_sends_two_goaways_and_finishes_the_stream_in_flight() {
 }
 
 #[test]
+fn a_reload_sends_goaway_to_open_connections() {
+    let up = Upstream::ok(b"fine");
+    let running = Running::config("h2-reload.toml", &h2c_config(up.addr, ""));
+    let mut s = TcpStream::connect(running.addr).unwrap();
+    let mut out = PREFACE.to_vec();
+    out.extend_from_slice(&frame(SETTINGS, 0, 0, &[]));
+    out.extend_from_slice(&headers(1, true, &get_block("/")));
+    s.write_all(&out).unwrap();
+    let answered = read_until_answered(&mut s);
+    assert!(answered
+        .iter()
+        .any(|f| f.kind == DATA && f.payload == b"fine"));
+    running.signal("-HUP");
+    let (frames, closed) = read_frames_to_end(&mut s);
+    assert!(closed, "{frames:?}");
+    let goaways: Vec<&Frame> = frames.iter().filter(|f| f.kind == GOAWAY).collect();
+    assert!(!goaways.is_empty(), "{frames:?}");
+    assert!(goaways.iter().all(|f| f.error_code() == 0));
+}
+
+#[test]
 fn an_idle_connection_gets_goaway_after_the_keepalive_timeout() {
     let up = Upstream::ok(b"fine");
     let proxy = h2c_proxy(up.addr, "[limits]\nkeepalive_timeout = \"300ms\"");
