@@ -5,7 +5,7 @@
 //! the real parsing and answers protocol errors; this only adds rates it does not keep.
 
 /// The client connection preface (RFC 9113, 3.4).
-pub(super) const PREFACE_LEN: usize = 24;
+pub const PREFACE_LEN: usize = 24;
 /// Frame header length.
 const HEADER_LEN: usize = 9;
 

@@ -7,7 +7,6 @@
 //! HTTP/1.1 connection. The connection itself is driven by `proxy/http2.rs`.
 
 pub mod guard;
-pub mod io;
 pub mod request;
 pub mod response;
 pub mod stream;

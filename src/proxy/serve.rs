@@ -71,6 +71,23 @@ pub async fn serve(worker: Rc<Worker>, stream: Stream, peer: SocketAddr) {
     }
 }
 
+/// Serves a stream that carries exactly one request (an HTTP/2 stream): no keep-alive loop,
+/// no idle wait, and the request's state lives in the caller's task instead of a box of its own.
+pub(super) async fn serve_one(worker: Rc<Worker>, stream: Stream, peer: SocketAddr, id: u64) {
+    let mut client = Client {
+        stream,
+        peer,
+        id,
+        local: None,
+        buf: None,
+    };
+    let snapshot = worker.snapshot();
+    handle_request(&worker, &snapshot, &mut client).await;
+    if let Some(buf) = client.buf.take() {
+        worker.buffers.give(buf, snapshot.config.limits.max_buffer);
+    }
+}
+
 impl Client {
     /// Waits until a request may be read: pipelined bytes are already buffered, or the socket
     /// is readable. False on idle timeout or shutdown.

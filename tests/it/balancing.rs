@@ -174,7 +174,9 @@ fn distribution_follows_weights_for_each_algorithm() {
     }
 }
 
-/// Consistent hashing spreads distinct keys by weight: 1:2:3 within 5 points over 1200 keys.
+/// Consistent hashing spreads distinct keys by weight: 1:2:3 within 6 points over 6000 keys.
+/// The ring's own placement (160 points per weight) varies a share by about 1.6 points from
+/// run to run (its addresses change), the sampling of keys by 0.6: 6 points is over 3.5 sigma.
 #[test]
 fn hashing_spreads_keys_by_weight() {
     let ups = start_all(&["a", "b", "c"]);
@@ -186,14 +188,14 @@ fn hashing_spreads_keys_by_weight() {
     ));
     let agent = http_client();
     let mut counts: HashMap<String, usize> = HashMap::new();
-    for k in 0..1200 {
+    for k in 0..6000 {
         let (_, name) = get(&agent, &proxy, "/", Some(("X-User", &format!("user-{k}"))));
         *counts.entry(name).or_insert(0) += 1;
     }
     for (name, want) in [("a", 1.0 / 6.0), ("b", 2.0 / 6.0), ("c", 3.0 / 6.0)] {
-        let share = counts.get(name).copied().unwrap_or(0) as f64 / 1200.0;
+        let share = counts.get(name).copied().unwrap_or(0) as f64 / 6000.0;
         assert!(
-            (share - want).abs() <= 0.05,
+            (share - want).abs() <= 0.06,
             "{name}: {share:.3}: {counts:?}"
         );
     }

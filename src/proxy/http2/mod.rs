@@ -17,12 +17,14 @@ use h2::{Reason, RecvStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::http2::guard::PREFACE;
-use crate::http2::io::{ConnectionIo, Shared};
+mod io;
+
 use crate::http2::request::{to_http1, Malformed};
 use crate::http2::stream::H2Stream;
 use crate::net::Stream;
 use crate::observe::metrics::Counter;
 use crate::worker::Worker;
+use io::{ConnectionIo, Shared};
 
 /// A GOAWAY frame with last stream 0 and PROTOCOL_ERROR: the answer to a bad preface.
 const GOAWAY_PROTOCOL_ERROR: [u8; 17] = [0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
@@ -62,7 +64,9 @@ pub async fn serve_http2(worker: Rc<Worker>, mut stream: Stream, peer: SocketAdd
         local: stream.local_addr(),
         peer,
         max_head: limits.max_buffer,
+        id: worker.next_connection.get(),
     };
+    worker.next_connection.set(info.id + 1);
     let verdict = Rc::new(Cell::new(None));
     let shared = Shared::new(stream);
     let io = ConnectionIo::new(shared.clone(), settings.flood, verdict.clone());
@@ -104,8 +108,8 @@ pub async fn serve_http2(worker: Rc<Worker>, mut stream: Stream, peer: SocketAdd
 /// true).
 async fn drive(
     worker: &Rc<Worker>,
-    mut conn: h2::server::Connection<ConnectionIo<Stream>, Bytes>,
-    shared: &RefCell<Shared<Stream>>,
+    mut conn: h2::server::Connection<ConnectionIo, Bytes>,
+    shared: &RefCell<Shared>,
     verdict: &Cell<Option<&'static str>>,
     info: StreamInfo,
     idle: Duration,
@@ -230,6 +234,8 @@ struct StreamInfo {
     peer: SocketAddr,
     /// Largest response head written to the stream.
     max_head: usize,
+    /// The connection's serial number on this worker (the error log's `conn=`).
+    id: u64,
 }
 
 /// Serves one request stream as one HTTP/1.1 request, or resets it when it is malformed.
@@ -265,5 +271,5 @@ async fn serve_stream(
             return;
         }
     }
-    super::serve::serve(worker, Stream::H2(Box::new(stream)), info.peer).await;
+    super::serve::serve_one(worker, Stream::H2(Box::new(stream)), info.peer, info.id).await;
 }
