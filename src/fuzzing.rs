@@ -495,3 +495,74 @@ pub fn http2_frames(data: &[u8]) {
     }
     assert_eq!(whole, verdict);
 }
+
+/// HTTP/2 to HTTP/1.1 and back. Response side: any bytes as the head the proxy wrote never
+/// panic and never give connection-specific fields to the HTTP/2 client. Request side: lines
+/// `METHOD URI` then `name: value` become an HTTP/2 request; when it is accepted, the HTTP/1.1
+/// head made from it is one our own parser reads back whole, with Host from `:authority` and
+/// the same framing.
+pub fn http2_convert(data: &[u8]) {
+    use crate::http1::Framing;
+    use crate::http2::request::{to_http1, BodyFraming};
+    let Some((&flags, data)) = data.split_first() else {
+        return;
+    };
+    const GONE: [&str; 5] = [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "upgrade",
+    ];
+    if let Ok(Some(c)) = crate::http2::response::from_http1(data, 8192, flags & 1 == 1) {
+        assert!(c.head_len <= data.len());
+        assert!(GONE.iter().all(|n| !c.response.headers().contains_key(*n)));
+    }
+    let trailers = crate::http2::response::trailer_fields(data);
+    assert!(GONE.iter().all(|n| !trailers.contains_key(*n)));
+
+    let text = String::from_utf8_lossy(data);
+    let mut lines = text.lines();
+    let Some((method, uri)) = lines.next().and_then(|l| l.split_once(' ')) else {
+        return;
+    };
+    let mut builder = http::Request::builder().method(method).uri(uri);
+    for line in lines {
+        if let Some((name, value)) = line.split_once(':') {
+            builder = builder.header(name.trim(), value.trim());
+        }
+    }
+    let Ok(request) = builder.body(()) else {
+        return;
+    };
+    let (parts, ()) = request.into_parts();
+    let Ok(head) = to_http1(&parts, flags & 2 == 2) else {
+        return;
+    };
+    assert!(head.bytes.ends_with(b"\r\n\r\n"));
+    let mut storage = crate::http1::request::header_storage();
+    match crate::http1::parse_request(&head.bytes, &mut storage, 1 << 20) {
+        Ok(Some(h)) => {
+            assert_eq!(h.head_len, head.bytes.len());
+            if let Some(authority) = parts.uri.authority() {
+                assert_eq!(h.host, Some(authority.as_str().as_bytes()));
+            }
+            let want = match head.body {
+                BodyFraming::None | BodyFraming::Length(0) => Framing::Empty,
+                BodyFraming::Length(n) => Framing::Length(n),
+                BodyFraming::Chunked => Framing::Chunked,
+            };
+            let no_body = |f: Framing| {
+                if f == Framing::Length(0) {
+                    Framing::Empty
+                } else {
+                    f
+                }
+            };
+            assert_eq!(no_body(h.framing), want);
+        }
+        Ok(None) => panic!("an incomplete head was made"),
+        // Refusals (too many fields, an Expect value) are answered like HTTP/1.1's.
+        Err(_) => {}
+    }
+}

@@ -238,3 +238,39 @@ fn log_keys_are_checked_with_their_lines() {
     assert_eq!(c.router.site_name(0), "main");
     assert_eq!(c.access_log_paths().len(), 1);
 }
+
+#[test]
+fn http2_settings_parse_and_their_errors_have_lines() {
+    let c = Config::parse(GOOD, "t.toml").unwrap();
+    assert!(c.http2.enabled);
+    assert_eq!(c.http2.max_concurrent_streams, 128);
+    assert_eq!(c.http2.max_header_list_size, 16 * 1024);
+    assert!(!c.listeners[0].h2c);
+    let text = format!(
+        "{}\n[http2]\nenabled = false\nmax_concurrent_streams = 10\nbody_preread = 0\n\
+         max_pings_per_second = 5\n",
+        GOOD.replace(
+            "address = \"127.0.0.1:8080\"",
+            "address = \"127.0.0.1:8080\"\nh2c = true"
+        )
+    );
+    let c = Config::parse(&text, "t.toml").unwrap();
+    assert!(!c.http2.enabled && c.listeners[0].h2c);
+    assert_eq!(c.http2.max_concurrent_streams, 10);
+    assert_eq!(c.http2.body_preread, 0);
+    assert_eq!(c.http2.flood.pings_per_sec, 5);
+    let bad = format!(
+        "{GOOD}\n[http2]\nmax_concurrent_streams = 0\nmax_frame_size = \"1KB\"\n\
+         initial_window_size = \"4GB\"\nmax_resets_per_second = 0\n"
+    );
+    let e = Config::parse(&bad, "t.toml").unwrap_err();
+    assert_errors(
+        &e,
+        &[
+            (13, "max_concurrent_streams must be at least 1"),
+            (14, "max_frame_size must be between 16384"),
+            (15, "initial_window_size must be between"),
+            (16, "at least 1 per second"),
+        ],
+    );
+}

@@ -4,7 +4,7 @@
 //! [`request`] turns a stream's request head into the HTTP/1.1 head the proxy reads, refusing
 //! what HTTP/1.1 would read differently; [`response`] turns the HTTP/1.1 response head back;
 //! [`stream::H2Stream`] joins them into one stream the request path reads and writes like an
-//! HTTP/1.1 connection. The connection itself is driven by `proxy/http2.rs`.
+//! HTTP/1.1 connection. The connection itself is driven by `proxy/http2/`.
 
 pub mod guard;
 pub mod request;

@@ -71,7 +71,17 @@ pub fn to_http1(parts: &Parts, end_stream: bool) -> Result<Head, Malformed> {
         {
             return Err(Malformed("field value with surrounding whitespace"));
         }
-        if *name == header::HOST || *name == header::TE {
+        if is_connection_specific(name) {
+            // h2 refuses these too; refused here as well so the conversion stands alone.
+            return Err(Malformed("connection-specific field"));
+        }
+        if *name == header::TE {
+            if v != b"trailers" {
+                return Err(Malformed("te other than trailers"));
+            }
+            continue;
+        }
+        if *name == header::HOST {
             continue;
         }
         if *name == header::CONTENT_LENGTH {
@@ -80,6 +90,9 @@ pub fn to_http1(parts: &Parts, end_stream: bool) -> Result<Head, Malformed> {
                 .ok()
                 .and_then(|s| s.parse::<u64>().ok())
                 .ok_or(Malformed("bad content-length"))?;
+            if length.is_some_and(|l| l != n) {
+                return Err(Malformed("differing content-length fields"));
+            }
             length = Some(n);
             continue;
         }
@@ -142,6 +155,15 @@ fn host_field<'a>(
         (Some(a), _) => Ok(Some(a.as_bytes())),
         (None, h) => Ok(h),
     }
+}
+
+/// Fields HTTP/2 forbids because they only mean something to one HTTP/1.1 connection.
+fn is_connection_specific(name: &http::HeaderName) -> bool {
+    *name == header::CONNECTION
+        || *name == header::TRANSFER_ENCODING
+        || *name == header::UPGRADE
+        || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
 }
 
 fn put(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {

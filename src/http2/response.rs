@@ -31,6 +31,9 @@ pub fn from_http1(
     let status = StatusCode::from_u16(head.status)
         .map_err(|_| ResponseError::Malformed("invalid status code"))?;
     let mut fields = HeaderMap::with_capacity(head.headers.len());
+    // One copy of the head; each value is a slice of it (no allocation per field).
+    let shared = bytes::Bytes::copy_from_slice(&buf[..head.head_len]);
+    let start = buf.as_ptr() as usize;
     for h in head.headers {
         // Lower-cased by `from_bytes` (without allocating for the common names).
         let Ok(name) = HeaderName::from_bytes(h.name.as_bytes()) else {
@@ -39,7 +42,10 @@ pub fn from_http1(
         if is_connection_specific(name.as_str()) || head.connection.names(name.as_str()) {
             continue;
         }
-        let Ok(value) = HeaderValue::from_bytes(h.value.trim_ascii()) else {
+        let value = h.value.trim_ascii();
+        let at = value.as_ptr() as usize - start;
+        let value = shared.slice(at..at + value.len());
+        let Ok(value) = HeaderValue::from_maybe_shared(value) else {
             return Err(ResponseError::Malformed("invalid field value"));
         };
         fields.append(name, value);

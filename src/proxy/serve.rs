@@ -261,8 +261,8 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
     outcome.keep_alive
 }
 
-/// The client's protocol for the access log (nginx's `$server_protocol`).
-fn protocol_name(stream: &Stream, minor_version: u8) -> &'static str {
+/// The client's protocol for the access log and FastCGI (nginx's `$server_protocol`).
+pub(super) fn protocol_name(stream: &Stream, minor_version: u8) -> &'static str {
     match (stream, minor_version) {
         (Stream::H2(_), _) => "HTTP/2.0",
         (_, 0) => "HTTP/1.0",

@@ -92,3 +92,8 @@ fn tls_pem_seeds() {
 fn http2_frames_seeds() {
     replay("http2_frames", slipstream::fuzzing::http2_frames);
 }
+
+#[test]
+fn http2_convert_seeds() {
+    replay("http2_convert", slipstream::fuzzing::http2_convert);
+}

@@ -390,3 +390,44 @@ fn large_bodies_both_ways_with_a_slow_reader_and_bounded_memory() {
         assert!(peak < 64 * 1024, "proxy peak RSS {peak} kB");
     }
 }
+
+#[test]
+fn fastcgi_over_http2_with_a_body_of_unknown_length() {
+    let fpm = crate::fastcgi::PhpFpm::start("h2");
+    fpm.script(
+        "echo.php",
+        "<?php header('X-From-Php: yes'); $b = file_get_contents('php://input'); \
+         echo $_SERVER['REQUEST_METHOD'], ' ', strlen($b), ' ', md5($b), ' ', $_SERVER['SERVER_PROTOCOL'];",
+    );
+    let toml = format!(
+        "workers = 1\n[[listen]]\naddress = \"127.0.0.1:0\"\nh2c = true\n[upstreams.php]\n\
+         protocol = \"fastcgi\"\nservers = [\"{}\"]\nroot = {:?}\n[[sites]]\ndefault = true\n\
+         routes = [{{ path = \"/\", upstream = \"php\" }}]\n",
+        fpm.tcp,
+        fpm.root.display().to_string()
+    );
+    let proxy = proxy(&toml);
+    let addr = proxy.local_addrs()[0];
+    let body: Vec<u8> = (0..300_000u64).map(pattern_byte).collect();
+    let md5 = format!("{:x}", md5::compute(&body));
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime(), async {
+        let mut client = h2c(addr).await;
+        // No content-length: the proxy sends it chunked and reads it whole for PHP.
+        let req = http::Request::post("http://a/echo.php").body(()).unwrap();
+        let mut ready = client.clone().ready().await.unwrap();
+        let (response, mut send) = ready.send_request(req, false).unwrap();
+        for piece in body.chunks(50_000) {
+            send.send_data(Bytes::copy_from_slice(piece), false)
+                .unwrap();
+        }
+        send.send_data(Bytes::new(), true).unwrap();
+        let (parts, body_in) = response.await.unwrap().into_parts();
+        assert_eq!(parts.status, 200);
+        assert_eq!(parts.headers["x-from-php"], "yes");
+        let text = String::from_utf8(body_of(body_in).await).unwrap();
+        assert_eq!(text, format!("POST 300000 {md5} HTTP/2.0"));
+        let (parts, _) = get(&mut client, "a", "/missing.php").await;
+        assert_eq!(parts.status, 404);
+    });
+}

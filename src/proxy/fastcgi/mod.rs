@@ -207,11 +207,7 @@ fn build(
         },
         request_uri: head.path,
         method: head.method,
-        protocol: if head.minor_version == 0 {
-            "HTTP/1.0"
-        } else {
-            "HTTP/1.1"
-        },
+        protocol: super::serve::protocol_name(&client.stream, head.minor_version),
         content_length,
         remote: client.peer,
         local,

@@ -211,18 +211,13 @@ async fn refuse_preface(mut stream: Stream, timeout: Duration) {
     linger(&mut stream, Duration::from_millis(500)).await;
 }
 
-/// Shuts the sending side and reads (and drops) what the client still sends, for at most
-/// `time` and 1 MiB: the client sees a FIN after the last frame, not a reset.
+/// Shuts the sending side and reads (and drops) what the client still sends until it closes,
+/// for at most `time`: the client sees a FIN after the last frame and has `time` to read it
+/// before a close with unread bytes becomes a reset (which can destroy what it has not read).
 async fn linger(stream: &mut Stream, time: Duration) {
     let _ = tokio::time::timeout(time, stream.shutdown()).await;
     let mut sink = [0u8; 16 * 1024];
-    let drain = async {
-        for _ in 0..64 {
-            if matches!(stream.read(&mut sink).await, Ok(0) | Err(_)) {
-                break;
-            }
-        }
-    };
+    let drain = async { while !matches!(stream.read(&mut sink).await, Ok(0) | Err(_)) {} };
     let _ = tokio::time::timeout(time, drain).await;
 }
 
