@@ -9,11 +9,11 @@
 #       per request (schedstat of its threads), proxy syscalls per request (perf stat).
 #   (b) floods (Rapid Reset, PING, CONTINUATION) from one attacker that reconnects whenever it
 #       is cut off, for DURATION seconds against each proxy: attacker connections, the proxy's
-#       CPU seconds and peak memory.
+#       CPU seconds and resident memory right after (peak memory is (a)'s, not the flood's).
 #
 # Usage: bench/h2.sh [seconds per run, default 10]
-# ROUNDS=N (default 2) repeats each cell, alternating the order; SIZES narrows (a); FLOODS=0
-# skips (b).
+# ROUNDS=N (default 2) repeats each cell, alternating the order; SIZES narrows (a) (SIZES=" "
+# skips it); FLOODS=0 skips (b).
 set -euo pipefail
 DURATION=${1:-10}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,8 +48,7 @@ events { worker_connections 4096; }
 http {
     access_log off;
     keepalive_requests 1000000;
-    http2_max_requests 1000000;
-    upstream origin { server 127.0.0.1:$ORIGIN; keepalive 1000; }
+        upstream origin { server 127.0.0.1:$ORIGIN; keepalive 1000; }
     ssl_protocols TLSv1.2 TLSv1.3;
     server {
         listen 127.0.0.1:$NGX ssl http2 reuseport;
@@ -142,7 +141,7 @@ done
 
 [ "${FLOODS:-1}" = 0 ] && exit 0
 printf '\n### (b) floods, %s s each, one attacker reconnecting whenever it is cut off\n\n' "$DURATION"
-printf '| %-11s | %-13s | %12s | %12s | %13s |\n' proxy attack connections 'CPU seconds' 'peak RSS MB'
+printf '| %-11s | %-13s | %12s | %12s | %13s |\n' proxy attack connections 'CPU seconds' 'RSS MB after'
 printf '|%s|\n' '-------------|---------------|--------------|--------------|---------------'
 for attack in rapid-reset ping continuation; do
     for target in "${TARGETS[@]}"; do
@@ -154,7 +153,7 @@ for attack in rapid-reset ping continuation; do
         # shellcheck disable=SC2086
         after=$(cpu_ns $pids)
         # shellcheck disable=SC2086
-        rss=$(status_kb VmHWM $pids)
+        rss=$(status_kb VmRSS $pids)
         printf '| %-11s | %-13s | %12s | %12.2f | %13.1f |\n' "${target%%:*}" "$attack" "$conns" \
             "$(echo "$after $before" | awk '{print ($1-$2)/1e9}')" "$(echo "$rss" | awk '{print $1/1024}')"
     done
