@@ -104,6 +104,25 @@ haproxy_head() { # threads [defaults line...]
     for line in "$@"; do printf '    %s\n' "$line"; done
 }
 
+# Writes the TLS benches' files into DIR: www/0b, www/1k and www/91k bodies, and one ECDSA
+# P-256 certificate for localhost as cert.pem and key.pem (both.pem: the two, for HAProxy).
+write_tls_files() { # dir
+    : > "$1/www/0b"
+    head -c 1024 /dev/zero | tr '\0' 'a' > "$1/www/1k"
+    head -c 93184 /dev/urandom | base64 -w 100 | head -c 93184 > "$1/www/91k"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
+        -keyout "$1/key.pem" -out "$1/cert.pem" -subj /CN=localhost \
+        -addext subjectAltName=DNS:localhost 2>/dev/null
+    cat "$1/cert.pem" "$1/key.pem" > "$1/both.pem"
+}
+
+# Prints the main context of a proxying nginx: WORKERS workers, its pid and error log in DIR.
+nginx_main() { # dir workers
+    printf 'worker_processes %s;\nworker_rlimit_nofile 20000;\ndaemon off;\n' "$2"
+    printf 'pid %s/nginx.pid;\nerror_log %s/nginx.error.log;\n' "$1" "$1"
+    printf 'events { worker_connections 4096; }\n'
+}
+
 # Background processes to stop when the script exits.
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }

@@ -26,22 +26,12 @@ bench_install
 (cd "$ROOT" && cargo build --release -q)
 
 rm -rf "$WORK" && mkdir -p "$WORK/www"
-: > "$WORK/www/0b"
-head -c 1024 /dev/zero | tr '\0' 'a' > "$WORK/www/1k"
-head -c 93184 /dev/urandom | base64 -w 100 | head -c 93184 > "$WORK/www/91k"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
-    -keyout "$WORK/key.pem" -out "$WORK/cert.pem" -subj /CN=localhost \
-    -addext subjectAltName=DNS:localhost 2>/dev/null
-cat "$WORK/cert.pem" "$WORK/key.pem" > "$WORK/both.pem"
+write_tls_files "$WORK"
 
 write_origin_conf "$WORK/origin.conf" $ORIGIN "$WORK/www"
-cat > "$WORK/nginx.conf" <<CONF
-worker_processes 1;
-worker_rlimit_nofile 20000;
-daemon off;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx.error.log;
-events { worker_connections 4096; }
+{
+    nginx_main "$WORK" 1
+    cat <<CONF
 http {
     access_log off;
     keepalive_requests 1000000;
@@ -65,6 +55,7 @@ http {
     }
 }
 CONF
+} > "$WORK/nginx.conf"
 {
     haproxy_head 1
     cat <<CONF
