@@ -69,6 +69,7 @@ pub(super) struct FileHttp2 {
     max_pings_per_second: Option<Spanned<u32>>,
     max_settings_per_second: Option<Spanned<u32>>,
     max_empty_frames_per_second: Option<Spanned<u32>>,
+    max_header_block: Option<Spanned<Size>>,
 }
 
 /// Largest window HTTP/2 allows (RFC 9113 6.9.1).
@@ -94,7 +95,12 @@ impl Validator<'_> {
                 &f.max_empty_frames_per_second,
                 d.flood.empty_frames_per_sec,
             ),
-            max_header_block: max_header_list_size.saturating_mul(2),
+            max_header_block: self.bounded(
+                &f.max_header_block,
+                max_header_list_size.saturating_mul(2) as usize,
+                (1024, 1 << 26),
+                "max_header_block",
+            ) as u32,
         };
         for v in [
             &f.max_resets_per_second,

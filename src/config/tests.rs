@@ -248,7 +248,7 @@ fn http2_settings_parse_and_their_errors_have_lines() {
     assert!(!c.listeners[0].h2c);
     let text = format!(
         "{}\n[http2]\nenabled = false\nmax_concurrent_streams = 10\nbody_preread = 0\n\
-         max_pings_per_second = 5\n",
+         max_pings_per_second = 5\nmax_header_block = \"8KB\"\n",
         GOOD.replace(
             "address = \"127.0.0.1:8080\"",
             "address = \"127.0.0.1:8080\"\nh2c = true"
@@ -259,6 +259,7 @@ fn http2_settings_parse_and_their_errors_have_lines() {
     assert_eq!(c.http2.max_concurrent_streams, 10);
     assert_eq!(c.http2.body_preread, 0);
     assert_eq!(c.http2.flood.pings_per_sec, 5);
+    assert_eq!(c.http2.flood.max_header_block, 8192);
     let bad = format!(
         "{GOOD}\n[http2]\nmax_concurrent_streams = 0\nmax_frame_size = \"1KB\"\n\
          initial_window_size = \"4GB\"\nmax_resets_per_second = 0\n"
