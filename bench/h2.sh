@@ -105,30 +105,13 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
 
 ROUNDS=${ROUNDS:-2}
 TARGETS=(slipstream:$SLIP nginx:$NGX haproxy:$HAP)
-table() { # title path
-    printf '\n### %s\n\n' "$1"
-    printf '| %-11s | %9s | %8s | %8s | %10s | %12s |\n' proxy 'req/s' 'p50 us' 'p99 us' 'CPU us/req' 'syscalls/req'
-    printf '|%s|\n' '-------------|-----------|----------|----------|------------|--------------'
-    : > "$WORK/results"
-    for round in $(seq 1 "$ROUNDS"); do
-        order=("${TARGETS[@]}")
-        [ $((round % 2)) -eq 0 ] && order=("${TARGETS[2]}" "${TARGETS[1]}" "${TARGETS[0]}")
-        for target in "${order[@]}"; do
-            echo "${target%%:*} $(run "${target##*:}" "$2")" >> "$WORK/results"
-        done
-    done
-    for target in "${TARGETS[@]}"; do
-        awk -v name="${target%%:*}" '$1==name { n++; r+=$2; a+=$3; b+=$4; c+=$5; s+=$6 }
-            END { printf "| %-11s | %9.0f | %8.0f | %8.0f | %10.1f | %12.1f |\n", name, r/n, a/n, b/n, c/n, s/n }' "$WORK/results"
-    done
-}
 
 printf '\nh2load -c 10 -m 100 -D %s over TLS 1.3 (ECDSA P-256) to each proxy, one worker each, HTTP/1.1 to one nginx origin; %s cores; %s rounds alternating\n' \
     "$DURATION" "$(nproc)" "$ROUNDS"
 printf 'slipstream: h2 crate, rustls (aws-lc-rs); nginx %s and HAProxy %s: %s\n' \
     "$(nginx -v 2>&1 | sed 's/.*\///')" "$(haproxy -v | head -1 | awk '{print $3}')" "$(openssl version | awk '{print $1, $2}')"
 for size in ${SIZES:-1k 91k}; do
-    table "(a) $size responses" "$size"
+    results_table "(a) $size responses" "$size"
 done
 
 [ "${FLOODS:-1}" = 0 ] && exit 0

@@ -123,6 +123,32 @@ nginx_main() { # dir workers
     printf 'events { worker_connections 4096; }\n'
 }
 
+# Prints a markdown table of `run PORT ARGS...` (five figures: req/s, p50, p99, CPU and
+# syscalls per request) for each name:port of TARGETS, averaged over ROUNDS rounds whose
+# order alternates. Results go through $WORK/results.
+results_table() { # title args-for-run...
+    local title=$1 round target i order
+    shift
+    printf '\n### %s\n\n' "$title"
+    printf '| %-11s | %9s | %8s | %8s | %10s | %12s |\n' proxy 'req/s' 'p50 us' 'p99 us' 'CPU us/req' 'syscalls/req'
+    printf '|%s|\n' '-------------|-----------|----------|----------|------------|--------------'
+    : > "$WORK/results"
+    for round in $(seq 1 "$ROUNDS"); do
+        order=("${TARGETS[@]}")
+        if [ $((round % 2)) -eq 0 ]; then
+            order=()
+            for ((i = ${#TARGETS[@]} - 1; i >= 0; i--)); do order+=("${TARGETS[i]}"); done
+        fi
+        for target in "${order[@]}"; do
+            echo "${target%%:*} $(run "${target##*:}" "$@")" >> "$WORK/results"
+        done
+    done
+    for target in "${TARGETS[@]}"; do
+        awk -v name="${target%%:*}" '$1==name { n++; r+=$2; a+=$3; b+=$4; c+=$5; s+=$6 }
+            END { printf "| %-11s | %9.0f | %8.0f | %8.0f | %10.1f | %12.1f |\n", name, r/n, a/n, b/n, c/n, s/n }' "$WORK/results"
+    done
+}
+
 # Background processes to stop when the script exits.
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }

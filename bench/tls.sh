@@ -143,34 +143,17 @@ ROUNDS=${ROUNDS:-2}
 RESUMING=(slipstream:$SLIP nginx:$NGX haproxy:$HAP)
 FULL=(slipstream:$SLIP_FULL nginx:$NGX_FULL haproxy:$HAP_FULL)
 TARGETS=("${RESUMING[@]}")
-table() { # title path close
-    printf '\n### %s\n\n' "$1"
-    printf '| %-11s | %9s | %8s | %8s | %10s | %12s |\n' proxy 'req/s' 'p50 us' 'p99 us' 'CPU us/req' 'syscalls/req'
-    printf '|%s|\n' '-------------|-----------|----------|----------|------------|--------------'
-    : > "$WORK/results"
-    for round in $(seq 1 "$ROUNDS"); do
-        order=("${TARGETS[@]}")
-        [ $((round % 2)) -eq 0 ] && order=("${TARGETS[2]}" "${TARGETS[1]}" "${TARGETS[0]}")
-        for target in "${order[@]}"; do
-            echo "${target%%:*} $(run "${target##*:}" "$2" "$3")" >> "$WORK/results"
-        done
-    done
-    for target in "${TARGETS[@]}"; do
-        awk -v name="${target%%:*}" '$1==name { n++; r+=$2; a+=$3; b+=$4; c+=$5; s+=$6 }
-            END { printf "| %-11s | %9.0f | %8.0f | %8.0f | %10.1f | %12.1f |\n", name, r/n, a/n, b/n, c/n, s/n }' "$WORK/results"
-    done
-}
 
 printf '\nwrk -t1 -c%s -d%ss, TLS to each proxy (ECDSA P-256), one worker each; %s cores; %s rounds alternating\n' \
     "$CONNS" "$DURATION" "$(nproc)" "$ROUNDS"
 printf 'slipstream: rustls (aws-lc-rs); nginx %s and HAProxy %s: %s\n' \
     "$(nginx -v 2>&1 | sed 's/.*\///')" "$(haproxy -v | head -1 | awk '{print $3}')" "$(openssl version | awk '{print $1, $2}')"
 TARGETS=("${FULL[@]}")
-table "(a1) a new connection and a full handshake per request (resumption off), 0 B" 0b yes
+results_table "(a1) a new connection and a full handshake per request (resumption off), 0 B" 0b yes
 TARGETS=("${RESUMING[@]}")
-table "(a2) a new connection and a resumed handshake per request, 0 B" 0b yes
+results_table "(a2) a new connection and a resumed handshake per request, 0 B" 0b yes
 for size in ${SIZES:-0b 1k 91k}; do
-    table "(b) keep-alive, $size" "$size" no
+    results_table "(b) keep-alive, $size" "$size" no
 done
 counter() { curl -s "127.0.0.1:$1/metrics" | awk -v n="$2" '$1==n {print $2}'; }
 printf '\nslipstream handshakes: %s full, %s resumed in (a1); %s of %s resumed in (a2) and (b)\n' \

@@ -50,7 +50,7 @@ pub struct Worker {
     /// The published gauges of this worker's idle pooled connections, by address.
     pool_gauges: RefCell<HashMap<Address, Arc<std::sync::atomic::AtomicU64>>>,
     /// The serial number of the next client connection (with the worker id, its log id).
-    pub next_connection: Cell<u64>,
+    next_connection: Cell<u64>,
     /// Becomes true when the process starts shutting down.
     pub shutdown: watch::Receiver<bool>,
     /// Client connections open on this worker.
@@ -153,6 +153,13 @@ impl Worker {
             connection_closed: Notify::new(),
             response_size: RefCell::default(),
         }
+    }
+
+    /// A serial number for a new client connection (the error log's `conn=WORKER-ID`).
+    pub fn new_connection_id(&self) -> u64 {
+        let id = self.next_connection.get();
+        self.next_connection.set(id + 1);
+        id
     }
 
     /// The generation of the config in force (one atomic load): a reload changes it.

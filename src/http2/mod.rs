@@ -10,3 +10,12 @@ pub mod guard;
 pub mod request;
 pub mod response;
 pub mod stream;
+
+/// Fields that only mean something to one HTTP/1.1 connection, which HTTP/2 forbids (RFC 9113
+/// section 8.2.2): refused in requests, dropped from responses. `name` is lower case.
+pub(crate) fn is_connection_specific(name: &str) -> bool {
+    matches!(
+        name,
+        "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
+    )
+}

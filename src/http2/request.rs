@@ -71,7 +71,7 @@ pub fn to_http1(parts: &Parts, end_stream: bool) -> Result<Head, Malformed> {
         {
             return Err(Malformed("field value with surrounding whitespace"));
         }
-        if is_connection_specific(name) {
+        if super::is_connection_specific(name.as_str()) {
             // h2 refuses these too; refused here as well so the conversion stands alone.
             return Err(Malformed("connection-specific field"));
         }
@@ -155,15 +155,6 @@ fn host_field<'a>(
         (Some(a), _) => Ok(Some(a.as_bytes())),
         (None, h) => Ok(h),
     }
-}
-
-/// Fields HTTP/2 forbids because they only mean something to one HTTP/1.1 connection.
-fn is_connection_specific(name: &http::HeaderName) -> bool {
-    *name == header::CONNECTION
-        || *name == header::TRANSFER_ENCODING
-        || *name == header::UPGRADE
-        || name.as_str() == "keep-alive"
-        || name.as_str() == "proxy-connection"
 }
 
 fn put(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {

@@ -39,7 +39,7 @@ pub fn from_http1(
         let Ok(name) = HeaderName::from_bytes(h.name.as_bytes()) else {
             return Err(ResponseError::Malformed("invalid field name"));
         };
-        if is_connection_specific(name.as_str()) || head.connection.names(name.as_str()) {
+        if super::is_connection_specific(name.as_str()) || head.connection.names(name.as_str()) {
             continue;
         }
         let value = h.value.trim_ascii();
@@ -60,14 +60,6 @@ pub fn from_http1(
     }))
 }
 
-/// Fields that only mean something to one HTTP/1.1 connection (RFC 9113 section 8.2.2).
-fn is_connection_specific(name: &str) -> bool {
-    matches!(
-        name,
-        "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
-    )
-}
-
 /// Parses a trailer section (`name: value` lines, each ending in CRLF) into fields; lines that
 /// are not fields, and fields HTTP/2 forbids, are left out.
 pub fn trailer_fields(section: &[u8]) -> HeaderMap {
@@ -81,7 +73,7 @@ pub fn trailer_fields(section: &[u8]) -> HeaderMap {
         let Ok(name) = HeaderName::from_bytes(&lower) else {
             continue;
         };
-        if is_connection_specific(name.as_str()) || name == http::header::CONTENT_LENGTH {
+        if super::is_connection_specific(name.as_str()) || name == http::header::CONTENT_LENGTH {
             continue;
         }
         if let Ok(value) = HeaderValue::from_bytes(line[colon + 1..].trim_ascii()) {

@@ -5,8 +5,8 @@
 //! and sends it as HEADERS, DATA and trailers, interim 1xx heads as informational HEADERS.
 //!
 //! Flow control is the backpressure: DATA is taken (and the client's window opened again) only
-//! as the proxy reads it, beyond a bounded read-ahead, and a write takes no more bytes than the stream has send capacity for, so memory
-//! per stream stays within the windows. A response that ends early resets the stream instead of
+//! as the proxy reads it, beyond a bounded read-ahead, and a write takes no more bytes than the
+//! stream has send capacity for, so memory per stream stays within the windows. A response that ends early resets the stream instead of
 //! looking complete.
 
 use std::cell::RefCell;
@@ -78,9 +78,8 @@ impl H2Stream {
 
     /// Reads the body ahead until it ends or `limit` bytes of it wait (nginx's
     /// `http2_body_preread_size`): a request that breaks the rules after its head (a length
-    /// exceeded or not reached, a second HEADERS without END_STREAM, a pseudo-header in the
-    /// trailers) is then refused before anything is answered or forwarded. Err if the body
-    /// is malformed or the stream reset.
+    /// exceeded or not reached, a second HEADERS without END_STREAM) is then refused before
+    /// anything is answered or forwarded. Err if the body is malformed or the stream reset.
     pub async fn preread(&mut self, limit: usize) -> io::Result<()> {
         let reader = &mut self.reader;
         while reader.pending_data < limit {

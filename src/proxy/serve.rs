@@ -25,15 +25,7 @@ use crate::worker::{Snapshot, Worker};
 
 /// Serves one client connection until it closes.
 pub async fn serve(worker: Rc<Worker>, stream: Stream, peer: SocketAddr) {
-    let id = worker.next_connection.get();
-    worker.next_connection.set(id + 1);
-    let mut client = Client {
-        stream,
-        peer,
-        id,
-        local: None,
-        buf: None,
-    };
+    let mut client = Client::new(stream, peer, worker.new_connection_id());
     let mut shutdown = worker.shutdown.clone();
     loop {
         let idle_config = worker.snapshot();
@@ -74,13 +66,7 @@ pub async fn serve(worker: Rc<Worker>, stream: Stream, peer: SocketAddr) {
 /// Serves a stream that carries exactly one request (an HTTP/2 stream): no keep-alive loop,
 /// no idle wait, and the request's state lives in the caller's task instead of a box of its own.
 pub(super) async fn serve_one(worker: Rc<Worker>, stream: Stream, peer: SocketAddr, id: u64) {
-    let mut client = Client {
-        stream,
-        peer,
-        id,
-        local: None,
-        buf: None,
-    };
+    let mut client = Client::new(stream, peer, id);
     let snapshot = worker.snapshot();
     handle_request(&worker, &snapshot, &mut client).await;
     if let Some(buf) = client.buf.take() {
@@ -89,6 +75,17 @@ pub(super) async fn serve_one(worker: Rc<Worker>, stream: Stream, peer: SocketAd
 }
 
 impl Client {
+    /// A client connection with no buffer yet.
+    fn new(stream: Stream, peer: SocketAddr, id: u64) -> Client {
+        Client {
+            stream,
+            peer,
+            id,
+            local: None,
+            buf: None,
+        }
+    }
+
     /// Waits until a request may be read: pipelined bytes are already buffered, or the socket
     /// is readable. False on idle timeout or shutdown.
     async fn wait_for_request(

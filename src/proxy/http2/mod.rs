@@ -64,9 +64,8 @@ pub async fn serve_http2(worker: Rc<Worker>, mut stream: Stream, peer: SocketAdd
         local: stream.local_addr(),
         peer,
         max_head: limits.max_buffer,
-        id: worker.next_connection.get(),
+        id: worker.new_connection_id(),
     };
-    worker.next_connection.set(info.id + 1);
     let verdict = Rc::new(Cell::new(None));
     let shared = Shared::new(stream);
     let io = ConnectionIo::new(shared.clone(), settings.flood, verdict.clone());
