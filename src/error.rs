@@ -65,6 +65,9 @@ pub enum Kind {
     FileFailed,
     /// A file became shorter than its announced length while it was sent.
     FileTruncated,
+    /// An encoder failed to compress a response (it cannot run out of input; this is an
+    /// allocation or library failure).
+    CompressFailed,
     /// No upstream connection within the connect timeout.
     ConnectTimeout,
     /// The upstream refused the connection (nothing listens there).
@@ -107,7 +110,8 @@ impl Kind {
             | Kind::FileNotFound
             | Kind::FileForbidden
             | Kind::FileFailed
-            | Kind::FileTruncated => Side::Local,
+            | Kind::FileTruncated
+            | Kind::CompressFailed => Side::Local,
             Kind::ConnectTimeout
             | Kind::ConnectRefused
             | Kind::ConnectFailed
@@ -136,6 +140,7 @@ impl Kind {
             Kind::FileForbidden => "file access forbidden",
             Kind::FileFailed => "file system error",
             Kind::FileTruncated => "file shrank while being sent",
+            Kind::CompressFailed => "compression failed",
             Kind::ConnectTimeout => "upstream connect timed out",
             Kind::ConnectRefused => "upstream refused the connection",
             Kind::ConnectFailed => "upstream connect failed",
@@ -286,6 +291,7 @@ impl Error {
             Kind::FileForbidden => (403, Counter::FilesForbidden),
             Kind::FileFailed => (500, Counter::FilesErrors),
             Kind::FileTruncated => (500, Counter::FilesTruncated),
+            Kind::CompressFailed => (500, Counter::CompressFailures),
             Kind::ConnectTimeout | Kind::UpstreamTimeout => (504, Counter::GatewayTimeout),
             Kind::NoLiveServers => (503, Counter::UpstreamNoLiveServers),
             Kind::QueueTimeout => (503, Counter::UpstreamQueueTimeouts),

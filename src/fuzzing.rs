@@ -12,7 +12,7 @@ use crate::files::conditional::{
 };
 use crate::files::path::resolve as resolve_path;
 use crate::files::range::{parse_range, Ranges, MAX_RANGES};
-use crate::http1::accept::{accepted_codings, Codings};
+use crate::http1::accept::{accepted_codings, Coding};
 use crate::http1::request::{header_storage, ForwardedFor};
 use crate::http1::{
     parse_request, parse_response, BodyReader, ChunkedReader, Framing, MAX_HEADERS,
@@ -268,16 +268,22 @@ pub fn conditional(data: &[u8]) {
 }
 
 /// An `Accept-Encoding` value: never panics; the same list split over two fields means the
-/// same; refusing every coding at the end leaves none accepted.
+/// same; the best coding has the highest q-value; refusing every coding at the end leaves
+/// none to choose.
 pub fn accept_encoding(data: &[u8]) {
     let whole = accepted_codings([data]);
     if let Some(comma) = data.iter().position(|&b| b == b',') {
         let split = accepted_codings([&data[..comma], &data[comma + 1..]]);
         assert_eq!(whole, split, "{:?}", String::from_utf8_lossy(data));
     }
+    if let Some(best) = whole.best(&Coding::ALL) {
+        assert!(Coding::ALL.iter().all(|&c| whole.q(c) <= whole.q(best)));
+        assert!(whole.accepts(best.name()));
+    }
     let mut refused = data.to_vec();
     refused.extend_from_slice(b", br;q=0, zstd;q=0, gzip;q=0");
-    assert_eq!(accepted_codings([refused.as_slice()]), Codings::default());
+    let refused = accepted_codings([refused.as_slice()]);
+    assert_eq!(refused.best(&Coding::ALL), None);
 }
 
 /// Bytes from a FastCGI server: reading records one after another never panics, and every

@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod buffers;
+pub mod compress;
 pub mod config;
 pub mod error;
 pub mod fastcgi;

@@ -112,7 +112,7 @@ enum Command {
     },
 }
 
-/// The TLS and response-header flags of the zero-config commands.
+/// The TLS, response-header and compression flags of the zero-config commands.
 #[derive(clap::Args)]
 struct FrontArgs {
     /// Speak TLS on --listen with this certificate chain (PEM), for every name.
@@ -131,6 +131,10 @@ struct FrontArgs {
     /// Add this field to every response ("Name: value"; repeatable), like nginx's add_header.
     #[arg(long = "add-header", value_name = "NAME: VALUE")]
     add_header: Vec<String>,
+    /// Compress responses that benefit (text, JSON, JS, SVG... of 1 KB or more) with zstd,
+    /// br or gzip, as the client's Accept-Encoding prefers.
+    #[arg(long)]
+    compress: bool,
 }
 
 impl FrontArgs {
@@ -146,6 +150,9 @@ impl FrontArgs {
             lines.extend_from_slice(&line);
         }
         config.router.set_all_headers(&lines);
+        if self.compress {
+            config.router.compress_all();
+        }
         let (Some(cert), Some(key)) = (self.tls_cert, self.tls_key) else {
             return Ok(());
         };

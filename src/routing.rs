@@ -37,6 +37,8 @@ struct Route {
     target: Target,
     /// Its figures slot.
     slot: u16,
+    /// Responses are compressed when they benefit (`compress = true`).
+    compress: bool,
 }
 
 /// Where a request goes, with what the logs and metrics need to know of it.
@@ -48,6 +50,8 @@ pub struct Routed {
     pub target: Option<Target>,
     /// The per-route figures slot the request counts in.
     pub slot: u16,
+    /// The route compresses responses.
+    pub compress: bool,
 }
 
 /// What a route leads to.
@@ -99,6 +103,13 @@ impl Router {
             .map_or(&[], |s| s.headers.as_slice())
     }
 
+    /// Makes every route compress its responses (the `--compress` flag of the one-liners).
+    pub fn compress_all(&mut self) {
+        for route in self.sites.iter_mut().flat_map(|s| &mut s.routes) {
+            route.compress = true;
+        }
+    }
+
     /// Sets the field lines of every site (the `--add-header` flags of the one-liners).
     pub fn set_all_headers(&mut self, lines: &[u8]) {
         for site in &mut self.sites {
@@ -118,6 +129,7 @@ impl Router {
                 site: None,
                 target: None,
                 slot: self.labels.len().saturating_sub(1) as u16,
+                compress: false,
             };
         };
         let site = &self.sites[index];
@@ -129,6 +141,7 @@ impl Router {
             site: Some(index as u16),
             target: route.map(|r| r.target),
             slot: route.map_or(site.unrouted, |r| r.slot),
+            compress: route.is_some_and(|r| r.compress),
         }
     }
 
@@ -244,7 +257,15 @@ impl RouterBuilder {
             prefix: prefix.to_string(),
             target,
             slot,
+            compress: false,
         });
+    }
+
+    /// Sets whether the route last added to a site compresses its responses.
+    pub fn set_compress(&mut self, site: usize, compress: bool) {
+        if let Some(r) = self.router.sites[site].routes.last_mut() {
+            r.compress = compress;
+        }
     }
 
     /// Finishes the router; the first site is the default when none was marked.

@@ -41,6 +41,8 @@ pub struct Worker {
     pub pipes: PipePool,
     /// Open static files.
     pub files: FileCache,
+    /// Compressed copies of hot static files.
+    pub compressed: crate::files::compressed::CompressedCache,
     /// This worker's counters.
     pub counters: Arc<Shard>,
     /// This worker's access-log buffer.
@@ -142,6 +144,7 @@ impl Worker {
             upstreams: UpstreamPool::default(),
             pipes: PipePool::new(pipe_size),
             files: FileCache::default(),
+            compressed: Default::default(),
             counters,
             log,
             routes,

@@ -107,6 +107,7 @@ pub(super) struct RouteSection {
     pub(super) upstream: Option<Spanned<String>>,
     pub(super) buffer_response: Option<Spanned<Size>>,
     pub(super) params: Option<std::collections::BTreeMap<String, String>>,
+    pub(super) compress: Option<bool>,
     pub(super) root: Option<Spanned<String>>,
     pub(super) alias: Option<Spanned<String>>,
     index: Option<Vec<String>>,

@@ -16,6 +16,7 @@ pub use crate::observe::error_log::ErrorLog;
 use crate::routing::{Router, RouterBuilder, Target, UpstreamTarget};
 use logs::SiteAccessLog;
 
+mod compression;
 pub mod fastcgi;
 pub mod files;
 pub mod http2;
@@ -71,6 +72,8 @@ pub struct Config {
     pub resolvers: Vec<SocketAddr>,
     /// HTTP/2: offered by ALPN, and its limits.
     pub http2: http2::Http2Settings,
+    /// How routes with `compress = true` compress responses.
+    pub compression: crate::compress::Settings,
 }
 
 /// One listening address.
@@ -221,6 +224,7 @@ impl Config {
             resolvers: Vec::new(),
             tls: None,
             http2: http2::Http2Settings::defaults(Limits::default().max_request_head),
+            compression: crate::compress::Settings::default(),
         }
     }
 
@@ -344,6 +348,8 @@ struct FileConfig {
     tls: tls::FileTls,
     #[serde(default)]
     http2: http2::FileHttp2,
+    #[serde(default)]
+    compression: compression::FileCompression,
 }
 
 #[derive(Deserialize, Default)]
@@ -543,6 +549,7 @@ impl Validator<'_> {
             },
         );
         let files = self.build_files_settings(&raw.files);
+        let compression = self.build_compression(&raw.compression);
         // A bare port binds to loopback: the admin pages are for this host.
         let admin = raw
             .admin
@@ -568,6 +575,7 @@ impl Validator<'_> {
             resolvers,
             tls,
             http2,
+            compression,
         }
     }
 
@@ -652,6 +660,7 @@ impl Validator<'_> {
             for route in &site.routes {
                 if let Some(target) = self.build_route(route, upstreams, built) {
                     builder.add_route(index, route.path.get_ref(), target);
+                    builder.set_compress(index, route.compress.unwrap_or(false));
                 }
             }
         }

@@ -11,6 +11,7 @@
 //! Everything here is sans-socket; `crate::proxy::files` sends what [`respond::Plan`] says.
 
 pub mod cache;
+pub mod compressed;
 pub mod conditional;
 pub mod listing;
 pub mod lookup;

@@ -103,6 +103,20 @@ pub enum Counter {
     FilesErrors,
     /// Static-file body bytes sent with sendfile(2).
     SendfileBytes,
+    /// Responses compressed on the fly (or served from the compressed static cache).
+    CompressedResponses,
+    /// Body bytes that went into compression.
+    CompressBytesIn,
+    /// Compressed body bytes that came out.
+    CompressBytesOut,
+    /// Compressed static files served from the worker's compressed-file cache.
+    CompressCacheHits,
+    /// Static files compressed and stored in the cache (a miss).
+    CompressCacheMisses,
+    /// Compressed copies dropped from the cache to stay within `static_cache`.
+    CompressCacheEvictions,
+    /// Responses that failed to compress (500, or a closed connection mid-body).
+    CompressFailures,
     /// TLS handshakes completed.
     TlsHandshakes,
     /// TLS handshakes that resumed a session (ticket or cache): no full handshake.
@@ -195,6 +209,13 @@ impl Counter {
             Counter::FilesTruncated => "slipstream_files_truncated_total",
             Counter::FilesErrors => "slipstream_files_errors_total",
             Counter::SendfileBytes => "slipstream_sendfile_bytes_total",
+            Counter::CompressedResponses => "slipstream_compressed_responses_total",
+            Counter::CompressBytesIn => "slipstream_compress_bytes_in_total",
+            Counter::CompressBytesOut => "slipstream_compress_bytes_out_total",
+            Counter::CompressCacheHits => "slipstream_compress_cache_hits_total",
+            Counter::CompressCacheMisses => "slipstream_compress_cache_misses_total",
+            Counter::CompressCacheEvictions => "slipstream_compress_cache_evictions_total",
+            Counter::CompressFailures => "slipstream_compress_failures_total",
             Counter::TlsHandshakes => "slipstream_tls_handshakes_total",
             Counter::TlsResumed => "slipstream_tls_resumed_total",
             Counter::TlsHandshakeTimeouts => "slipstream_tls_handshake_timeouts_total",

@@ -5,12 +5,21 @@
 
 use std::time::Instant;
 
+use std::borrow::Cow;
+use std::os::unix::fs::FileExt;
+use std::rc::Rc;
+
+use super::compress::{self, send, send_framed, Decision};
 use super::{exchange, Client, Ctx, Outcome, Tried};
+use crate::compress::encoder::{compress_whole, Encoder};
+use crate::compress::head::{rewrite, BodyFraming};
+use crate::compress::Coding;
 use crate::error::{Error, Kind};
+use crate::files::cache::Entry;
 use crate::files::listing;
 use crate::files::lookup::{Lookup, Refusal, Resolution};
 use crate::files::respond::{plan, simple, Body, Framing, Method, Plan};
-use crate::http1::Framing as BodyFraming;
+use crate::http1::Framing as RequestFraming;
 use crate::net::io::write_all;
 use crate::net::sendfile::{send_file, SendFileError};
 use crate::observe::metrics::Counter;
@@ -36,14 +45,25 @@ pub(super) async fn serve_files(
     };
     // A request body is never read here: the connection then closes after the response.
     let framing = Framing {
-        keep_alive: p.keep_alive && p.framing == BodyFraming::Empty && !cx.worker.shutting_down(),
+        keep_alive: p.keep_alive
+            && p.framing == RequestFraming::Empty
+            && !cx.worker.shutting_down(),
         http10: req.http10,
     };
     let outcome = match lookup.resolve(&req.target) {
         Resolution::File(entry) => {
             let mut plan = plan(&entry, req, route, framing);
             cx.add_response_fields(&mut plan.head, 0);
-            send_plan(cx, client, &plan, framing).await?
+            match compress::decide(cx, &plan.head) {
+                Decision::Unchanged => send_plan(cx, client, &plan, framing).await?,
+                Decision::VaryOnly => {
+                    plan.head = rewrite(&plan.head, None, BodyFraming::Chunked);
+                    send_plan(cx, client, &plan, framing).await?
+                }
+                Decision::Compress(coding) => {
+                    send_compressed(cx, client, &entry, &plan, coding, framing).await?
+                }
+            }
         }
         Resolution::Upstream(u) => return exchange::exchange(cx, u, client, buf, tried).await,
         Resolution::Refused(r) => return Err(Error::new(refusal_kind(r))),
@@ -163,5 +183,113 @@ async fn send_plan(
         status: plan.status,
         body_bytes: plan.body.len(),
         keep_alive: framing.keep_alive,
+    })
+}
+
+/// Bytes of a large file read (and compressed) at a time.
+const FILE_PIECE: usize = 64 * 1024;
+
+/// Sends a whole file compressed with `coding`: from the worker's compressed-file cache when it
+/// is small enough to keep (compressed once, then served like a file in memory), otherwise
+/// compressed piece by piece as it is sent.
+async fn send_compressed(
+    cx: &Ctx<'_>,
+    client: &mut Client,
+    entry: &Rc<Entry>,
+    plan: &Plan<'_>,
+    coding: Coding,
+    framing: Framing,
+) -> Result<Outcome, Error> {
+    let settings = &cx.config().compression;
+    let counters = &cx.worker.counters;
+    let timeout = cx.config().limits.client_body_timeout;
+    let rep = plan.representation;
+    let head_only = plan.body.is_empty();
+    let failed = |_| Error::new(Kind::FileFailed).after_head(plan.status);
+    if rep.size <= settings.static_cache_max_file {
+        let cache = &cx.worker.compressed;
+        let packed = match cache.get(entry, coding) {
+            Some(p) => {
+                counters.inc(Counter::CompressCacheHits);
+                p
+            }
+            None => {
+                let data = match &rep.memory {
+                    Some(m) => Cow::Borrowed(&m[..]),
+                    None => {
+                        let mut buf = vec![0; rep.size as usize];
+                        rep.file.read_exact_at(&mut buf, 0).map_err(failed)?;
+                        Cow::Owned(buf)
+                    }
+                };
+                let packed =
+                    compress_whole(coding, settings, &data).map_err(compress::failed(counters))?;
+                let packed: Rc<[u8]> = packed.into();
+                counters.inc(Counter::CompressCacheMisses);
+                let stored = cache.put(entry, coding, packed.clone(), settings.static_cache);
+                counters.add(Counter::CompressCacheEvictions, stored.evicted);
+                packed
+            }
+        };
+        let head = rewrite(
+            &plan.head,
+            Some(coding),
+            BodyFraming::Length(packed.len() as u64),
+        );
+        let body = if head_only { &[][..] } else { &packed[..] };
+        send(&mut client.stream, &[&head, body], timeout).await?;
+        compress::count(counters, rep.size, body.len() as u64);
+        return Ok(Outcome {
+            status: plan.status,
+            body_bytes: body.len() as u64,
+            keep_alive: framing.keep_alive,
+        });
+    }
+    if head_only {
+        let head = rewrite(&plan.head, Some(coding), BodyFraming::Bodiless);
+        send(&mut client.stream, &[&head], timeout).await?;
+        return Ok(Outcome {
+            status: plan.status,
+            body_bytes: 0,
+            keep_alive: framing.keep_alive,
+        });
+    }
+    let body_framing = compress::stream_framing(cx);
+    let chunked = body_framing == BodyFraming::Chunked;
+    let mut head = rewrite(&plan.head, Some(coding), body_framing);
+    let mut encoder = Encoder::new(coding, settings).map_err(compress::failed(counters))?;
+    let mut piece = vec![0; FILE_PIECE];
+    let (mut offset, mut sent) = (0u64, 0u64);
+    let truncated = || Error::new(Kind::FileTruncated).after_head(plan.status);
+    while offset < rep.size {
+        let want = (rep.size - offset).min(FILE_PIECE as u64) as usize;
+        let n = rep
+            .file
+            .read_at(&mut piece[..want], offset)
+            .map_err(failed)?;
+        if n == 0 {
+            counters.inc(Counter::FilesTruncated);
+            return Err(truncated());
+        }
+        offset += n as u64;
+        encoder
+            .write(&piece[..n])
+            .map_err(compress::failed(counters))?;
+        if encoder.output().len() >= FILE_PIECE || offset >= rep.size {
+            let data = std::mem::take(encoder.output());
+            sent += data.len() as u64;
+            let stream = &mut client.stream;
+            send_framed(stream, &head, &data, chunked, false, timeout).await?;
+            head.clear();
+        }
+    }
+    let data = encoder.finish().map_err(compress::failed(counters))?;
+    sent += data.len() as u64;
+    send_framed(&mut client.stream, &head, &data, chunked, true, timeout).await?;
+    compress::count(counters, rep.size, sent);
+    Ok(Outcome {
+        status: plan.status,
+        body_bytes: sent,
+        keep_alive: framing.keep_alive && chunked,
     })
 }

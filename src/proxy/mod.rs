@@ -8,12 +8,16 @@
 //! 4. [`response`]: interim responses, the final head, and `buffer_response`.
 //! 5. [`relay`]: moves bodies both ways with bounded memory, by splice(2) when it can.
 //! 6. [`tunnel`]: after `101 Switching Protocols`, bytes both ways until either side closes.
+//! 7. [`compress`]: on routes that compress, whether a response benefits and with which
+//!    coding; the proxied body compressed on the way (FastCGI and static files use the same
+//!    decision in their own phases).
 //!
 //! A static-file route takes [`files`] instead of phases 3 to 6; a route to a FastCGI group
 //! takes [`fastcgi`] instead of phases 3 to 5.
 //!
 //! Nothing here panics on input, and no status code is chosen here for a failure.
 
+mod compress;
 mod exchange;
 mod fastcgi;
 mod files;

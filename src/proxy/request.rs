@@ -9,6 +9,7 @@ use crate::config::Fallback;
 use crate::config::{Balance, Config};
 use crate::error::{Error, Kind};
 use crate::files::respond::FileRequest;
+use crate::http1::accept::{accepted_codings, Codings};
 use crate::http1::request::{header_storage, ForwardedFor, RequestHead};
 use crate::http1::{parse_request, Framing};
 use crate::net::io::read_some;
@@ -39,6 +40,8 @@ pub(super) struct Prepared {
     pub(super) upstream: Option<UpstreamTarget>,
     /// What static serving reads, for a static-file route.
     pub(super) files: Option<FileRequest>,
+    /// The codings the client accepts, when its route compresses responses.
+    pub(super) compress: Option<Codings>,
     /// The request's consistent-hashing key, when its group balances by hash and the key is
     /// present.
     pub(super) hash_key: Option<u64>,
@@ -147,6 +150,13 @@ impl Prepared {
                 Some(Target::Files(_)) => Some(FileRequest::from_head(head)),
                 _ => None,
             },
+            compress: routed.compress.then(|| {
+                let values = head
+                    .headers
+                    .iter()
+                    .filter(|h| h.name.eq_ignore_ascii_case("accept-encoding"));
+                accepted_codings(values.map(|h| h.value))
+            }),
             route,
             routed,
             upstream,

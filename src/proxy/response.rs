@@ -5,10 +5,12 @@
 
 use std::time::Duration;
 
+use super::compress::{self, Decision};
 use super::relay::{self, ResponseBody};
 use super::request::Prepared;
 use super::{tunnel, Client, Conn, Ctx, Outcome};
 use crate::buffers::MIN_BUFFER;
+use crate::compress::head::{rewrite, BodyFraming};
 use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
 use crate::http1::request::header_storage;
@@ -133,7 +135,7 @@ pub(super) async fn respond(
     let limits = &cx.config().limits;
     let max_head = limits.max_request_head.max(MIN_BUFFER);
     let (read_timeout, max) = (group.read_timeout, limits.max_buffer);
-    let head = loop {
+    let mut head = loop {
         match parse_head(ubuf, cx.request, max_head, cx.worker.shutting_down())? {
             Parsed::Incomplete => {
                 read_head(&mut up.stream, ubuf, &client.stream, read_timeout, max)
@@ -163,6 +165,21 @@ pub(super) async fn respond(
             }
         }
     };
+    match compress::decide(cx, &head.out) {
+        Decision::Unchanged => {}
+        Decision::VaryOnly => head.out = rewrite(&head.out, None, BodyFraming::Chunked),
+        Decision::Compress(coding) => {
+            let r = compress::Upstream {
+                status: head.status,
+                head_len: head.head_len,
+                framing: head.framing,
+                reusable: head.reusable,
+                keep_alive: head.keep_alive,
+                client_head: &head.out,
+            };
+            return compress::relay(cx, group, client, up, ubuf, r, coding).await;
+        }
+    }
     let buffer_limit = cx.request.upstream.and_then(|r| r.buffer_response);
     if let Some(limit) = buffer_limit.filter(|_| head.relay == Relay::Pass) {
         let (head_len, framing) = (head.head_len, head.framing);

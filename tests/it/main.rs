@@ -3,6 +3,7 @@
 
 mod added_fields;
 mod balancing;
+mod compression;
 mod fastcgi;
 mod fastcgi_proxy;
 mod files;

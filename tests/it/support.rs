@@ -57,6 +57,8 @@ pub(crate) enum Reply {
     /// Write these bytes, then keep the connection open without a further answer until the
     /// peer closes it.
     BytesThenHold(Vec<u8>),
+    /// Write these bytes, then go on with the next reply (a response in parts).
+    BytesThen(Vec<u8>, Box<Reply>),
     /// Close without answering.
     Close,
 }
@@ -249,6 +251,12 @@ fn serve_mock(
                 }
                 Reply::AfterGate(gate, next) => {
                     gate.wait();
+                    reply = *next;
+                }
+                Reply::BytesThen(b, next) => {
+                    if writer.write_all(&b).is_err() {
+                        return;
+                    }
                     reply = *next;
                 }
                 Reply::BytesThenHold(b) => {

@@ -9,6 +9,8 @@
 use std::cell::Cell;
 
 use super::send::RESPONSE_BUFFER;
+use crate::compress::encoder::{compress_whole, Encoder};
+use crate::compress::head::{rewrite, BodyFraming as BodyHead};
 use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
 use crate::fastcgi::cgi::parse_cgi_head;
@@ -20,6 +22,7 @@ use crate::http1::{chunk_size_line, LAST_CHUNK};
 use crate::net::io::{read_some, write_all};
 use crate::net::Address;
 use crate::observe::metrics::Counter;
+use crate::proxy::compress::{self, Decision};
 use crate::proxy::{Client, Conn, Ctx, Outcome};
 
 /// Bodies up to this size are copied behind the head and sent with it as one buffer.
@@ -57,6 +60,18 @@ struct Relay {
     ended: bool,
     /// Body bytes in all.
     body_bytes: u64,
+    /// The body's compression, when the route compresses and the response benefits.
+    packing: Option<Packing>,
+}
+
+/// A FastCGI body being compressed: whole (`encoder` is `None` and `out` holds it all) or
+/// streamed.
+struct Packing {
+    encoder: Option<Encoder>,
+    /// Compressed bytes of the current batch.
+    out: Vec<u8>,
+    /// Body bytes that went in.
+    bytes_in: u64,
 }
 
 /// Relays the response whose first bytes are in `ubuf`.
@@ -73,6 +88,7 @@ pub(super) async fn relay(
         body: Vec::new(),
         ended: false,
         body_bytes: 0,
+        packing: None,
     };
     let result = async {
         loop {
@@ -116,6 +132,9 @@ pub(super) async fn relay(
     };
     if clean {
         conn.reuse(cx.worker, group);
+    }
+    if let Some(p) = &relay.packing {
+        compress::count(&cx.worker.counters, p.bytes_in, relay.body_bytes);
     }
     Ok(Outcome {
         status: status.unwrap_or(200),
@@ -230,6 +249,26 @@ impl Relay {
         } else {
             &self.body
         };
+        if let Some(p) = &mut self.packing {
+            if let Some(encoder) = &mut p.encoder {
+                p.bytes_in += body.len() as u64;
+                let failed = compress::failed(&cx.worker.counters);
+                if !body.is_empty() {
+                    encoder.write(body).map_err(&failed)?;
+                }
+                if self.ended {
+                    p.out = p
+                        .encoder
+                        .take()
+                        .map_or(Ok(Vec::new()), Encoder::finish)
+                        .map_err(failed)?;
+                } else if !body.is_empty() {
+                    encoder.flush().map_err(failed)?;
+                    p.out = std::mem::take(encoder.output());
+                }
+            }
+            body = &p.out;
+        }
         if let BodyFraming::Length(n) = *framing {
             // Never more than the head announced.
             body = &body[..body.len().min((n - *sent) as usize)];
@@ -271,6 +310,9 @@ impl Relay {
                 .map_err(|_| Error::client_write())?;
         }
         self.body.clear();
+        if let Some(p) = &mut self.packing {
+            p.out.clear();
+        }
         if first > 0 {
             self.cgi.clear();
         }
@@ -312,12 +354,69 @@ impl Relay {
         let start = out.len();
         write_head(out, &head, framing, keep, p.minor_version, &http_date_now());
         cx.add_response_fields(out, start);
+        let framing = self.pack(cx, head_len, out, start, framing)?;
         self.stage = Stage::Streaming {
             framing,
             sent: 0,
             status,
         };
         Ok(())
+    }
+}
+
+impl Relay {
+    /// Compresses the body when the route and the response call for it: rewrites the head
+    /// written at `start` in `out` and returns the body's framing.
+    fn pack(
+        &mut self,
+        cx: &Ctx<'_>,
+        head_len: usize,
+        out: &mut Vec<u8>,
+        start: usize,
+        framing: BodyFraming,
+    ) -> Result<BodyFraming, Error> {
+        let coding = match compress::decide(cx, &out[start..]) {
+            Decision::Unchanged => return Ok(framing),
+            Decision::VaryOnly => {
+                let head = rewrite(&out[start..], None, BodyHead::Chunked);
+                out.truncate(start);
+                out.extend_from_slice(&head);
+                return Ok(framing);
+            }
+            Decision::Compress(coding) => coding,
+        };
+        let settings = &cx.config().compression;
+        let failed = compress::failed(&cx.worker.counters);
+        let (framing, packing, new_head) = if framing == BodyFraming::None {
+            (framing, None, BodyHead::Bodiless)
+        } else if self.ended {
+            // The whole body is here: compressed in one go, sent with its length.
+            let body = &self.cgi[head_len..];
+            let packed = compress_whole(coding, settings, body).map_err(failed)?;
+            let n = packed.len() as u64;
+            let packing = Packing {
+                encoder: None,
+                bytes_in: body.len() as u64,
+                out: packed,
+            };
+            (BodyFraming::Length(n), Some(packing), BodyHead::Length(n))
+        } else {
+            let encoder = Encoder::new(coding, settings).map_err(failed)?;
+            let packing = Packing {
+                encoder: Some(encoder),
+                out: Vec::new(),
+                bytes_in: 0,
+            };
+            match compress::stream_framing(cx) {
+                BodyHead::Close => (BodyFraming::Close, Some(packing), BodyHead::Close),
+                _ => (BodyFraming::Chunked, Some(packing), BodyHead::Chunked),
+            }
+        };
+        let head = rewrite(&out[start..], Some(coding), new_head);
+        out.truncate(start);
+        out.extend_from_slice(&head);
+        self.packing = packing;
+        Ok(framing)
     }
 }
 
