@@ -4,6 +4,7 @@
 //! that what was written so far can be decoded (server-sent events, long polls);
 //! [`compress_whole`] compresses a body that is all in memory, sized for it.
 
+use std::cell::RefCell;
 use std::io::{self, Write};
 
 use super::{Coding, Settings};
@@ -86,38 +87,74 @@ impl Encoder {
     }
 }
 
+thread_local! {
+    /// This worker's gzip state for whole bodies, with its level: reset, not rebuilt, per
+    /// response (building one allocates and clears some 270 KB of tables).
+    static GZIP: RefCell<Option<(u32, flate2::Compress)>> = const { RefCell::new(None) };
+    /// This worker's zstd context for whole bodies, with its level.
+    static ZSTD: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(None) };
+}
+
 /// Compresses a whole body in one go.
 pub fn compress_whole(coding: Coding, settings: &Settings, data: &[u8]) -> io::Result<Vec<u8>> {
-    let out = Vec::with_capacity(data.len() / 3 + 64);
     match coding {
-        Coding::Gzip => {
-            let level = flate2::Compression::new(settings.gzip_level);
-            let mut e = flate2::write::GzEncoder::new(out, level);
-            e.write_all(data)?;
-            e.finish()
-        }
+        Coding::Gzip => gzip_whole(settings.gzip_level, data),
         Coding::Br => {
             // The window need not be larger than the body.
             let bits = usize::BITS - data.len().max(1).leading_zeros();
             let window = bits.clamp(16, 22);
-            let mut e = brotli::CompressorWriter::new(
-                out,
-                BROTLI_BUFFER.min(data.len().max(1024)),
-                settings.brotli_level,
-                window,
-            );
+            let out = Vec::with_capacity(data.len() / 3 + 64);
+            let params = brotli::enc::BrotliEncoderParams {
+                quality: settings.brotli_level as i32,
+                lgwin: window as i32,
+                size_hint: data.len(),
+                ..Default::default()
+            };
+            let buffer = BROTLI_BUFFER.min(data.len().max(1024));
+            let mut e = brotli::CompressorWriter::with_params(out, buffer, &params);
             e.write_all(data)?;
             Ok(e.into_inner())
         }
-        Coding::Zstd => {
-            let mut c = zstd::bulk::Compressor::new(settings.zstd_level)?;
-            c.include_checksum(false)?;
-            let mut out = out;
-            out.reserve(zstd::zstd_safe::compress_bound(data.len()));
+        Coding::Zstd => ZSTD.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            if slot.as_ref().is_none_or(|(l, _)| *l != settings.zstd_level) {
+                let mut c = zstd::bulk::Compressor::new(settings.zstd_level)?;
+                c.include_checksum(false)?;
+                *slot = Some((settings.zstd_level, c));
+            }
+            let (_, c) = slot.as_mut().expect("set above");
+            let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
             c.compress_to_buffer(data, &mut out)?;
             Ok(out)
-        }
+        }),
     }
+}
+
+fn gzip_whole(level: u32, data: &[u8]) -> io::Result<Vec<u8>> {
+    GZIP.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        match slot.as_mut() {
+            Some((l, c)) if *l == level => c.reset(),
+            _ => {
+                *slot = Some((
+                    level,
+                    flate2::Compress::new_gzip(flate2::Compression::new(level), 15),
+                ))
+            }
+        }
+        let (_, c) = slot.as_mut().expect("set above");
+        let mut out = Vec::with_capacity(data.len() / 2 + 64);
+        loop {
+            let done = c.total_in() as usize;
+            let status = c
+                .compress_vec(&data[done..], &mut out, flate2::FlushCompress::Finish)
+                .map_err(io::Error::other)?;
+            if status == flate2::Status::StreamEnd {
+                return Ok(out);
+            }
+            out.reserve(out.capacity().max(4096));
+        }
+    })
 }
 
 #[cfg(test)]

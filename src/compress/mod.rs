@@ -56,7 +56,7 @@ impl Default for Settings {
         Settings {
             order: Coding::ALL.to_vec(),
             gzip_level: 1,
-            brotli_level: 4,
+            brotli_level: 3,
             zstd_level: 3,
             min_length: 1024,
             types: DEFAULT_TYPES.iter().map(|t| (*t).to_string()).collect(),
