@@ -286,6 +286,47 @@ pub fn accept_encoding(data: &[u8]) {
     assert_eq!(refused.best(&Coding::ALL), None);
 }
 
+/// A response head (from an upstream, a CGI script or the static-file path) as compression
+/// sees it: deciding never panics; a compressed head has one Content-Encoding, no length or
+/// Accept-Ranges, strong ETags made weak, and varies on Accept-Encoding; adding only Vary twice
+/// changes nothing the second time.
+pub fn compress_head(data: &[u8]) {
+    use crate::compress::head::{rewrite, BodyFraming};
+    use crate::compress::{eligible, Settings};
+    let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
+    // Field lines as the proxy writes them: no bare CR or LF inside one, CRLF after each.
+    for line in data.split(|&b| b == b'\n') {
+        let line: Vec<u8> = line.iter().copied().filter(|&b| b != b'\r').collect();
+        head.extend_from_slice(&line);
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    let _ = eligible(&head, &Settings::default(), false);
+    let out = rewrite(&head, Some(Coding::Gzip), BodyFraming::Chunked);
+    let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+    let fields: Vec<(&str, &str)> = text
+        .split("\r\n")
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n, v.trim()))
+        .collect();
+    let named = |name: &'static str| fields.iter().filter(move |(n, _)| *n == name);
+    assert_eq!(named("content-length").count(), 0, "{text:?}");
+    assert_eq!(named("accept-ranges").count(), 0, "{text:?}");
+    assert_eq!(named("transfer-encoding").count(), 1, "{text:?}");
+    assert!(
+        named("content-encoding").any(|(_, v)| *v == "gzip"),
+        "{text:?}"
+    );
+    assert!(named("etag").all(|(_, v)| !v.starts_with('"')), "{text:?}");
+    assert!(
+        named("vary").any(|(_, v)| v.contains("accept-encoding") || v.contains('*')),
+        "{text:?}"
+    );
+    let vary_only = rewrite(&head, None, BodyFraming::Chunked);
+    assert_eq!(rewrite(&vary_only, None, BodyFraming::Chunked), vary_only);
+}
+
 /// Bytes from a FastCGI server: reading records one after another never panics, and every
 /// record read lies inside the bytes. The same bytes split at 0xFF into names and values
 /// survive a PARAMS round trip.

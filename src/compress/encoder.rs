@@ -139,7 +139,7 @@ fn gzip_whole(level: u32, data: &[u8]) -> io::Result<Vec<u8>> {
                 *slot = Some((
                     level,
                     flate2::Compress::new_gzip(flate2::Compression::new(level), 15),
-                ))
+                ));
             }
         }
         let (_, c) = slot.as_mut().expect("set above");

@@ -65,6 +65,9 @@ pub enum BodyFraming {
     Close,
     /// No body follows (HEAD): the head is that of the GET response, without a length.
     Bodiless,
+    /// A 304 for a response that would be compressed: only the weak ETag and Vary (the
+    /// client's cached copy, compressed or not, keeps its own Content-Encoding).
+    NotModified,
 }
 
 /// The head to send instead of `head` (a complete HTTP/1.1 head ending in a blank line):
@@ -85,6 +88,11 @@ pub fn rewrite(head: &[u8], coding: Option<Coding>, framing: BodyFraming) -> Vec
                 put(&mut out, name, value, b", Accept-Encoding");
                 continue;
             }
+        } else if coding.is_some() && framing == BodyFraming::NotModified {
+            if is(b"etag") && value.first() == Some(&b'"') {
+                put(&mut out, name, b"W/", value);
+                continue;
+            }
         } else if coding.is_some() {
             let framing_field = is(b"content-length") || is(b"transfer-encoding");
             if framing_field || is(b"accept-ranges") {
@@ -103,7 +111,7 @@ pub fn rewrite(head: &[u8], coding: Option<Coding>, framing: BodyFraming) -> Vec
     if !vary_seen {
         out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
     }
-    if let Some(coding) = coding {
+    if let Some(coding) = coding.filter(|_| framing != BodyFraming::NotModified) {
         out.extend_from_slice(b"Content-Encoding: ");
         out.extend_from_slice(coding.name().as_bytes());
         out.extend_from_slice(b"\r\n");
@@ -115,7 +123,7 @@ pub fn rewrite(head: &[u8], coding: Option<Coding>, framing: BodyFraming) -> Vec
             }
             BodyFraming::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
             BodyFraming::Close => out.extend_from_slice(b"Connection: close\r\n"),
-            BodyFraming::Bodiless => {}
+            BodyFraming::Bodiless | BodyFraming::NotModified => {}
         }
     }
     out.extend_from_slice(b"\r\n");

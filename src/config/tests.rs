@@ -275,3 +275,41 @@ fn http2_settings_parse_and_their_errors_have_lines() {
         ],
     );
 }
+
+#[test]
+fn compression_settings_parse_and_their_errors_have_lines() {
+    let c = Config::parse(GOOD, "t.toml").unwrap();
+    assert_eq!(c.compression, crate::compress::Settings::default());
+    let routed = |c: &Config| c.router.route_request(None, "/").compress;
+    assert!(!routed(&c), "compression is off unless a route asks for it");
+    let text =
+        format!(
+        "{}\n[compression]\nalgorithms = [\"gzip\", \"zstd\"]\ngzip_level = 6\nbrotli_level = 0\n\
+         min_length = 0\ntypes = [\"Text/HTML\", \"application/*+json\"]\nstatic_cache = 0\n",
+        GOOD.replace("upstream = \"app\" }", "upstream = \"app\", compress = true }")
+    );
+    let c = Config::parse(&text, "t.toml").unwrap();
+    assert!(routed(&c));
+    let s = &c.compression;
+    use crate::compress::Coding;
+    assert_eq!(s.order, [Coding::Gzip, Coding::Zstd]);
+    assert_eq!(
+        (s.gzip_level, s.brotli_level, s.min_length, s.static_cache),
+        (6, 0, 0, 0)
+    );
+    assert_eq!(s.types, ["text/html", "application/*+json"]);
+    let bad = format!(
+        "{GOOD}\n[compression]\nalgorithms = [\"deflate\"]\ngzip_level = 0\nzstd_level = 22\n\
+         types = [\"html\"]\n"
+    );
+    let e = Config::parse(&bad, "t.toml").unwrap_err();
+    assert_errors(
+        &e,
+        &[
+            (13, "unknown algorithm \"deflate\""),
+            (14, "level must be 1 to 9"),
+            (15, "level must be 1 to 19"),
+            (16, "invalid media type \"html\""),
+        ],
+    );
+}

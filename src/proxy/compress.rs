@@ -46,6 +46,19 @@ pub(super) fn decide(cx: &Ctx<'_>, head: &[u8]) -> Decision {
     }
 }
 
+/// Whether the full response for a static file would be compressed for this client: a 304
+/// for it then carries the weak ETag and Vary its 200 would have.
+pub(super) fn would_compress(cx: &Ctx<'_>, entry: &crate::files::cache::Entry) -> bool {
+    let Some(codings) = cx.request.compress else {
+        return false;
+    };
+    let s = &cx.config().compression;
+    let long_enough = codings.identity_refused() || entry.identity.size >= s.min_length;
+    long_enough
+        && s.compresses_type(entry.content_type.as_bytes())
+        && codings.best(&s.order).is_some()
+}
+
 /// The framing of a streamed compressed body for this request's client.
 pub(super) fn stream_framing(cx: &Ctx<'_>) -> BodyFraming {
     if cx.request.minor_version == 0 {

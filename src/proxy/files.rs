@@ -54,6 +54,9 @@ pub(super) async fn serve_files(
         Resolution::File(entry) => {
             let mut plan = plan(&entry, req, route, framing);
             cx.add_response_fields(&mut plan.head, 0);
+            if plan.status == 304 && compress::would_compress(cx, &entry) {
+                plan.head = rewrite(&plan.head, Some(Coding::Gzip), BodyFraming::NotModified);
+            }
             match compress::decide(cx, &plan.head) {
                 Decision::Unchanged => send_plan(cx, client, &plan, framing).await?,
                 Decision::VaryOnly => {

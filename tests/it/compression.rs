@@ -427,9 +427,24 @@ routes = [{{ path = "/", root = "{}", compress = true }}]
             assert_eq!(decode(coding, &r.body), page(50_000));
         }
     }
+    // Revalidating the compressed copy: 304 with the weak ETag and Vary, no coding.
+    let etag = get(addr, "/page.html", &accept("gzip"))
+        .header("etag")
+        .unwrap()
+        .to_string();
+    let r = get(
+        addr,
+        "/page.html",
+        &format!("{}If-None-Match: {etag}\r\n", accept("gzip")),
+    );
+    assert_eq!((r.status, r.header("etag")), (304, Some(etag.as_str())));
+    assert_eq!(
+        (r.header("vary"), r.header("content-encoding")),
+        (Some("Accept-Encoding"), None)
+    );
     let counters = server.metrics();
     assert_eq!(counters.total(Counter::CompressCacheMisses), 3);
-    assert_eq!(counters.total(Counter::CompressCacheHits), 6);
+    assert_eq!(counters.total(Counter::CompressCacheHits), 7);
     // Larger than static_cache_max_file: compressed as it is sent, chunked.
     let r = get(addr, "/big.txt", &accept("zstd"));
     assert_eq!(r.header("transfer-encoding"), Some("chunked"));

@@ -44,6 +44,11 @@ fn accept_encoding_seeds() {
 }
 
 #[test]
+fn compress_head_seeds() {
+    replay("compress_head", slipstream::fuzzing::compress_head);
+}
+
+#[test]
 fn fastcgi_records_seeds() {
     replay("fastcgi_records", slipstream::fuzzing::fastcgi_records);
 }
