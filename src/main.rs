@@ -51,8 +51,8 @@ enum Command {
         /// How a server is chosen: p2c (default), round_robin or least_conn.
         #[arg(long, value_parser = ["p2c", "round_robin", "least_conn"])]
         balance: Option<String>,
-        /// Worker threads (default: one per core).
-        #[arg(long)]
+        /// Worker threads, 1 to 1024 (default: one per core).
+        #[arg(long, value_parser = parse_workers)]
         workers: Option<usize>,
         #[command(flatten)]
         observe: ObserveArgs,
@@ -71,8 +71,8 @@ enum Command {
         /// List directories that have no index.html.
         #[arg(long)]
         browse: bool,
-        /// Worker threads (default: one per core).
-        #[arg(long)]
+        /// Worker threads, 1 to 1024 (default: one per core).
+        #[arg(long, value_parser = parse_workers)]
         workers: Option<usize>,
         #[command(flatten)]
         observe: ObserveArgs,
@@ -84,6 +84,13 @@ enum Command {
         /// Path to the TOML config.
         #[arg(long, short)]
         config: PathBuf,
+    },
+    /// Print the version; with --verbose also the build: commit, compiler, target, TLS
+    /// provider and what is built in.
+    Version {
+        /// The build details too.
+        #[arg(long, short)]
+        verbose: bool,
     },
     /// Validate a config file: exit 0, or print every error and exit 1.
     Check {
@@ -266,10 +273,36 @@ fn parse_admin(s: &str) -> Result<SocketAddr, String> {
 }
 
 fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    let expected = "expected HOST:PORT, e.g. 0.0.0.0:8080, [::]:8080 or localhost:8080";
     s.to_socket_addrs()
-        .map_err(|e| format!("{s}: {e}"))?
+        .map_err(|e| format!("{s}: {e} ({expected})"))?
         .next()
-        .ok_or_else(|| format!("{s}: no address"))
+        .ok_or_else(|| format!("{s}: no address ({expected})"))
+}
+
+/// `slipstream version [--verbose]`.
+fn print_version(verbose: bool) {
+    println!("slipstream {}", env!("CARGO_PKG_VERSION"));
+    if verbose {
+        println!("commit: {}", env!("SLIPSTREAM_COMMIT"));
+        println!("rustc: {}", env!("SLIPSTREAM_RUSTC"));
+        println!("target: {}", env!("SLIPSTREAM_TARGET"));
+        println!("tls: rustls with aws-lc-rs (TLS 1.2 and 1.3)");
+        println!(
+            "built in: HTTP/1.1, HTTP/2 (h2), TLS, FastCGI, static files, compression (zstd, br, \
+             gzip on zlib-rs), splice and sendfile"
+        );
+    }
+}
+
+/// `--workers`: as the config key allows, 1 to 1024.
+fn parse_workers(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{s}: workers must be between 1 and 1024 (e.g. --workers 4)"
+        )),
+    }
 }
 
 fn main() -> ExitCode {
@@ -327,6 +360,10 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
             run_until_signalled(config, None)
+        }
+        Command::Version { verbose } => {
+            print_version(verbose);
+            return ExitCode::SUCCESS;
         }
         Command::Run { config } => match Config::load(&config) {
             Ok(c) => run_until_signalled(c, Some(&config)),

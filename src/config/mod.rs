@@ -23,7 +23,7 @@ pub mod http2;
 pub mod logs;
 pub mod shared;
 mod text;
-use text::{line_column, nearest, suggest_nearest};
+use text::{line_column, nearest, suggest_nearest, unknown_key};
 pub use text::{parse_duration, parse_size};
 pub mod tls;
 pub mod upstream;
@@ -91,6 +91,8 @@ pub struct ListenerConfig {
     pub redirect_https: bool,
     /// Plain connections here may speak HTTP/2 with prior knowledge (h2c).
     pub h2c: bool,
+    /// Another process may listen on the same address (SO_REUSEPORT sharing, on purpose).
+    pub shared: bool,
 }
 
 /// Client-side limits.
@@ -210,6 +212,7 @@ impl Config {
                 tls: false,
                 redirect_https: false,
                 h2c: false,
+                shared: false,
             }],
             upstreams: Vec::new(),
             router: Router::default(),
@@ -235,7 +238,8 @@ impl Config {
                 file: path.display().to_string(),
                 line: 0,
                 column: 0,
-                message: format!("cannot read: {e}"),
+                message: format!("cannot read the config: {e}"),
+                source: String::new(),
             }])
         })?;
         Config::parse(&text, &path.display().to_string())
@@ -255,25 +259,58 @@ impl Config {
         resolve: fn(&str) -> Vec<SocketAddr>,
     ) -> Result<Config, ConfigErrors> {
         let mut v = Validator {
-            text,
+            text: text.to_string(),
+            original: text,
             file,
             resolve,
             dns_at_start: false,
             errors: Vec::new(),
+            quiet: Vec::new(),
+            edits: Vec::new(),
         };
-        let raw: FileConfig = match toml::from_str(text) {
-            Ok(r) => r,
-            Err(e) => {
-                let span = e.span().unwrap_or(0..0);
-                let message = suggest_nearest(e.message());
-                v.error(span.start, message);
-                return Err(ConfigErrors(v.errors));
+        // A misspelt key stops the TOML reader: it is reported, read as the key it is nearest
+        // to, and the file read again, so one run reports every problem.
+        let mut renamed = Vec::new();
+        let raw: FileConfig = loop {
+            match toml::from_str(&v.text) {
+                Ok(r) => break r,
+                Err(e) => {
+                    let span = e.span().unwrap_or(0..0);
+                    if renamed.contains(&span.start) {
+                        // The renamed key clashes with one already there: stop here.
+                        return Err(ConfigErrors(v.errors));
+                    }
+                    v.error(span.start, suggest_nearest(e.message()));
+                    let written = v.text.get(span.clone()).map(|t| t.trim_matches('"'));
+                    match unknown_key(e.message()) {
+                        Some((unknown, nearest))
+                            if renamed.len() < 50 && written == Some(unknown.as_str()) =>
+                        {
+                            v.edit(span.clone(), &nearest);
+                            renamed.push(span.start);
+                        }
+                        // A number or word where a string belongs (`drain_timeout = 30`): read
+                        // on with it quoted; what validation then says of it is not repeated.
+                        _ if e.message().ends_with("expected a string")
+                            && renamed.len() < 50
+                            && written.is_some_and(|w| !w.is_empty() && !w.contains('\n')) =>
+                        {
+                            let quoted = format!("{:?}", written.unwrap_or_default());
+                            v.edit(span.clone(), &quoted);
+                            renamed.push(span.start);
+                            v.quiet.push(span.start);
+                        }
+                        _ => return Err(ConfigErrors(v.errors)),
+                    }
+                }
             }
         };
         let config = v.build(raw);
         if v.errors.is_empty() {
             Ok(config)
         } else {
+            // In the file's order, as a reader goes through it.
+            v.errors.sort_by_key(|e| (e.line, e.column));
             Err(ConfigErrors(v.errors))
         }
     }
@@ -290,14 +327,38 @@ pub struct ConfigError {
     pub column: usize,
     /// What is wrong.
     pub message: String,
+    /// The text of the line, shown under the message (empty when there is none).
+    pub source: String,
 }
 
 impl fmt::Display for ConfigError {
+    /// `file:line:column: message`, then the line and a caret under the column, as rustc
+    /// shows them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            // Not about a place in the file (it could not be read, say).
+            return write!(f, "{}: {}", self.file, self.message);
+        }
         write!(
             f,
             "{}:{}:{}: {}",
             self.file, self.line, self.column, self.message
+        )?;
+        if self.source.is_empty() {
+            return Ok(());
+        }
+        let number = self.line.to_string();
+        let pad = " ".repeat(number.len());
+        let before: String = self
+            .source
+            .chars()
+            .take(self.column.saturating_sub(1))
+            .map(|c| if c == '\t' { '\t' } else { ' ' })
+            .collect();
+        write!(
+            f,
+            "\n{pad} |\n{number} | {}\n{pad} | {before}^",
+            self.source
         )
     }
 }
@@ -371,6 +432,7 @@ struct FileListener {
     tls: Option<bool>,
     redirect_https: Option<bool>,
     h2c: Option<bool>,
+    shared: Option<bool>,
     backlog: Option<u32>,
     max_connections: Option<usize>,
 }
@@ -404,7 +466,15 @@ pub(crate) enum Size {
 // === Validation ===
 
 struct Validator<'a> {
-    text: &'a str,
+    /// The text read: the file's, with misspelt keys replaced by their nearest valid ones.
+    text: String,
+    /// The file's text as written, for the lines shown with errors.
+    original: &'a str,
+    /// Offsets of values already reported as the wrong type (read on quoted): nothing more
+    /// is said of them.
+    quiet: Vec<usize>,
+    /// Where `text` differs from the file: (offset in `text`, bytes added there).
+    edits: Vec<(usize, isize)>,
     file: &'a str,
     resolve: fn(&str) -> Vec<SocketAddr>,
     /// DNS servers are configured: names are resolved by them when the proxy starts.
@@ -424,13 +494,42 @@ pub fn resolve_system(s: &str) -> Vec<SocketAddr> {
 }
 
 impl Validator<'_> {
+    /// Replaces `span` of the text read, keeping track of where the file's offsets went.
+    fn edit(&mut self, span: std::ops::Range<usize>, with: &str) {
+        let delta = with.len() as isize - span.len() as isize;
+        for (at, _) in &mut self.edits {
+            if *at > span.start {
+                *at = at.saturating_add_signed(delta);
+            }
+        }
+        self.edits.push((span.start, delta));
+        self.text.replace_range(span, with);
+    }
+
     pub(super) fn error(&mut self, offset: usize, message: impl Into<String>) {
-        let (line, column) = line_column(self.text, offset);
+        if self.quiet.contains(&offset) {
+            return;
+        }
+        // Back to the file's own offsets, past the keys read under another name.
+        let shift: isize = self
+            .edits
+            .iter()
+            .filter(|(at, _)| *at < offset)
+            .map(|(_, d)| d)
+            .sum();
+        let offset = offset.saturating_add_signed(-shift);
+        let (line, column) = line_column(self.original, offset);
+        let source = self
+            .original
+            .lines()
+            .nth(line.wrapping_sub(1))
+            .unwrap_or_default();
         self.errors.push(ConfigError {
             file: self.file.to_string(),
             line,
             column,
             message: message.into(),
+            source: source.trim_end().to_string(),
         });
     }
 
@@ -603,6 +702,7 @@ impl Validator<'_> {
                     tls: l.tls.unwrap_or(false),
                     redirect_https: l.redirect_https.unwrap_or(false),
                     h2c: l.h2c.unwrap_or(false),
+                    shared: l.shared.unwrap_or(false),
                 });
             }
         }
@@ -617,6 +717,9 @@ impl Validator<'_> {
     ) -> Router {
         let mut builder = RouterBuilder::default();
         let mut default_seen = false;
+        let any_default = sites
+            .iter()
+            .any(|s| s.default.as_ref().is_some_and(|d| *d.get_ref()));
         if sites.is_empty() {
             self.error(0, "no [[sites]] section: at least one site is required");
         }
@@ -650,7 +753,9 @@ impl Validator<'_> {
                     self.error(host.span().start, reason);
                 }
             }
-            if site.hosts.is_empty() && !is_default {
+            // The first site is the default when none says so.
+            let implied_default = !any_default && std::ptr::eq(site, &sites[0]);
+            if site.hosts.is_empty() && !is_default && !implied_default {
                 let message = "site has no hosts and is not the default: nothing can reach it";
                 self.error(
                     site.routes.first().map_or(0, |r| r.path.span().start),

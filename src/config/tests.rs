@@ -313,3 +313,64 @@ fn compression_settings_parse_and_their_errors_have_lines() {
         ],
     );
 }
+
+#[test]
+fn every_mistake_is_reported_in_one_pass_with_the_line_and_a_caret() {
+    let text = r#"
+workers = 1
+[limits]
+drain_timeout = 30
+keepalive_timout = "5 seconds"
+
+[[listen]]
+address = "127.0.0.1:8080"
+backlg = 10
+
+[upstreams.app]
+servers = ["127.0.0.1:9000"]
+connect_timeout = "5 seconds"
+
+[[sites]]
+default = true
+routes = [{ path = "/", upstrem = "ap" }]
+"#;
+    let e = Config::parse(text, "t.toml").unwrap_err();
+    assert_errors(
+        &e,
+        &[
+            (4, "write it in quotes, e.g. \"30s\" for a duration"),
+            (5, "did you mean `keepalive_timeout`?"),
+            (5, "invalid duration \"5 seconds\""),
+            (9, "did you mean `backlog`?"),
+            (13, "invalid duration \"5 seconds\""),
+            (17, "did you mean `upstream`?"),
+            (17, "unknown upstream \"ap\"; did you mean \"app\"?"),
+        ],
+    );
+    let shown = e.to_string();
+    assert!(
+        shown.contains("t.toml:9:1: unknown key `backlg`; did you mean `backlog`?")
+            && shown.contains("\n  |\n9 | backlg = 10\n  | ^\n"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn the_first_site_is_the_default_when_none_says_so() {
+    let one = GOOD.replace("default = true\n", "");
+    let c = Config::parse(&one, "t.toml").unwrap();
+    assert!(c.router.route(Some(b"any.example"), "/").is_some());
+    // A second site without hosts cannot be reached: still refused.
+    let two = format!("{one}\n[[sites]]\nroutes = [{{ path = \"/\", upstream = \"app\" }}]\n");
+    let e = Config::parse(&two, "t.toml").unwrap_err();
+    assert!(e.to_string().contains("nothing can reach it"), "{e}");
+}
+
+#[test]
+fn an_unreadable_file_is_named_without_a_line() {
+    let e = Config::load(Path::new("/nonexistent/slipstream.toml")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "/nonexistent/slipstream.toml: cannot read the config: No such file or directory (os error 2)"
+    );
+}

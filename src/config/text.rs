@@ -4,7 +4,11 @@
 use std::time::Duration;
 
 pub(super) fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
     let line = before.matches('\n').count() + 1;
     let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
     (line, column)
@@ -45,6 +49,12 @@ pub fn parse_size(s: &str) -> Option<u64> {
 /// nearest valid key.
 pub(super) fn suggest_nearest(message: &str) -> String {
     let message = message.trim();
+    if message.starts_with("invalid type") && message.ends_with("expected a string") {
+        return format!(
+            "{message}: write it in quotes, e.g. \"30s\" for a duration, \"16KB\" for a size, \
+             \"127.0.0.1:8080\" for an address"
+        );
+    }
     if !message.starts_with("unknown field") {
         return message.to_string();
     }
@@ -59,6 +69,18 @@ pub(super) fn suggest_nearest(message: &str) -> String {
         },
         _ => message.to_string(),
     }
+}
+
+/// For serde's "unknown field `x`, expected one of `a`, `b`": `x` and the valid key nearest
+/// to it.
+pub(super) fn unknown_key(message: &str) -> Option<(String, String)> {
+    if !message.trim().starts_with("unknown field") {
+        return None;
+    }
+    let names: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
+    let (unknown, valid) = names.split_first()?;
+    let nearest = nearest(unknown, valid)?;
+    Some(((*unknown).to_string(), nearest.to_string()))
 }
 
 /// The candidate closest to `word` by edit distance.

@@ -241,6 +241,7 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
     counters.gauge_add(Gauge::Writing, -1);
     let micros = started.elapsed().as_micros() as u64;
     count_response(&cx, outcome.status, outcome.body_bytes, micros, generated);
+    debug_request(&cx, client, &outcome, micros, &tried);
     if let Some(fields) = &request.log {
         let log = Line {
             client,
@@ -292,6 +293,23 @@ impl std::fmt::Display for ConnId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}-{}", self.0, self.1)
     }
+}
+
+/// One debug line per request (`SLIPSTREAM_LOG=debug`): who, which route and server, status,
+/// size and time; nothing is formatted unless debug is on.
+fn debug_request(cx: &Ctx<'_>, client: &Client, o: &Outcome, micros: u64, tried: &Tried) {
+    let p = cx.request;
+    tracing::debug!(
+        conn = %ConnId(cx.worker.id, client.id),
+        peer = %client.peer,
+        route = cx.config().router.labels().get(usize::from(p.routed.slot)).map_or("", |l| l.1.as_str()),
+        upstream = %tried.as_slice().last().map_or(String::new(), ToString::to_string),
+        status = o.status,
+        bytes = o.body_bytes,
+        micros,
+        keep_alive = o.keep_alive,
+        "request done"
+    );
 }
 
 /// What an access-log line needs beyond the outcome.

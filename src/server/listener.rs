@@ -26,12 +26,17 @@ pub fn bind(address: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
 }
 
 /// Binds `workers` listeners on one address. With port 0 the first socket picks the port and
-/// the others join it.
+/// the others join it. Unless `shared`, an address another process listens on is refused:
+/// SO_REUSEPORT would otherwise let both listen and split the traffic between them silently.
 pub fn bind_group(
     address: SocketAddr,
     backlog: u32,
     workers: usize,
+    shared: bool,
 ) -> io::Result<Vec<TcpListener>> {
+    if !shared && address.port() != 0 {
+        refuse_if_taken(address)?;
+    }
     let first = bind(address, backlog)?;
     let actual = first.local_addr()?;
     let mut all = vec![first];
@@ -39,6 +44,79 @@ pub fn bind_group(
         all.push(bind(actual, backlog)?);
     }
     Ok(all)
+}
+
+/// Fails when another socket listens on `address`: a probe bound without SO_REUSEPORT
+/// cannot share it. The error names the process holding it when /proc shows it.
+fn refuse_if_taken(address: SocketAddr) -> io::Result<()> {
+    let probe = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    probe.set_reuse_address(true)?;
+    if address.is_ipv6() {
+        probe.set_only_v6(true)?;
+    }
+    match probe.bind(&address.into()) {
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+            let by = holder_of(address).map_or(String::new(), |h| format!(" by {h}"));
+            Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "address already in use{by}; stop the other server first, or set \
+                     `shared = true` on the listener to share it on purpose"
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The process listening on `address` (`"pid 812 (nginx)"`), from /proc/net/tcp{,6} and the
+/// processes' descriptors (only those this user may read).
+fn holder_of(address: SocketAddr) -> Option<String> {
+    let inodes: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|text| {
+            text.lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let f: Vec<&str> = line.split_whitespace().collect();
+                    // local address, state 0A (LISTEN), inode.
+                    let port = f.get(1)?.rsplit_once(':')?.1;
+                    let listening = *f.get(3)? == "0A";
+                    let same = u16::from_str_radix(port, 16).ok()? == address.port();
+                    (listening && same).then(|| f.get(9).map(|i| (*i).to_string()))?
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let own = std::process::id().to_string();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == own {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            let target = target.to_string_lossy();
+            let inode = target
+                .strip_prefix("socket:[")
+                .and_then(|t| t.strip_suffix(']'));
+            if inode.is_some_and(|i| inodes.iter().any(|x| x == i)) {
+                let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+                return Some(format!("pid {pid} ({})", comm.trim()));
+            }
+        }
+    }
+    None
 }
 
 /// Raises the open-file limit to its hard maximum, so the connection limit, not RLIMIT_NOFILE,

@@ -50,7 +50,21 @@ impl Server {
     /// Binds every listener and starts the workers. Fails (with nothing left running) if a
     /// listener, the admin address or the access log cannot be opened.
     pub fn start(mut config: Config) -> io::Result<Server> {
-        listener::raise_nofile_limit();
+        if let Some(limit) = listener::raise_nofile_limit() {
+            // Each connection may hold a client and an upstream descriptor.
+            let wanted: u64 = config
+                .listeners
+                .iter()
+                .map(|l| l.max_connections as u64 * 2)
+                .sum();
+            if limit < wanted {
+                tracing::warn!(
+                    "open-file limit {limit} is below the {wanted} descriptors max_connections may need \
+                     (two per connection): raise it (LimitNOFILE= in the unit, ulimit -n) or lower \
+                     max_connections; accept pauses at the limit (slipstream_accept_errors_total)"
+                );
+            }
+        }
         let resumption = crate::tls::Resumption::new().map_err(io::Error::other)?;
         prepare_tls(&mut config, &resumption).map_err(io::Error::other)?;
         let workers = config.workers.max(1);
@@ -287,8 +301,14 @@ fn bind_listeners(
     let mut per_worker: WorkerListeners = (0..workers).map(|_| Vec::new()).collect();
     let mut addrs = Vec::new();
     for l in &config.listeners {
-        let group = listener::bind_group(l.address, l.backlog, workers).map_err(|e| {
-            io::Error::new(e.kind(), format!("cannot listen on {}: {e}", l.address))
+        let group = listener::bind_group(l.address, l.backlog, workers, l.shared).map_err(|e| {
+            let hint = if e.kind() == io::ErrorKind::PermissionDenied && l.address.port() < 1024 {
+                " (ports below 1024 need root or CAP_NET_BIND_SERVICE: \
+                 `setcap cap_net_bind_service=+ep` on the binary, or AmbientCapabilities= in the unit)"
+            } else {
+                ""
+            };
+            io::Error::new(e.kind(), format!("cannot listen on {}: {e}{hint}", l.address))
         })?;
         addrs.push(group[0].local_addr()?);
         let limit = l.max_connections.div_ceil(workers);

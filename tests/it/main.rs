@@ -15,6 +15,7 @@ mod http2_frames;
 mod large_bodies;
 mod lifecycle;
 mod observe;
+mod operate;
 mod proxy_http1;
 mod support;
 mod tls;
