@@ -308,7 +308,7 @@ pub fn compress_head(data: &[u8]) {
         .split("\r\n")
         .skip(1)
         .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n, v.trim()))
+        .map(|(n, v)| (n, v.trim_ascii()))
         .collect();
     let named = |name: &'static str| fields.iter().filter(move |(n, _)| *n == name);
     assert_eq!(named("content-length").count(), 0, "{text:?}");
