@@ -173,6 +173,20 @@ pub(super) async fn relay(
     Ok(outcome(body.bytes_out, keep_alive))
 }
 
+/// Compressed output sent while the upstream still has more waiting, without a flush.
+const SEND_AT: usize = 64 * 1024;
+
+/// What a send does to the encoder first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Nothing: only the output it already produced goes out.
+    Pending,
+    /// Flush, so everything read so far can be decoded (the upstream has paused).
+    Flush,
+    /// Finish the stream (the body ended).
+    End,
+}
+
 /// A compressed body streamed as the upstream produces it.
 struct Streamed {
     /// `None` once finished.
@@ -221,17 +235,29 @@ impl Streamed {
             start = 0;
             let done = reader.is_done() || eof || extra;
             if !done && upstream.ready_now() {
+                // More is waiting: read on, sending what is compressed so far once it is a
+                // buffer's worth (a fast upstream must not pile output up in memory).
+                if self.pending() >= SEND_AT {
+                    self.send(client, Step::Pending, send_timeout, counters)
+                        .await?;
+                }
                 self.read(upstream, ubuf, max, read_timeout, &mut eof, &reader)
                     .await?;
                 continue;
             }
-            self.send(client, done, send_timeout, counters).await?;
+            let step = if done { Step::End } else { Step::Flush };
+            self.send(client, step, send_timeout, counters).await?;
             if done {
                 return Ok(reader.is_done() && !extra && !eof);
             }
             self.read(upstream, ubuf, max, read_timeout, &mut eof, &reader)
                 .await?;
         }
+    }
+
+    /// Compressed bytes produced and not yet sent.
+    fn pending(&mut self) -> usize {
+        self.encoder.as_mut().map_or(0, |e| e.output().len())
     }
 
     /// Reads more of the body; the upstream closing ends an until-close body only.
@@ -260,22 +286,25 @@ impl Streamed {
     async fn send(
         &mut self,
         client: &mut Client,
-        end: bool,
+        step: Step,
         timeout: Duration,
         counters: &Shard,
     ) -> Result<(), Error> {
         let Some(encoder) = self.encoder.as_mut() else {
             return Ok(());
         };
-        let data = if end {
-            let encoder = self.encoder.take().expect("checked above");
-            encoder.finish().map_err(failed(counters))?
-        } else {
-            if self.unflushed {
+        let end = step == Step::End;
+        let data = match step {
+            Step::End => {
+                let encoder = self.encoder.take().expect("checked above");
+                encoder.finish().map_err(failed(counters))?
+            }
+            Step::Flush if self.unflushed => {
                 encoder.flush().map_err(failed(counters))?;
                 self.unflushed = false;
+                std::mem::take(encoder.output())
             }
-            std::mem::take(encoder.output())
+            Step::Flush | Step::Pending => std::mem::take(encoder.output()),
         };
         let head = self.head.take().unwrap_or_default();
         self.bytes_out += data.len() as u64;
