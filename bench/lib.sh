@@ -149,6 +149,32 @@ results_table() { # title args-for-run...
     done
 }
 
+# Runs wrk -t1 -c$CONNS on URL for $DURATION seconds (after a warm-up of ${WARMUP:-1} s), with
+# any further wrk arguments, counting the CPU time (schedstat) and syscalls (perf) of PIDS.
+# Prints "req/s p50us p99us cpu_us_per_req syscalls_per_req".
+wrk_measure() { # "pids" url [wrk args...]
+    local pids=$1 url=$2 before after perf_pid
+    shift 2
+    wrk -t1 -c"$CONNS" -d"${WARMUP:-1}s" "$@" "$url" >/dev/null
+    # shellcheck disable=SC2086
+    perf stat -e raw_syscalls:sys_enter -x, -o "$WORK/perf.txt" -p "$(echo $pids | tr ' ' ',')" -- sleep "$DURATION" 2>/dev/null &
+    perf_pid=$!
+    # shellcheck disable=SC2086
+    before=$(cpu_ns $pids)
+    wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "$@" "$url" > "$WORK/wrk.txt"
+    # shellcheck disable=SC2086
+    after=$(cpu_ns $pids)
+    wait "$perf_pid" || true
+    local rps reqs p50 p99 sys
+    rps=$(awk '/Requests\/sec/ {print $2}' "$WORK/wrk.txt")
+    reqs=$(awk '/requests in/ {print $1}' "$WORK/wrk.txt")
+    p50=$(awk '$1=="50%" {print $2}' "$WORK/wrk.txt" | to_us)
+    p99=$(awk '$1=="99%" {print $2}' "$WORK/wrk.txt" | to_us)
+    sys=$(awk -F, '/raw_syscalls:sys_enter/ {print $1}' "$WORK/perf.txt")
+    awk -v rps="$rps" -v p50="$p50" -v p99="$p99" -v cpu=$((after - before)) -v n="$reqs" -v sys="${sys:-0}" \
+        'BEGIN { printf "%s %s %s %.1f %.1f\n", rps, p50, p99, cpu/1000/n, sys/n }'
+}
+
 # Background processes to stop when the script exits.
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }

@@ -115,28 +115,9 @@ proxy_pids() {
 }
 
 run() { # port path close -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
-    local port=$1 path=$2 close=$3 pids before after header=()
-    [ "$close" = yes ] && header=(-H 'Connection: close')
-    local url="https://localhost:$port/$path"
-    wrk -t1 -c"$CONNS" -d2s "${header[@]}" "$url" >/dev/null
-    pids=$(proxy_pids "$port")
-    # shellcheck disable=SC2086
-    perf stat -e raw_syscalls:sys_enter -x, -o "$WORK/perf.txt" -p "$(echo $pids | tr ' ' ',')" -- sleep "$DURATION" 2>/dev/null &
-    local perf_pid=$!
-    # shellcheck disable=SC2086
-    before=$(cpu_ns $pids)
-    wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "${header[@]}" "$url" > "$WORK/wrk.txt"
-    # shellcheck disable=SC2086
-    after=$(cpu_ns $pids)
-    wait "$perf_pid" || true
-    local rps reqs p50 p99 sys
-    rps=$(awk '/Requests\/sec/ {print $2}' "$WORK/wrk.txt")
-    reqs=$(awk '/requests in/ {print $1}' "$WORK/wrk.txt")
-    p50=$(awk '$1=="50%" {print $2}' "$WORK/wrk.txt" | to_us)
-    p99=$(awk '$1=="99%" {print $2}' "$WORK/wrk.txt" | to_us)
-    sys=$(awk -F, '/raw_syscalls:sys_enter/ {print $1}' "$WORK/perf.txt")
-    awk -v rps="$rps" -v p50="$p50" -v p99="$p99" -v cpu=$((after - before)) -v n="$reqs" -v sys="${sys:-0}" \
-        'BEGIN { printf "%s %s %s %.1f %.1f\n", rps, p50, p99, cpu/1000/n, sys/n }'
+    local header=()
+    [ "$3" = yes ] && header=(-H 'Connection: close')
+    WARMUP=2 wrk_measure "$(proxy_pids "$1")" "https://localhost:$1/$2" "${header[@]}"
 }
 
 ROUNDS=${ROUNDS:-2}

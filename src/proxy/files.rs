@@ -189,6 +189,37 @@ async fn send_plan(
     })
 }
 
+/// The compressed copy of a whole file from the worker's cache, made and kept on a miss.
+fn cached_copy(
+    cx: &Ctx<'_>,
+    entry: &Rc<Entry>,
+    rep: &crate::files::cache::Representation,
+    coding: Coding,
+) -> Result<Rc<[u8]>, Error> {
+    let (settings, counters) = (&cx.config().compression, &cx.worker.counters);
+    let cache = &cx.worker.compressed;
+    if let Some(packed) = cache.get(entry, coding) {
+        counters.inc(Counter::CompressCacheHits);
+        return Ok(packed);
+    }
+    let data = match &rep.memory {
+        Some(m) => Cow::Borrowed(&m[..]),
+        None => {
+            let mut buf = vec![0; rep.size as usize];
+            rep.file
+                .read_exact_at(&mut buf, 0)
+                .map_err(|_| Error::new(Kind::FileFailed))?;
+            Cow::Owned(buf)
+        }
+    };
+    let packed = compress_whole(coding, settings, &data).map_err(compress::failed(counters))?;
+    let packed: Rc<[u8]> = packed.into();
+    counters.inc(Counter::CompressCacheMisses);
+    let stored = cache.put(entry, coding, packed.clone(), settings.static_cache);
+    counters.add(Counter::CompressCacheEvictions, stored.evicted);
+    Ok(packed)
+}
+
 /// Bytes of a large file read (and compressed) at a time.
 const FILE_PIECE: usize = 64 * 1024;
 
@@ -210,30 +241,7 @@ async fn send_compressed(
     let head_only = plan.body.is_empty();
     let failed = |_| Error::new(Kind::FileFailed).after_head(plan.status);
     if rep.size <= settings.static_cache_max_file {
-        let cache = &cx.worker.compressed;
-        let packed = match cache.get(entry, coding) {
-            Some(p) => {
-                counters.inc(Counter::CompressCacheHits);
-                p
-            }
-            None => {
-                let data = match &rep.memory {
-                    Some(m) => Cow::Borrowed(&m[..]),
-                    None => {
-                        let mut buf = vec![0; rep.size as usize];
-                        rep.file.read_exact_at(&mut buf, 0).map_err(failed)?;
-                        Cow::Owned(buf)
-                    }
-                };
-                let packed =
-                    compress_whole(coding, settings, &data).map_err(compress::failed(counters))?;
-                let packed: Rc<[u8]> = packed.into();
-                counters.inc(Counter::CompressCacheMisses);
-                let stored = cache.put(entry, coding, packed.clone(), settings.static_cache);
-                counters.add(Counter::CompressCacheEvictions, stored.evicted);
-                packed
-            }
-        };
+        let packed = cached_copy(cx, entry, rep, coding)?;
         let head = rewrite(
             &plan.head,
             Some(coding),

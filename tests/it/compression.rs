@@ -11,7 +11,6 @@ use std::net::SocketAddr;
 use std::process::Command;
 
 use slipstream::observe::metrics::Counter;
-use slipstream::Server;
 
 use crate::support::*;
 
@@ -510,22 +509,8 @@ fn fastcgi_responses_are_compressed_from_a_real_php_fpm() {
         "<?php header('Content-Type: text/plain'); echo str_repeat('first ', 400); flush(); usleep(200000); echo str_repeat('second ', 400);",
     );
     let root = fpm.root.canonicalize().unwrap();
-    let server: Server = proxy(&format!(
-        r#"
-workers = 1
-[[listen]]
-address = "127.0.0.1:0"
-[upstreams.php]
-protocol = "fastcgi"
-servers = ["unix:{}"]
-root = "{}"
-[[sites]]
-default = true
-routes = [{{ path = "/", upstream = "php", compress = true }}]
-"#,
-        fpm.socket.display(),
-        root.display()
-    ));
+    let socket = format!("unix:{}", fpm.socket.display());
+    let server = crate::fastcgi_proxy::php_proxy(&socket, &root, "", ", compress = true");
     let addr = server.local_addrs()[0];
     let expected: String = (0..3000)
         .map(|i| format!("<li>row {i} of the listing</li>\n"))

@@ -18,7 +18,7 @@ use crate::support::*;
 
 /// A one-worker proxy with a FastCGI group on `server` rooted at `root`; `extra` adds group
 /// keys, `route` route keys.
-fn php_proxy(server: &str, root: &Path, extra: &str, route: &str) -> Server {
+pub(crate) fn php_proxy(server: &str, root: &Path, extra: &str, route: &str) -> Server {
     proxy(&format!(
         r#"
 workers = 1

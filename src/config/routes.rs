@@ -1,0 +1,177 @@
+//! Building the router from the `[[sites]]` sections: sites, their hosts and headers, and each
+//! route's target (an upstream group, with FastCGI `params` and `buffer_response`, or a
+//! static-file route) and options, every problem reported with its line.
+
+use super::files::RouteSection;
+use super::{nearest, FileRoute, FileSite, Protocol, UpstreamGroup, Validator};
+use crate::routing::{Router, RouterBuilder, Target, UpstreamTarget};
+
+impl Validator<'_> {
+    pub(super) fn build_router(
+        &mut self,
+        sites: &[FileSite],
+        upstreams: &[UpstreamGroup],
+        built: &mut Built<'_>,
+    ) -> Router {
+        let mut builder = RouterBuilder::default();
+        let mut default_seen = false;
+        let any_default = sites
+            .iter()
+            .any(|s| s.default.as_ref().is_some_and(|d| *d.get_ref()));
+        if sites.is_empty() {
+            self.error(0, "no [[sites]] section: at least one site is required");
+        }
+        for site in sites {
+            let is_default = site.default.as_ref().is_some_and(|d| *d.get_ref());
+            if is_default && default_seen {
+                let at = site.default.as_ref().map_or(0, |d| d.span().start);
+                self.error(at, "more than one site has default = true");
+            }
+            default_seen |= is_default;
+            let name = site
+                .name
+                .clone()
+                .unwrap_or_else(|| match site.hosts.first() {
+                    Some(h) => h.get_ref().clone(),
+                    None => "default".to_string(),
+                });
+            let index = builder.add_site(&name, is_default);
+            if let Some(headers) = &site.add_headers {
+                let mut lines = Vec::new();
+                for (name, value) in headers.get_ref() {
+                    match crate::http1::response::field_line(name, value) {
+                        Ok(line) => lines.extend_from_slice(&line),
+                        Err(e) => self.error(headers.span().start, format!("add_headers: {e}")),
+                    }
+                }
+                builder.set_headers(index, lines);
+            }
+            for host in &site.hosts {
+                if let Err(reason) = builder.add_host(index, host.get_ref()) {
+                    self.error(host.span().start, reason);
+                }
+            }
+            // The first site is the default when none says so.
+            let implied_default = !any_default && std::ptr::eq(site, &sites[0]);
+            if site.hosts.is_empty() && !is_default && !implied_default {
+                let message = "site has no hosts and is not the default: nothing can reach it";
+                self.error(
+                    site.routes.first().map_or(0, |r| r.path.span().start),
+                    message,
+                );
+            }
+            for route in &site.routes {
+                if let Some(target) = self.build_route(route, upstreams, built) {
+                    builder.add_route(index, route.path.get_ref(), target);
+                    builder.set_compress(index, route.compress.unwrap_or(false));
+                }
+            }
+        }
+        builder.build()
+    }
+}
+
+impl Validator<'_> {
+    /// One route: to an upstream group, or to a directory.
+    fn build_route(
+        &mut self,
+        route: &RouteSection,
+        upstreams: &[UpstreamGroup],
+        built: &mut Built<'_>,
+    ) -> Option<Target> {
+        let path = route.path.get_ref();
+        if !path.starts_with('/') {
+            self.error(route.path.span().start, "route path must start with '/'");
+        }
+        let group_named = |name: &str| upstreams.iter().position(|u| u.name == name);
+        match (&route.upstream, route.any()) {
+            (Some(_), true) => {
+                let message = "a route has either upstream or root/alias, not both";
+                self.error(route.path.span().start, message);
+                None
+            }
+            (None, false) => {
+                let message = "a route needs upstream, root or alias";
+                self.error(route.path.span().start, message);
+                None
+            }
+            (None, true) => {
+                if let Some(b) = &route.buffer_response {
+                    self.error(b.span().start, "buffer_response applies to upstream routes");
+                }
+                if route.params.is_some() {
+                    let message = "params applies to routes to a FastCGI upstream";
+                    self.error(route.path.span().start, message);
+                }
+                let file_route = self.build_file_route(path, route, &group_named)?;
+                built.file_routes.push(file_route);
+                Some(Target::Files(built.file_routes.len() - 1))
+            }
+            (Some(upstream), false) => {
+                let buffer_response = route
+                    .buffer_response
+                    .as_ref()
+                    .map(|_| self.size(&route.buffer_response, 0));
+                if let Some(group) = group_named(upstream.get_ref()) {
+                    let params = self.route_params(route, &upstreams[group], built);
+                    return Some(Target::Upstream(UpstreamTarget {
+                        upstream: group,
+                        buffer_response,
+                        params,
+                    }));
+                }
+                let names: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+                let hint = nearest(upstream.get_ref(), &names)
+                    .map(|n| format!("; did you mean {n:?}?"))
+                    .unwrap_or_default();
+                self.error(
+                    upstream.span().start,
+                    format!("unknown upstream {:?}{hint}", upstream.get_ref()),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// What routes add to the config besides the router.
+pub(super) struct Built<'a> {
+    pub(super) file_routes: &'a mut Vec<FileRoute>,
+    pub(super) route_params: &'a mut Vec<Vec<(String, String)>>,
+}
+
+impl Validator<'_> {
+    /// A route's FastCGI `params` (only on routes to FastCGI groups) and what FastCGI
+    /// refuses (`buffer_response`).
+    fn route_params(
+        &mut self,
+        route: &RouteSection,
+        group: &UpstreamGroup,
+        built: &mut Built<'_>,
+    ) -> Option<u16> {
+        let at = route.path.span().start;
+        if group.protocol != Protocol::FastCgi {
+            if route.params.is_some() {
+                self.error(at, "params applies to routes to a FastCGI upstream");
+            }
+            return None;
+        }
+        if let Some(b) = &route.buffer_response {
+            let message = "buffer_response applies to HTTP upstreams (FastCGI responses are read whole when they fit a buffer)";
+            self.error(b.span().start, message);
+        }
+        let route_params = self.build_params(route.params.as_ref(), at);
+        if route_params.is_empty() {
+            return None;
+        }
+        // The group's variables with the route's over them, merged once here.
+        let mut params = group
+            .fastcgi
+            .as_ref()
+            .map_or(Vec::new(), |f| f.params.clone());
+        params.retain(|(n, _)| !route_params.iter().any(|(r, _)| r == n));
+        params.extend(route_params);
+        built.route_params.push(params);
+        u16::try_from(built.route_params.len() - 1).ok()
+    }
+}
