@@ -20,6 +20,7 @@
 pub mod buffers;
 pub mod compress;
 pub mod config;
+pub mod demo;
 pub mod error;
 pub mod fastcgi;
 pub mod files;

@@ -3,7 +3,6 @@
 //! and the exit status. SIGUSR1 reopens the log files.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command line tool prints
 
-use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -11,9 +10,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use slipstream::config::{self, Balance, Config, ServerSpec};
 use slipstream::observe::access_log::AccessLogTarget;
+use slipstream::observe::doctor;
 use slipstream::observe::log_format::LogFormat;
-use slipstream::observe::{doctor, error_log};
-use slipstream::Server;
+use slipstream::server::{control, pid_file, run_until_signalled, systemd};
+
+/// Where `run`, `check`, `reload` and `stop` look without `--config`.
+const DEFAULT_CONFIG: &str = "/etc/slipstream/slipstream.toml";
 
 #[derive(Parser)]
 #[command(
@@ -79,11 +81,39 @@ enum Command {
         #[command(flatten)]
         tls: FrontArgs,
     },
-    /// Run from a config file, in the foreground.
+    /// Run from a config file, in the foreground (writes the pid file `reload` and `stop`
+    /// use).
     Run {
         /// Path to the TOML config.
-        #[arg(long, short)]
+        #[arg(long, short, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
+        /// Also run the bundled demo upstream on 127.0.0.1:9000 (the example config's), in
+        /// this process: Ctrl-C stops both.
+        #[arg(long)]
+        demo: bool,
+    },
+    /// Reload the running slipstream's config (found by the config's pid file) and report the
+    /// new generation, or every error (the running config keeps serving; exit 1).
+    Reload {
+        /// Path to the TOML config (the same one `run` was given).
+        #[arg(long, short, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+    },
+    /// Stop the running slipstream (found by the config's pid file) and wait for it to exit.
+    Stop {
+        /// Path to the TOML config (the same one `run` was given).
+        #[arg(long, short, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        /// Let in-flight requests finish first (within drain_timeout).
+        #[arg(long)]
+        graceful: bool,
+    },
+    /// Write the man pages (man/) and the bash, zsh and fish completions (completions/) into
+    /// a directory, for packaging.
+    #[command(hide = true)]
+    Generate {
+        /// The directory to write into.
+        out_dir: PathBuf,
     },
     /// Print the version; with --verbose also the build: commit, compiler, target, TLS
     /// provider and what is built in.
@@ -95,7 +125,7 @@ enum Command {
     /// Validate a config file: exit 0, or print every error and exit 1.
     Check {
         /// Path to the TOML config.
-        #[arg(long, short)]
+        #[arg(long, short, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
     /// Check this host (and a config, and a running slipstream) against the throughput traps;
@@ -306,6 +336,11 @@ fn parse_workers(s: &str) -> Result<usize, String> {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts: it clears LISTEN_FDS and LISTEN_PID from the environment.
+    if let Err(e) = systemd::adopt_listeners() {
+        eprintln!("slipstream: {e}");
+        return ExitCode::FAILURE;
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Proxy {
@@ -365,13 +400,18 @@ fn main() -> ExitCode {
             print_version(verbose);
             return ExitCode::SUCCESS;
         }
-        Command::Run { config } => match Config::load(&config) {
-            Ok(c) => run_until_signalled(c, Some(&config)),
-            Err(errors) => {
-                eprintln!("{errors}");
-                return ExitCode::FAILURE;
+        Command::Run { config, demo } => return run_command(&config, demo),
+        Command::Reload { config } => return reload_command(&config),
+        Command::Stop { config, graceful } => return stop_command(&config, graceful),
+        Command::Generate { out_dir } => {
+            return match generate(&out_dir) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("slipstream: {}: {e}", out_dir.display());
+                    ExitCode::FAILURE
+                }
             }
-        },
+        }
         Command::Doctor {
             config,
             admin,
@@ -392,6 +432,29 @@ fn main() -> ExitCode {
             }
         }
     };
+    finish(result)
+}
+
+/// `slipstream run [--demo]`.
+fn run_command(path: &Path, demo: bool) -> ExitCode {
+    let config = match Config::load(path) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if demo {
+        if let Err(e) = start_demo(&config) {
+            eprintln!("slipstream: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    finish(run_until_signalled(config, Some(path)))
+}
+
+/// The exit status of a server run.
+fn finish(result: std::io::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -401,89 +464,90 @@ fn main() -> ExitCode {
     }
 }
 
-/// Starts the server, then reloads on SIGHUP (from `config_path`) and drains and returns on
-/// SIGTERM or SIGINT; a second signal during the drain exits at once with status 1.
-fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    error_log::init(&config.error_log)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let _guard = rt.enter();
-    let mut hup = signal(SignalKind::hangup())?;
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut usr1 = signal(SignalKind::user_defined1())?;
-    let workers = config.workers;
-    let server = Server::start(config)?;
-    for addr in server.local_addrs() {
-        tracing::info!("listening on {addr} with {workers} workers");
-    }
-    if let Some(addr) = server.admin_addr() {
-        tracing::info!("admin listening on {addr} (/metrics, /status, /health)");
-        if !addr.ip().is_loopback() {
-            tracing::warn!("the admin listener {addr} is reachable from other hosts: its pages show upstream addresses and traffic; bind it to 127.0.0.1 unless a firewall guards it");
-        }
-    }
-    let certificates = server.certificates_changed();
-    rt.block_on(async {
-        loop {
-            tokio::select! {
-                _ = hup.recv() => reload(&server, config_path),
-                () = certificates.notified() => match server.reload_certificates() {
-                    Ok(()) => tracing::info!("certificates changed on disk: reloaded"),
-                    Err(e) => tracing::error!("certificates changed on disk but were refused, the old ones keep serving: {e}"),
-                },
-                _ = usr1.recv() => {
-                    error_log::reopen();
-                    server.reopen_logs();
-                }
-                _ = term.recv() => break,
-                _ = int.recv() => break,
-            }
-        }
+/// `run --demo`: the bundled upstream on 127.0.0.1:9000, in this process.
+fn start_demo(config: &Config) -> Result<(), String> {
+    let upstream = SocketAddr::from(([127, 0, 0, 1], 9000));
+    slipstream::demo::spawn(upstream).map_err(|e| {
+        format!("the demo upstream cannot listen on {upstream}: {e} (is a demo already running?)")
+    })?;
+    let proxy = config.listeners.first().map_or(String::new(), |l| {
+        let host = if l.address.ip().is_unspecified() {
+            "127.0.0.1".to_string()
+        } else {
+            l.address.ip().to_string()
+        };
+        format!("; try: curl http://{host}:{}/", l.address.port())
     });
-    tracing::info!("shutting down: draining in-flight requests (signal again to stop at once)");
-    let (done, drained) = tokio::sync::oneshot::channel();
-    std::thread::spawn(move || {
-        server.shutdown();
-        let _ = done.send(());
-    });
-    rt.block_on(async {
-        tokio::select! {
-            _ = drained => tracing::info!("stopped"),
-            _ = term.recv() => stop_at_once(),
-            _ = int.recv() => stop_at_once(),
-        }
-    });
+    eprintln!("demo: the bundled upstream answers on {upstream}{proxy}; Ctrl-C stops both");
     Ok(())
 }
 
-/// The second signal: leave without waiting for in-flight requests.
-#[allow(clippy::disallowed_methods)] // the one place the process exits by itself
-fn stop_at_once() {
-    tracing::warn!("second signal: stopping without waiting for in-flight requests");
-    std::process::exit(1);
+/// The pid file a config names, read without validating the rest of it (so `stop` works while
+/// the file on disk is half edited).
+fn pid_file_of(config: &Path) -> PathBuf {
+    std::fs::read_to_string(config)
+        .ok()
+        .and_then(|text| text.parse::<toml::Table>().ok())
+        .and_then(|t| t.get("pid_file")?.as_str().map(PathBuf::from))
+        .unwrap_or_else(pid_file::default_path)
 }
 
-fn reload(server: &Server, config_path: Option<&Path>) {
-    let Some(path) = config_path else {
-        // Without a config file, only the certificate files can change.
-        return match server.reload_certificates() {
-            Ok(()) => tracing::info!("SIGHUP: certificates reloaded"),
-            Err(e) => tracing::error!("reload refused, the old certificates keep serving: {e}"),
-        };
-    };
-    match Config::load(path) {
-        Ok(config) => match server.reload(config) {
-            Ok(()) => tracing::info!("reloaded {}", path.display()),
-            Err(e) => tracing::error!("reload refused, the running config stays: {e}"),
-        },
-        Err(errors) => {
-            server.reload_refused();
-            tracing::error!("reload refused, the running config stays:\n{errors}");
+/// `slipstream reload`: exit 0 with the new generation, or 1 with the reasons.
+fn reload_command(config: &Path) -> ExitCode {
+    match control::reload(&pid_file_of(config), std::time::Duration::from_secs(60)) {
+        Ok(done) => {
+            println!(
+                "pid {} reloaded {}: generation {}",
+                done.pid, done.config, done.generation
+            );
+            let asked = std::path::absolute(config).unwrap_or_else(|_| config.to_path_buf());
+            if Path::new(&done.config) != asked {
+                eprintln!(
+                    "note: it runs {}, not {} (that file only named the pid file)",
+                    done.config,
+                    asked.display()
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("slipstream: {e}");
+            ExitCode::FAILURE
         }
     }
+}
+
+/// `slipstream stop`: exit 0 once the process has exited.
+fn stop_command(config: &Path, graceful: bool) -> ExitCode {
+    // A graceful stop may take the whole drain_timeout.
+    let wait = std::time::Duration::from_secs(if graceful { 600 } else { 30 });
+    match control::stop(&pid_file_of(config), graceful, wait) {
+        Ok(pid) => {
+            println!("stopped pid {pid}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("slipstream: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `slipstream generate DIR`: the man pages and shell completions, from the same definitions
+/// as `--help`.
+fn generate(out_dir: &Path) -> std::io::Result<()> {
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+    let command = Cli::command();
+    let man = out_dir.join("man");
+    std::fs::create_dir_all(&man)?;
+    clap_mangen::generate_to(command.clone(), &man)?;
+    let completions = out_dir.join("completions");
+    std::fs::create_dir_all(&completions)?;
+    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+        clap_complete::generate_to(shell, &mut command.clone(), "slipstream", &completions)?;
+    }
+    Ok(())
 }
 
 /// `slipstream doctor`: prints the findings; exit status 1 when one is critical.

@@ -76,6 +76,9 @@ pub struct Config {
     pub http2: http2::Http2Settings,
     /// How routes with `compress = true` compress responses.
     pub compression: crate::compress::Settings,
+    /// Where `run` writes its process id for `slipstream reload` and `stop` (`None`: the
+    /// default of [`crate::server::pid_file::default_path`]).
+    pub pid_file: Option<PathBuf>,
 }
 
 /// One listening address.
@@ -230,6 +233,7 @@ impl Config {
             tls: None,
             http2: http2::Http2Settings::defaults(Limits::default().max_request_head),
             compression: crate::compress::Settings::default(),
+            pid_file: None,
         }
     }
 
@@ -395,6 +399,7 @@ struct FileConfig {
     error_log_level: Option<Spanned<String>>,
     error_log_format: Option<Spanned<String>>,
     admin: Option<Spanned<String>>,
+    pid_file: Option<Spanned<String>>,
     #[serde(default)]
     resolver: Vec<Spanned<String>>,
     #[serde(default)]
@@ -660,6 +665,8 @@ impl Validator<'_> {
                 Err(_) => self.socket_addr(a),
             });
 
+        let pid_file = self.pid_file(raw.pid_file.as_ref());
+
         Config {
             workers,
             listeners,
@@ -677,7 +684,22 @@ impl Validator<'_> {
             tls,
             http2,
             compression,
+            pid_file,
         }
+    }
+
+    /// `pid_file`: an absolute path.
+    fn pid_file(&mut self, value: Option<&Spanned<String>>) -> Option<PathBuf> {
+        let value = value?;
+        let path = PathBuf::from(value.get_ref());
+        if path.is_absolute() {
+            return Some(path);
+        }
+        self.error(
+            value.span().start,
+            "pid_file must be an absolute path, e.g. \"/run/slipstream/slipstream.pid\"",
+        );
+        None
     }
 
     fn build_listeners(&mut self, listen: &[FileListener]) -> Vec<ListenerConfig> {

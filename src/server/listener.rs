@@ -46,6 +46,19 @@ pub fn bind_group(
     Ok(all)
 }
 
+/// Gives each of `workers` its own descriptor of one listening socket passed by the service
+/// manager (socket activation): they share its accept queue, as SO_REUSEPORT sockets cannot be
+/// made without binding.
+pub fn share(socket: TcpListener, workers: usize) -> io::Result<Vec<TcpListener>> {
+    socket.set_nonblocking(true)?;
+    let mut all = Vec::with_capacity(workers);
+    for _ in 1..workers {
+        all.push(socket.try_clone()?);
+    }
+    all.push(socket);
+    Ok(all)
+}
+
 /// Fails when another socket listens on `address`: a probe bound without SO_REUSEPORT
 /// cannot share it. The error names the process holding it when /proc shows it.
 fn refuse_if_taken(address: SocketAddr) -> io::Result<()> {

@@ -4,8 +4,14 @@
 //! Dropping a [`Server`] shuts it down.
 
 mod cert_watch;
+pub mod control;
 pub mod listener;
+pub mod pid_file;
+mod run;
+pub mod systemd;
 mod worker_thread;
+
+pub use run::run_until_signalled;
 
 use std::io;
 use std::net::SocketAddr;
@@ -69,6 +75,7 @@ impl Server {
         prepare_tls(&mut config, &resumption).map_err(io::Error::other)?;
         let workers = config.workers.max(1);
         let (per_worker, addrs) = bind_listeners(&config, workers)?;
+        systemd::close_unclaimed();
         let log = LogWriter::start()?;
         for path in config.access_log_paths() {
             log.open(&path)?;
@@ -301,14 +308,22 @@ fn bind_listeners(
     let mut per_worker: WorkerListeners = (0..workers).map(|_| Vec::new()).collect();
     let mut addrs = Vec::new();
     for l in &config.listeners {
-        let group = listener::bind_group(l.address, l.backlog, workers, l.shared).map_err(|e| {
+        let group = match systemd::take_inherited(l.address) {
+            Some(passed) => listener::share(passed, workers),
+            None => listener::bind_group(l.address, l.backlog, workers, l.shared),
+        };
+        let group = group.map_err(|e| {
             let hint = if e.kind() == io::ErrorKind::PermissionDenied && l.address.port() < 1024 {
                 " (ports below 1024 need root or CAP_NET_BIND_SERVICE: \
-                 `setcap cap_net_bind_service=+ep` on the binary, or AmbientCapabilities= in the unit)"
+                 `setcap cap_net_bind_service=+ep` on the binary, AmbientCapabilities= in the \
+                 unit, or socket activation: a slipstream.socket with ListenStream=)"
             } else {
                 ""
             };
-            io::Error::new(e.kind(), format!("cannot listen on {}: {e}{hint}", l.address))
+            io::Error::new(
+                e.kind(),
+                format!("cannot listen on {}: {e}{hint}", l.address),
+            )
         })?;
         addrs.push(group[0].local_addr()?);
         let limit = l.max_connections.div_ceil(workers);

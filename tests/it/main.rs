@@ -4,6 +4,7 @@
 mod added_fields;
 mod balancing;
 mod compression;
+mod control;
 mod fastcgi;
 mod fastcgi_proxy;
 mod files;

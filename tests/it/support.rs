@@ -585,8 +585,11 @@ impl Running {
         admin: Option<SocketAddr>,
         config: Option<PathBuf>,
     ) -> Running {
+        // Each instance keeps its default pid file in a folder of its own.
+        let runtime = temp_path(&format!("run-{}", addr.port()));
         let mut child = Command::new(BIN)
             .args(args)
+            .env("RUNTIME_DIRECTORY", runtime)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -1,0 +1,153 @@
+//! The process's life around a [`Server`]: start it, write the pid file, tell systemd it is
+//! ready, then wait for signals. SIGHUP reloads the config file (and records the outcome for
+//! `slipstream reload`), SIGUSR1 reopens the logs, SIGTERM or SIGINT drain and return, and a
+//! second one during the drain exits at once.
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use super::pid_file::{self, PidFile, State};
+use super::{systemd, Server};
+use crate::config::Config;
+use crate::observe::error_log;
+
+/// Runs `config` until SIGTERM or SIGINT. With `config_path` (the `run` command) SIGHUP reads
+/// that file again and a pid file is kept; without one, SIGHUP reloads only the certificates.
+pub fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    error_log::init(&config.error_log)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let _guard = rt.enter();
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut usr1 = signal(SignalKind::user_defined1())?;
+    let workers = config.workers;
+    let pid_path = config_path.map(|_| {
+        config
+            .pid_file
+            .clone()
+            .unwrap_or_else(pid_file::default_path)
+    });
+    let server = Server::start(config)?;
+    let pid_file = pid_path.as_deref().map(PidFile::create).transpose()?;
+    let mut state = State {
+        pid: std::process::id(),
+        config: config_path
+            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+            .map_or(String::new(), |p| p.display().to_string()),
+        generation: 0,
+        attempts: 0,
+        draining: false,
+        refused: None,
+    };
+    let record = |state: &State| {
+        if let Some(p) = &pid_file {
+            p.record(state);
+        }
+    };
+    record(&state);
+    let addrs: Vec<String> = server
+        .local_addrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    tracing::info!("listening on {} with {workers} workers", addrs.join(", "));
+    if let Some(p) = &pid_file {
+        tracing::info!("pid file {}", p.path().display());
+    }
+    if let Some(addr) = server.admin_addr() {
+        tracing::info!("admin listening on {addr} (/metrics, /status, /health)");
+        if !addr.ip().is_loopback() {
+            tracing::warn!("the admin listener {addr} is reachable from other hosts: its pages show upstream addresses and traffic; bind it to 127.0.0.1 unless a firewall guards it");
+        }
+    }
+    systemd::ready(&format!("listening on {}", addrs.join(", ")));
+    let certificates = server.certificates_changed();
+    rt.block_on(async {
+        loop {
+            tokio::select! {
+                _ = hup.recv() => {
+                    systemd::reloading();
+                    let outcome = reload(&server, config_path);
+                    state.attempts += 1;
+                    state.generation = server.metrics().process.generation.load(Ordering::Relaxed);
+                    state.refused = outcome.err();
+                    record(&state);
+                    systemd::ready(&match &state.refused {
+                        None => format!("generation {}", state.generation),
+                        Some(_) => format!("generation {}; the last reload was refused", state.generation),
+                    });
+                }
+                () = certificates.notified() => match server.reload_certificates() {
+                    Ok(()) => tracing::info!("certificates changed on disk: reloaded"),
+                    Err(e) => tracing::error!("certificates changed on disk but were refused, the old ones keep serving: {e}"),
+                },
+                _ = usr1.recv() => {
+                    error_log::reopen();
+                    server.reopen_logs();
+                }
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+        }
+    });
+    tracing::info!("shutting down: draining in-flight requests (signal again to stop at once)");
+    systemd::stopping();
+    state.draining = true;
+    record(&state);
+    let (done, drained) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        server.shutdown();
+        let _ = done.send(());
+    });
+    rt.block_on(async {
+        tokio::select! {
+            _ = drained => tracing::info!("stopped"),
+            _ = term.recv() => stop_at_once(),
+            _ = int.recv() => stop_at_once(),
+        }
+    });
+    drop(pid_file);
+    Ok(())
+}
+
+/// The second signal: leave without waiting for in-flight requests.
+#[allow(clippy::disallowed_methods)] // the one place the process exits by itself
+fn stop_at_once() {
+    tracing::warn!("second signal: stopping without waiting for in-flight requests");
+    std::process::exit(1);
+}
+
+/// One SIGHUP: the config file read again and swapped in, or refused with the reason (the
+/// running config stays).
+fn reload(server: &Server, config_path: Option<&Path>) -> Result<(), String> {
+    let Some(path) = config_path else {
+        // Without a config file, only the certificate files can change.
+        return match server.reload_certificates() {
+            Ok(()) => {
+                tracing::info!("SIGHUP: certificates reloaded");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!("reload refused, the old certificates keep serving: {e}");
+                Err(e)
+            }
+        };
+    };
+    let result = match Config::load(path) {
+        Ok(config) => server.reload(config),
+        Err(errors) => {
+            server.reload_refused();
+            Err(errors.to_string())
+        }
+    };
+    match &result {
+        Ok(()) => tracing::info!("reloaded {}", path.display()),
+        Err(e) => tracing::error!("reload refused, the running config stays:\n{e}"),
+    }
+    result
+}
