@@ -25,7 +25,7 @@ gzip -9n "$out"/man/*.1
 sed 's|alias = "www"|alias = "/usr/share/slipstream/www"|' examples/slipstream.toml >"$out/slipstream.toml"
 grep -q '/usr/share/slipstream/www' "$out/slipstream.toml"
 
-cargo deb --no-build --locked
+cargo deb --no-build --locked --strip
 deb=$(ls -t target/debian/slipstream_*.deb | head -n 1)
 contents=$(dpkg-deb --contents "$deb")
 echo "$contents"

@@ -229,6 +229,12 @@ pub fn parse_server(
         .iter()
         .find_map(|scheme| address.strip_prefix(scheme))
         .unwrap_or(address);
+    if let Some((scheme, _)) = address.split_once("://") {
+        return Err(format!(
+            "unsupported scheme {scheme:?} in {text:?}: expected HOST:PORT, http://HOST:PORT, \
+             https://HOST:PORT, fastcgi://HOST:PORT or unix:/PATH, e.g. \"http://127.0.0.1:9000\""
+        ));
+    }
     let (host, port) = if let Some(path) = address.strip_prefix(UNIX_PREFIX) {
         if !path.starts_with('/') {
             return Err(format!(
@@ -242,7 +248,10 @@ pub fn parse_server(
             .rsplit_once(':')
             .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
             .ok_or_else(|| {
-                format!("invalid address {address:?}: expected HOST:PORT or unix:/PATH")
+                format!(
+                    "invalid address {address:?}: expected HOST:PORT (e.g. \"127.0.0.1:9000\", \
+                     \"[::1]:9000\", \"app.internal:8080\", \"http://127.0.0.1:9000\") or unix:/PATH"
+                )
             })?;
         let host = host.trim_start_matches('[').trim_end_matches(']');
         if host.is_empty() {

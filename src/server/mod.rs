@@ -57,17 +57,13 @@ impl Server {
     /// listener, the admin address or the access log cannot be opened.
     pub fn start(mut config: Config) -> io::Result<Server> {
         if let Some(limit) = listener::raise_nofile_limit() {
-            // Each connection may hold a client and an upstream descriptor.
-            let wanted: u64 = config
-                .listeners
-                .iter()
-                .map(|l| l.max_connections as u64 * 2)
-                .sum();
+            let wanted = config.demand().descriptors();
             if limit < wanted {
                 tracing::warn!(
                     "open-file limit {limit} is below the {wanted} descriptors max_connections may need \
-                     (two per connection): raise it (LimitNOFILE= in the unit, ulimit -n) or lower \
-                     max_connections; accept pauses at the limit (slipstream_accept_errors_total)"
+                     (two per connection, plus 1024): raise it (LimitNOFILE={wanted} in the unit, \
+                     ulimit -n {wanted}) or lower max_connections; accept pauses at the limit \
+                     (slipstream_accept_errors_total)"
                 );
             }
         }

@@ -92,6 +92,66 @@ fn check_reports_every_error_with_file_line_and_reason() {
 }
 
 #[test]
+fn five_different_mistakes_are_five_messages_with_lines_and_carets() {
+    let path = temp_path("five.toml");
+    std::fs::write(
+        &path,
+        "workers = 0\n\n[limits]\ndrain_timeout = 30\n\n[[listen]]\naddress = \"127.0.0.1:8080\"\n\n\
+         [[listen]]\naddress = \"127.0.0.1:8080\"\n\n[upstreams.app]\nservers = [\"127.0.0.1:9000\"]\n\
+         conect_timeout = \"5 seconds\"\n\n[[sites]]\nroutes = [{ path = \"/\", upstream = \"missing\" }]\n",
+    )
+    .unwrap();
+    let err = check_fails(&path);
+    let p = path.display().to_string();
+    // file:line:column: message, then the line itself and a caret under the column.
+    let expected = [
+        (
+            "1:11: workers must be between 1 and 1024",
+            "1 | workers = 0",
+            11,
+        ),
+        (
+            "4:17: invalid type: integer `30`, expected a string: write it in quotes, e.g. \"30s\"",
+            "4 | drain_timeout = 30",
+            17,
+        ),
+        (
+            "10:11: duplicate listener 127.0.0.1:8080",
+            "10 | address = \"127.0.0.1:8080\"",
+            11,
+        ),
+        (
+            "14:1: unknown key `conect_timeout`; did you mean `connect_timeout`?",
+            "14 | conect_timeout",
+            1,
+        ),
+        (
+            "14:18: invalid duration \"5 seconds\": use e.g. \"500ms\"",
+            "14 | conect_timeout",
+            18,
+        ),
+        (
+            "17:36: unknown upstream \"missing\"; did you mean \"app\"?",
+            "17 | routes",
+            36,
+        ),
+    ];
+    let lines: Vec<&str> = err.lines().collect();
+    for (message, source, column) in expected {
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with(&format!("{p}:{message}")))
+            .unwrap_or_else(|| panic!("no {message:?} in\n{err}"));
+        assert!(lines[at + 2].trim_start().starts_with(source), "{err}");
+        // The caret line: the gutter ("   | ") then the caret under the column.
+        let caret = lines[at + 3];
+        let gutter = caret.find('|').unwrap() + 2;
+        assert_eq!(caret.find('^'), Some(gutter + column - 1), "{err}");
+    }
+    assert_eq!(err.matches(&format!("{p}:")).count(), 6, "{err}");
+}
+
+#[test]
 fn sighup_reloads_and_a_bad_config_keeps_the_old_one_serving() {
     let first = Upstream::ok(b"first");
     let second = Upstream::ok(b"second");

@@ -3,7 +3,7 @@
 //! checked like the config key; a one-site config without `default` serves; a missing config
 //! file is named without a line number.
 
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::process::Command;
 
 use crate::support::*;
@@ -116,4 +116,225 @@ fn version_verbose_names_the_build() {
     ] {
         assert!(text.contains(field), "{field}: {text}");
     }
+}
+
+/// An HTTP server on a unix socket answering every request with `body`.
+fn unix_upstream(path: &std::path::Path, body: &'static str) {
+    use std::io::{BufRead, BufReader, Write};
+    let _ = std::fs::remove_file(path);
+    let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let mut reader = BufReader::new(stream);
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line == "\r\n" {
+                        let response = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        writer.write_all(response.as_bytes()).unwrap();
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// A GET through `listen`; the response body.
+fn fetch(listen: SocketAddr) -> String {
+    assert!(eventually(|| std::net::TcpStream::connect(listen).is_ok()));
+    let response = exchange_until_close(
+        listen,
+        b"GET /form HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+/// A child killed when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn every_address_form_people_type_works_on_the_command_line_and_in_the_config() {
+    let v4 = slipstream::demo::spawn(([127, 0, 0, 1], 0).into()).unwrap();
+    let v6 = slipstream::demo::spawn("[::1]:0".parse().unwrap()).unwrap();
+    let socket = temp_path("forms.sock");
+    unix_upstream(&socket, "over a unix socket");
+    let unix = format!("unix:{}", socket.display());
+    let upstreams = [
+        (format!("{v4}"), "you asked for /form"),
+        (format!("http://{v4}"), "you asked for /form"),
+        (format!("http://{v4}/"), "you asked for /form"),
+        (format!("localhost:{}", v4.port()), "you asked for /form"),
+        (format!("[::1]:{}", v6.port()), "you asked for /form"),
+        (format!("http://[::1]:{}", v6.port()), "you asked for /form"),
+        (unix.clone(), "over a unix socket"),
+    ];
+    for (upstream, expect) in &upstreams {
+        let running = Running::proxy(&["--upstream", upstream]);
+        assert!(
+            fetch(running.addr).contains(expect),
+            "--upstream {upstream}"
+        );
+    }
+    // Listener forms: a name, the unspecified addresses of both families.
+    for (listen, connect) in [
+        ("localhost:{port}", "127.0.0.1:{port}"),
+        ("0.0.0.0:{port}", "127.0.0.1:{port}"),
+        ("[::]:{port}", "[::1]:{port}"),
+        ("[::1]:{port}", "[::1]:{port}"),
+    ] {
+        let port = free_port().to_string();
+        let listen = listen.replace("{port}", &port);
+        let child = Command::new(BIN)
+            .args(["proxy", "--listen", &listen, "--upstream", &v4.to_string()])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let _child = Killed(child);
+        let at: SocketAddr = connect.replace("{port}", &port).parse().unwrap();
+        assert!(
+            fetch(at).contains("you asked for /form"),
+            "--listen {listen}"
+        );
+    }
+    // The same forms in a config file.
+    let servers: Vec<String> = upstreams[..6]
+        .iter()
+        .map(|(u, _)| format!("{u:?}"))
+        .collect();
+    let toml = format!(
+        "[[listen]]\naddress = \"{{listen}}\"\n[upstreams.app]\nservers = [{}]\n\
+         [upstreams.unix]\nservers = [{unix:?}]\n[[sites]]\nroutes = [\
+         {{ path = \"/\", upstream = \"app\" }}, {{ path = \"/u/\", upstream = \"unix\" }}]\n",
+        servers.join(", ")
+    );
+    let running = Running::config("forms.toml", &toml);
+    for _ in 0..12 {
+        assert!(fetch(running.addr).contains("you asked for /form"));
+    }
+    let through_unix = exchange_until_close(
+        running.addr,
+        b"GET /u/ HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert!(through_unix.ends_with(b"over a unix socket"));
+}
+
+#[test]
+fn an_address_that_is_not_one_is_refused_with_an_example() {
+    for (flag, value, expected) in [
+        (
+            "--upstream",
+            "ftp://127.0.0.1:21",
+            "unsupported scheme \"ftp\"",
+        ),
+        ("--upstream", "127.0.0.1", "e.g. \"127.0.0.1:9000\""),
+        (
+            "--upstream",
+            "unix:run/app.sock",
+            "must be absolute (unix:/run/php/fpm.sock)",
+        ),
+        (
+            "--listen",
+            "8080",
+            "e.g. 0.0.0.0:8080, [::]:8080 or localhost:8080",
+        ),
+    ] {
+        let mut args = vec![
+            "proxy",
+            "--listen",
+            "127.0.0.1:1",
+            "--upstream",
+            "127.0.0.1:2",
+        ];
+        let at = args.iter().position(|a| *a == flag).unwrap();
+        args[at + 1] = value;
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expected), "{flag} {value}: {err}");
+    }
+    let path = temp_path("bad-forms.toml");
+    std::fs::write(
+        &path,
+        "[[listen]]\naddress = \"8080\"\n[upstreams.app]\nservers = [\"ftp://x:1\"]\n\
+         [[sites]]\nroutes = [{ path = \"/\", upstream = \"app\" }]\n",
+    )
+    .unwrap();
+    let err = fails(&["check", "--config", path.to_str().unwrap()]);
+    assert!(err.contains("bad-forms.toml:2:11:"), "{err}");
+    assert!(
+        err.contains("bad-forms.toml:4:12: unsupported scheme"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_low_port_without_privilege_and_a_low_open_file_limit_are_one_clear_line_each() {
+    // As an unprivileged user (the test runs as root on CI machines; skipped otherwise).
+    if rustix::process::getuid().is_root() {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+            .args([
+                "proxy",
+                "--listen",
+                "127.0.0.1:81",
+                "--upstream",
+                "127.0.0.1:9",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let line = err
+            .lines()
+            .rfind(|l| l.contains("127.0.0.1:81"))
+            .unwrap_or_default();
+        assert!(
+            line.contains("cannot listen on 127.0.0.1:81: Permission denied"),
+            "{err}"
+        );
+        assert!(
+            line.contains("CAP_NET_BIND_SERVICE") && line.contains("socket activation"),
+            "{err}"
+        );
+    }
+    // An open-file limit below what max_connections needs: said once, with the number.
+    let port = free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let child = Command::new("prlimit")
+        .args(["--nofile=256:256", BIN, "proxy", "--listen", &listen])
+        .args(["--upstream", "127.0.0.1:9"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = Killed(child);
+    assert!(eventually(|| std::net::TcpStream::connect(&listen).is_ok()));
+    let _ = child.0.kill();
+    let out = std::mem::replace(&mut child.0, Command::new("true").spawn().unwrap())
+        .wait_with_output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warned: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("open-file limit"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{err}");
+    assert!(
+        warned[0].contains("open-file limit 256 is below the 132096"),
+        "{err}"
+    );
 }

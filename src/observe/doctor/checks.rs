@@ -49,8 +49,7 @@ pub(super) fn host(inputs: &Inputs) -> Vec<Finding> {
 
 fn nofile(root: &Path, d: &Demand) -> Option<Finding> {
     let (soft, hard) = procfs::open_files_limit(&read(root, "self/limits")?)?;
-    // A client and an upstream connection per request, plus files and pipes.
-    let needed = d.connections.saturating_mul(2) + 1024;
+    let needed = d.descriptors();
     let severity = if hard < needed {
         Severity::Critical
     } else {

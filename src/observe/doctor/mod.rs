@@ -66,6 +66,14 @@ pub struct Demand {
     pub upstreams: bool,
 }
 
+impl Demand {
+    /// Open files the connections may need: a client and an upstream connection each, plus
+    /// 1024 for files, pipes and the rest (the `LimitNOFILE=` to ask for).
+    pub fn descriptors(&self) -> u64 {
+        self.connections.saturating_mul(2) + 1024
+    }
+}
+
 /// What `doctor` looks at.
 #[derive(Debug)]
 pub struct Inputs {
