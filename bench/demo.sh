@@ -6,13 +6,15 @@
 # examples/slipstream.toml --demo`: the proxy on 8080 with its default workers, the upstream
 # on 9000, one process) and nginx serving a file of the same 46-byte answer, one worker, as a
 # reference origin. wrk -t1 -c$CONNS at the upstream directly, at nginx, and through the proxy.
-# CPU and syscalls are the serving process's (for the demo rows: the one process holding both).
+# CPU and syscalls are the serving process's (for the demo rows: the one process holding both;
+# its CPU comes from /proc/PID/stat, as the upstream's threads come and go with connections).
 #
 # Usage: bench/demo.sh [seconds per run, default 10] [connections, default 50]
 set -euo pipefail
 DURATION=${1:-10}
 CONNS=${2:-50}
 ROUNDS=${ROUNDS:-2}
+CPU_SOURCE=stat
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-bench-demo}
 NGX=18201
