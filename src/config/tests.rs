@@ -374,3 +374,76 @@ fn an_unreadable_file_is_named_without_a_line() {
         "/nonexistent/slipstream.toml: cannot read the config: No such file or directory (os error 2)"
     );
 }
+
+/// Every key the format accepts, by section, as the unknown-key error lists them.
+fn keys_of(section: &str) -> Vec<String> {
+    let e = Config::parse(section, "t.toml").unwrap_err().to_string();
+    let Some((_, list)) = e.split_once("(valid keys: ") else {
+        panic!("no key list for {section:?}: {e}");
+    };
+    let list = &list[..list.find(')').unwrap()];
+    list.split(", ").map(str::to_string).collect()
+}
+
+#[test]
+fn the_example_config_and_the_readme_show_every_key() {
+    let sections = [
+        "zzzz = 1\n",
+        "[limits]\nzzzz = 1\n",
+        "[[listen]]\naddress = \"127.0.0.1:1\"\nzzzz = 1\n",
+        "[upstreams.a]\nservers = [\"127.0.0.1:1\"]\nzzzz = 1\n",
+        "[upstreams.a]\nservers = [\"127.0.0.1:1\"]\n[upstreams.a.health]\nzzzz = 1\n",
+        "[[sites]]\nzzzz = 1\n",
+        "[[sites]]\nroutes = [{ path = \"/\", zzzz = 1 }]\n",
+        "[files]\nzzzz = 1\n",
+        "[tls]\nzzzz = 1\n",
+        "[http2]\nzzzz = 1\n",
+        "[compression]\nzzzz = 1\n",
+    ];
+    let root = env!("CARGO_MANIFEST_DIR");
+    let example = std::fs::read_to_string(format!("{root}/examples/slipstream.toml")).unwrap();
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    // The reference table's first cells: `key`, `limits.key`, `[[listen]] key`, route `key`...
+    let cells: Vec<&str> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("| ")?.split(" | ").next())
+        .collect();
+    let word = |text: &str, key: &str| {
+        text.match_indices(key).any(|(at, _)| {
+            let before = text[..at].chars().next_back();
+            let after = text[at + key.len()..].chars().next();
+            let edge = |c: Option<char>| !c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+            edge(before) && edge(after)
+        })
+    };
+    let mut missing = Vec::new();
+    for section in sections {
+        for key in keys_of(section) {
+            let is_table = [
+                format!("[{key}]"),
+                format!("[[{key}]]"),
+                format!(".{key}]"),
+                format!("[{key}."),
+            ]
+            .iter()
+            .any(|t| example.contains(t.as_str()));
+            if is_table {
+                continue;
+            }
+            let shown = example.lines().any(|l| {
+                let l = l.trim_start_matches(['#', ' ']);
+                l.starts_with(&format!("{key} ="))
+                    || [" ", "{", ","].iter().any(|p| {
+                        l.contains(&format!("{p} {key} = ")) || l.contains(&format!("{p}{key} = "))
+                    })
+            });
+            if !shown {
+                missing.push(format!("examples/slipstream.toml lacks {key}"));
+            }
+            if !cells.iter().any(|c| word(c, &key)) {
+                missing.push(format!("README.md's reference lacks {key}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}

@@ -338,3 +338,14 @@ fn a_low_port_without_privilege_and_a_low_open_file_limit_are_one_clear_line_eac
         "{err}"
     );
 }
+
+#[test]
+fn config_defaults_to_etc_slipstream() {
+    let out = Command::new(BIN).arg("check").output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.starts_with("/etc/slipstream/slipstream.toml"), "{said}");
+}
