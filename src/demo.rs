@@ -22,15 +22,19 @@ pub fn serve(listener: &TcpListener) {
     for stream in listener.incoming().flatten() {
         let _ = std::thread::Builder::new()
             .name("demo-connection".into())
-            .spawn(move || answer(stream));
+            .spawn(move || answer_tcp(stream));
     }
 }
 
-/// Answers the requests of one connection until the client closes it.
-fn answer(stream: TcpStream) -> io::Result<()> {
+fn answer_tcp(stream: TcpStream) -> io::Result<()> {
     stream.set_nodelay(true)?;
-    let mut writer = stream.try_clone()?;
-    let mut reader = BufReader::new(stream);
+    answer(stream.try_clone()?, stream)
+}
+
+/// Answers the requests of one connection, read from `reader` and answered on `writer` (two
+/// handles of one socket, TCP or unix), until the client closes it.
+pub fn answer(reader: impl Read, mut writer: impl Write) -> io::Result<()> {
+    let mut reader = BufReader::new(reader);
     let mut line = String::new();
     loop {
         let mut length = 0u64;

@@ -140,12 +140,20 @@ impl PidFile {
     }
 }
 
-impl Drop for PidFile {
-    fn drop(&mut self) {
+impl PidFile {
+    /// Removes both files if they still name this process (also done on drop; call it before
+    /// exiting without unwinding).
+    pub fn remove(&self) {
         if read_pid(&self.path).ok() == Some(std::process::id()) {
             let _ = std::fs::remove_file(state_path(&self.path));
             let _ = std::fs::remove_file(&self.path);
         }
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        self.remove();
     }
 }
 

@@ -107,8 +107,8 @@ pub fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Re
     rt.block_on(async {
         tokio::select! {
             _ = drained => tracing::info!("stopped"),
-            _ = term.recv() => stop_at_once(),
-            _ = int.recv() => stop_at_once(),
+            _ = term.recv() => stop_at_once(pid_file.as_ref()),
+            _ = int.recv() => stop_at_once(pid_file.as_ref()),
         }
     });
     drop(pid_file);
@@ -117,8 +117,11 @@ pub fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Re
 
 /// The second signal: leave without waiting for in-flight requests.
 #[allow(clippy::disallowed_methods)] // the one place the process exits by itself
-fn stop_at_once() {
+fn stop_at_once(pid_file: Option<&PidFile>) {
     tracing::warn!("second signal: stopping without waiting for in-flight requests");
+    if let Some(p) = pid_file {
+        p.remove();
+    }
     std::process::exit(1);
 }
 

@@ -123,8 +123,9 @@ fn reload_reports_the_generation_or_every_error_and_stop_ends_the_process() {
     );
 }
 
-#[test]
-fn a_graceful_stop_lets_the_request_in_flight_finish() {
+/// An instance whose one request is held by its upstream until the gate opens; the request
+/// is in flight when this returns, on its own thread (its answer, read until close).
+fn holding_a_request(name: &str) -> (Running, Gate, Upstream, std::thread::JoinHandle<Vec<u8>>) {
     let gate = Gate::default();
     let held = gate.clone();
     let upstream = Upstream::start(move |_| {
@@ -133,12 +134,11 @@ fn a_graceful_stop_lets_the_request_in_flight_finish() {
             Box::new(Reply::Bytes(response(200, b"finished"))),
         )
     });
-    let pid_file = temp_path("graceful/slipstream.pid");
-    let mut running = Running::config(
-        "graceful.toml",
+    let pid_file = temp_path(&format!("{name}/slipstream.pid"));
+    let running = Running::config(
+        &format!("{name}.toml"),
         &config_text("{listen}", upstream.addr, &pid_file),
     );
-    let path = running.config.clone().unwrap();
     let addr = running.addr;
     let request = std::thread::spawn(move || {
         exchange_until_close(
@@ -147,6 +147,13 @@ fn a_graceful_stop_lets_the_request_in_flight_finish() {
         )
     });
     assert!(eventually(|| !upstream.seen().is_empty()));
+    (running, gate, upstream, request)
+}
+
+#[test]
+fn a_graceful_stop_lets_the_request_in_flight_finish_and_a_plain_one_does_not_wait() {
+    let (mut running, gate, _upstream, request) = holding_a_request("graceful");
+    let (path, addr) = (running.config.clone().unwrap(), running.addr);
     let stop = std::thread::spawn(move || control(&["stop", "--graceful"], &path));
     assert!(eventually(|| TcpStream::connect(addr).is_err()));
     gate.open();
@@ -154,6 +161,17 @@ fn a_graceful_stop_lets_the_request_in_flight_finish() {
     let out = stop.join().unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(exit_code(&mut running.child), Some(0));
+
+    // Without --graceful: the process leaves at once (exit 1, its pid file removed) and the
+    // request in flight is cut.
+    let (mut running, gate, _upstream, request) = holding_a_request("fast");
+    let path = running.config.clone().unwrap();
+    let out = control(&["stop"], &path);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(exit_code(&mut running.child), Some(1));
+    assert!(!temp_path("fast/slipstream.pid").exists());
+    assert!(!request.join().unwrap().ends_with(b"finished"));
+    gate.open();
 }
 
 /// Reads the next notification on `socket` (up to five seconds).

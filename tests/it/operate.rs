@@ -118,31 +118,14 @@ fn version_verbose_names_the_build() {
     }
 }
 
-/// An HTTP server on a unix socket answering every request with `body`.
-fn unix_upstream(path: &std::path::Path, body: &'static str) {
-    use std::io::{BufRead, BufReader, Write};
+/// The bundled demo upstream, on a unix socket.
+fn unix_upstream(path: &std::path::Path) {
     let _ = std::fs::remove_file(path);
     let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut writer = stream.try_clone().unwrap();
-                let mut reader = BufReader::new(stream);
-                let mut line = String::new();
-                loop {
-                    line.clear();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    if line == "\r\n" {
-                        let response = format!(
-                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-                            body.len()
-                        );
-                        writer.write_all(response.as_bytes()).unwrap();
-                    }
-                }
-            });
+            let reader = stream.try_clone().unwrap();
+            std::thread::spawn(move || slipstream::demo::answer(reader, stream));
         }
     });
 }
@@ -172,7 +155,7 @@ fn every_address_form_people_type_works_on_the_command_line_and_in_the_config() 
     let v4 = slipstream::demo::spawn(([127, 0, 0, 1], 0).into()).unwrap();
     let v6 = slipstream::demo::spawn("[::1]:0".parse().unwrap()).unwrap();
     let socket = temp_path("forms.sock");
-    unix_upstream(&socket, "over a unix socket");
+    unix_upstream(&socket);
     let unix = format!("unix:{}", socket.display());
     let upstreams = [
         (format!("{v4}"), "you asked for /form"),
@@ -181,7 +164,7 @@ fn every_address_form_people_type_works_on_the_command_line_and_in_the_config() 
         (format!("localhost:{}", v4.port()), "you asked for /form"),
         (format!("[::1]:{}", v6.port()), "you asked for /form"),
         (format!("http://[::1]:{}", v6.port()), "you asked for /form"),
-        (unix.clone(), "over a unix socket"),
+        (unix.clone(), "you asked for /form"),
     ];
     for (upstream, expect) in &upstreams {
         let running = Running::proxy(&["--upstream", upstream]);
@@ -230,7 +213,7 @@ fn every_address_form_people_type_works_on_the_command_line_and_in_the_config() 
         running.addr,
         b"GET /u/ HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
     );
-    assert!(through_unix.ends_with(b"over a unix socket"));
+    assert!(String::from_utf8_lossy(&through_unix).contains("you asked for /u/"));
 }
 
 #[test]
@@ -284,7 +267,8 @@ fn an_address_that_is_not_one_is_refused_with_an_example() {
 
 #[test]
 fn a_low_port_without_privilege_and_a_low_open_file_limit_are_one_clear_line_each() {
-    // As an unprivileged user (the test runs as root on CI machines; skipped otherwise).
+    // As an unprivileged user (the test runs as root on CI machines; skipped otherwise, and
+    // where that user cannot reach the binary: setpriv then exits 126 or 127).
     if rustix::process::getuid().is_root() {
         let out = Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
@@ -297,20 +281,27 @@ fn a_low_port_without_privilege_and_a_low_open_file_limit_are_one_clear_line_eac
             ])
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(1), "{out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
-        let line = err
-            .lines()
-            .rfind(|l| l.contains("127.0.0.1:81"))
-            .unwrap_or_default();
-        assert!(
-            line.contains("cannot listen on 127.0.0.1:81: Permission denied"),
-            "{err}"
-        );
-        assert!(
-            line.contains("CAP_NET_BIND_SERVICE") && line.contains("socket activation"),
-            "{err}"
-        );
+        if matches!(out.status.code(), Some(126 | 127)) {
+            #[allow(clippy::print_stderr)] // a skipped check says so
+            {
+                eprintln!("skipped: user 65534 cannot run {BIN}: {err}");
+            }
+        } else {
+            assert_eq!(out.status.code(), Some(1), "{out:?}");
+            let line = err
+                .lines()
+                .rfind(|l| l.contains("127.0.0.1:81"))
+                .unwrap_or_default();
+            assert!(
+                line.contains("cannot listen on 127.0.0.1:81: Permission denied"),
+                "{err}"
+            );
+            assert!(
+                line.contains("CAP_NET_BIND_SERVICE") && line.contains("socket activation"),
+                "{err}"
+            );
+        }
     }
     // An open-file limit below what max_connections needs: said once, with the number.
     let port = free_port().to_string();
@@ -347,5 +338,8 @@ fn config_defaults_to_etc_slipstream() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(said.starts_with("/etc/slipstream/slipstream.toml"), "{said}");
+    assert!(
+        said.starts_with("/etc/slipstream/slipstream.toml"),
+        "{said}"
+    );
 }
