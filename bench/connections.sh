@@ -8,6 +8,7 @@
 # with splice, two pipe ends.
 #
 # Usage: bench/connections.sh [idle, default 10000] [slow, default 4000] [seconds, default 10]
+# SLIPSTREAM_BIN=/path/to/slipstream measures another build.
 set -euo pipefail
 IDLE=${1:-10000}
 SLOW=${2:-4000}
@@ -25,7 +26,7 @@ rm -rf "$WORK" && mkdir -p "$WORK/www"
 head -c $((100 * 1024 * 1024)) /dev/urandom > "$WORK/www/big"
 write_origin_conf "$WORK/origin.conf" $ORIGIN "$WORK/www" 16000
 nginx -c "$WORK/origin.conf" & PIDS+=($!)
-"$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP --upstream 127.0.0.1:$ORIGIN --workers 1 2>"$WORK/slip.log" &
+"${SLIPSTREAM_BIN:-$ROOT/target/release/slipstream}" proxy --listen 127.0.0.1:$SLIP --upstream 127.0.0.1:$ORIGIN --workers 1 2>"$WORK/slip.log" &
 PIDS+=($!)
 SLIP_PID=$!
 sleep 1

@@ -120,7 +120,7 @@ haproxy_head() { # threads [defaults line...]
 write_tls_files() { # dir
     : > "$1/www/0b"
     head -c 1024 /dev/zero | tr '\0' 'a' > "$1/www/1k"
-    head -c 93184 /dev/urandom | base64 -w 100 | head -c 93184 > "$1/www/91k"
+    { head -c 93184 /dev/urandom | base64 -w 100 || true; } | head -c 93184 > "$1/www/91k"
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
         -keyout "$1/key.pem" -out "$1/cert.pem" -subj /CN=localhost \
         -addext subjectAltName=DNS:localhost 2>/dev/null

@@ -51,11 +51,10 @@ pub fn request_head(data: &[u8]) {
     };
     assert!(head.head_len <= data.len());
     let mut out = Vec::new();
-    let client = "192.0.2.1".parse().expect("address literal");
     head.write_upstream_head(
         &mut out,
         ForwardedFor {
-            client,
+            client: b"192.0.2.1",
             proto: "http",
         },
     );
@@ -66,7 +65,7 @@ pub fn request_head(data: &[u8]) {
         HashKey::Header("x-user".into()),
         HashKey::Cookie("sid".into()),
     ] {
-        let _ = request_key(&head, &key, SocketAddr::new(client, 1));
+        let _ = request_key(&head, &key, SocketAddr::from(([192, 0, 2, 1], 1)));
     }
     if head.headers.len() + ADDED_FIELDS > MAX_HEADERS {
         return;

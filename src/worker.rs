@@ -4,8 +4,8 @@
 //! generation) or written by this worker alone (its counter shard).
 
 use crate::net::Address;
+use rustc_hash::FxHashMap;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -50,7 +50,7 @@ pub struct Worker {
     /// Where per-route figures are kept across config generations.
     routes: Arc<RouteRegistry>,
     /// The published gauges of this worker's idle pooled connections, by address.
-    pool_gauges: RefCell<HashMap<Address, Arc<std::sync::atomic::AtomicU64>>>,
+    pool_gauges: RefCell<FxHashMap<Address, Arc<std::sync::atomic::AtomicU64>>>,
     /// The serial number of the next client connection (with the worker id, its log id).
     next_connection: Cell<u64>,
     /// Becomes true when the process starts shutting down.
@@ -63,7 +63,7 @@ pub struct Worker {
     pub connection_closed: Notify,
     /// Size of the last response from each server: the first read of the next one uses a buffer
     /// that large, so a response that has arrived whole is read with one read.
-    response_size: RefCell<HashMap<Address, usize>>,
+    response_size: RefCell<FxHashMap<Address, usize>>,
 }
 
 /// The config generation a worker runs, with the per-worker state built from it. A request

@@ -242,7 +242,7 @@ mod fuzz {
                 assert!(head.head_len <= input.len());
                 let mut out = Vec::new();
                 let fwd = super::request::ForwardedFor {
-                    client: "127.0.0.1".parse().unwrap(),
+                    client: b"127.0.0.1",
                     proto: "http",
                 };
                 head.write_upstream_head(&mut out, fwd);

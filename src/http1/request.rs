@@ -5,9 +5,6 @@
 //! and Transfer-Encoding semantics, Host rules, request-target forms. The upstream head is always
 //! written fresh from the parsed fields with CRLF line ends, never copied from the client's bytes.
 
-use std::io::Write;
-use std::net::IpAddr;
-
 use super::chunked::is_token_byte;
 use super::{is_hop_by_hop, list_elements, parse_content_length, put_field, ConnectionTokens};
 use super::{Framing, MAX_HEADERS};
@@ -258,8 +255,9 @@ fn httparse_reason(e: httparse::Error) -> &'static str {
 /// What the proxy adds to a forwarded request.
 #[derive(Debug, Clone, Copy)]
 pub struct ForwardedFor<'a> {
-    /// The client's address, appended to X-Forwarded-For.
-    pub client: IpAddr,
+    /// The client's address as text, appended to X-Forwarded-For (formatted once per
+    /// connection, not per request).
+    pub client: &'a [u8],
     /// `http` or `https`, sent as X-Forwarded-Proto.
     pub proto: &'a str,
 }
@@ -313,7 +311,8 @@ impl<'b> RequestHead<'_, 'b> {
                 out.extend_from_slice(b", ");
             }
         }
-        let _ = write!(out, "{}\r\n", fwd.client);
+        out.extend_from_slice(fwd.client);
+        out.extend_from_slice(b"\r\n");
         put_field(out, b"X-Forwarded-Proto", fwd.proto.as_bytes());
         if let Some(host) = self.host {
             put_field(out, b"X-Forwarded-Host", host);

@@ -47,11 +47,15 @@ use request::Prepared;
 struct Client {
     stream: Stream,
     peer: SocketAddr,
+    /// The peer's IP address as text, for X-Forwarded-For.
+    ip_text: String,
     /// Its serial number on this worker: the error log's `conn=WORKER-ID`.
     id: u64,
     /// The address the client connected to, once a FastCGI request needed it.
     local: Option<SocketAddr>,
     buf: Option<Vec<u8>>,
+    /// When its last request ended (or it was accepted): the keep-alive timeout runs from here.
+    idle_since: Instant,
 }
 
 /// A connection to one server of an upstream group.
@@ -117,15 +121,22 @@ impl Ctx<'_> {
             .map(|t| t.elapsed().as_micros() as u64)
     }
 
-    /// The current try has a connection (pooled or new).
+    /// The current try has a connection (pooled or new). Only the access log shows it, so
+    /// without one the clock is not read.
     fn mark_connected(&self) {
+        if self.request.log.is_none() {
+            return;
+        }
         let mut t = self.try_times.get();
         t.connect = self.since_try();
         self.try_times.set(t);
     }
 
-    /// The current try has its first response bytes.
+    /// The current try has its first response bytes (for the access log, as above).
     fn mark_header(&self) {
+        if self.request.log.is_none() {
+            return;
+        }
         let mut t = self.try_times.get();
         t.header = self.since_try();
         self.try_times.set(t);
@@ -137,7 +148,7 @@ impl Ctx<'_> {
             return;
         }
         let mut t = self.try_times.take();
-        if finished {
+        if finished && self.request.log.is_some() {
             t.response = self.since_try();
         }
         tried.times[tried.len - 1] = t;

@@ -106,7 +106,7 @@ impl Prepared {
     fn new(
         head: &RequestHead<'_, '_>,
         config: &Config,
-        peer: SocketAddr,
+        (peer, ip_text): (SocketAddr, &[u8]),
         log: bool,
         https: bool,
     ) -> Prepared {
@@ -126,7 +126,7 @@ impl Prepared {
             head.write_upstream_head(
                 &mut upstream_head,
                 ForwardedFor {
-                    client: peer.ip(),
+                    client: ip_text,
                     proto: if https { "https" } else { "http" },
                 },
             );
@@ -182,18 +182,28 @@ pub(super) async fn read_head(
     buf: &mut Vec<u8>,
 ) -> Result<Option<Prepared>, Error> {
     let limits = &config.limits;
-    let deadline = tokio::time::Instant::now() + limits.client_header_timeout;
+    // Set at the second read: a head that arrives whole (nearly all do) reads no clock.
+    let mut deadline = None;
     loop {
         if !buf.is_empty() {
             let mut storage = header_storage();
             if let Some(head) = parse_request(buf, &mut storage, limits.max_request_head)? {
                 let log = worker.log.enabled();
                 let https = !client.stream.tls_version().is_empty();
-                return Ok(Some(Prepared::new(&head, config, client.peer, log, https)));
+                let peer = (client.peer, client.ip_text.as_bytes());
+                return Ok(Some(Prepared::new(&head, config, peer, log, https)));
             }
         }
         let room = limits.max_request_head + 1;
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let left = match deadline {
+            None if buf.is_empty() => limits.client_header_timeout,
+            None => {
+                let now = tokio::time::Instant::now();
+                deadline = Some(now + limits.client_header_timeout);
+                limits.client_header_timeout
+            }
+            Some(d) => d.saturating_duration_since(tokio::time::Instant::now()),
+        };
         match read_some(&mut client.stream, buf, room, left).await {
             Ok(n) if n > 0 => {}
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut && !buf.is_empty() => {

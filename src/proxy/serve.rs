@@ -2,12 +2,13 @@
 //! hand it to the phases, answer failures, count, log, and loop while the connection is kept.
 
 use std::cell::Cell;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::{pin, Pin};
 use std::rc::Rc;
 use std::time::Instant;
 
 use tokio::io::AsyncWriteExt;
-use tokio::sync::watch;
 
 use super::request::{self, Prepared};
 use super::{exchange, files, Client, Ctx, Outcome, Tried};
@@ -27,10 +28,19 @@ use crate::worker::{Snapshot, Worker};
 pub async fn serve(worker: Rc<Worker>, stream: Stream, peer: SocketAddr) {
     let mut client = Client::new(stream, peer, worker.new_connection_id());
     let mut shutdown = worker.shutdown.clone();
+    // One timer and one shutdown wait for the connection's life, not one per request: the
+    // timer is moved on only when it fires early (see `wait_for_request`).
+    let keepalive = worker.snapshot().config.limits.keepalive_timeout;
+    let mut idle = pin!(tokio::time::sleep(keepalive));
+    let mut shutdown_changed = pin!(shutdown.changed());
     loop {
         let idle_config = worker.snapshot();
+        let waits = Waits {
+            idle: idle.as_mut(),
+            shutdown: shutdown_changed.as_mut(),
+        };
         if !client
-            .wait_for_request(&idle_config.config, &mut shutdown)
+            .wait_for_request(&worker, &idle_config.config, waits)
             .await
         {
             break;
@@ -63,6 +73,13 @@ pub async fn serve(worker: Rc<Worker>, stream: Stream, peer: SocketAddr) {
     }
 }
 
+/// What ends a keep-alive wait besides a request: the connection's idle timer and the
+/// worker's shutdown.
+struct Waits<'a, S> {
+    idle: Pin<&'a mut tokio::time::Sleep>,
+    shutdown: Pin<&'a mut S>,
+}
+
 /// Serves a stream that carries exactly one request (an HTTP/2 stream): no keep-alive loop,
 /// no idle wait, and the request's state lives in the caller's task instead of a box of its own.
 pub(super) async fn serve_one(worker: Rc<Worker>, stream: Stream, peer: SocketAddr, id: u64) {
@@ -80,30 +97,44 @@ impl Client {
         Client {
             stream,
             peer,
+            ip_text: peer.ip().to_string(),
             id,
             local: None,
             buf: None,
+            idle_since: Instant::now(),
         }
     }
 
     /// Waits until a request may be read: pipelined bytes are already buffered, or the socket
-    /// is readable. False on idle timeout or shutdown.
-    async fn wait_for_request(
+    /// is readable. False on idle timeout or shutdown. The idle timer was armed for an earlier
+    /// moment of the connection; when it fires, it is moved to `keepalive_timeout` after the
+    /// last request ended, and only a connection idle that long is closed.
+    async fn wait_for_request<S: Future>(
         &mut self,
+        worker: &Worker,
         config: &Config,
-        shutdown: &mut watch::Receiver<bool>,
+        mut waits: Waits<'_, S>,
     ) -> bool {
-        if *shutdown.borrow() {
+        if worker.shutting_down() {
             return false;
         }
         if self.buf.as_ref().is_some_and(|b| !b.is_empty()) {
             return true;
         }
-        tokio::select! {
-            biased;
-            r = self.stream.readable() => r.is_ok(),
-            _ = tokio::time::sleep(config.limits.keepalive_timeout) => false,
-            _ = shutdown.changed() => false,
+        loop {
+            tokio::select! {
+                biased;
+                r = self.stream.readable() => return r.is_ok(),
+                () = waits.idle.as_mut() => {
+                    let due = tokio::time::Instant::from_std(self.idle_since)
+                        + config.limits.keepalive_timeout;
+                    if due <= tokio::time::Instant::now() {
+                        return false;
+                    }
+                    waits.idle.as_mut().reset(due);
+                }
+                _ = waits.shutdown.as_mut() => return false,
+            }
         }
     }
 
@@ -239,7 +270,8 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
         Err(e) => (answer_failure(&cx, client, &mut buf, e).await, true),
     };
     counters.gauge_add(Gauge::Writing, -1);
-    let micros = started.elapsed().as_micros() as u64;
+    client.idle_since = Instant::now();
+    let micros = client.idle_since.duration_since(started).as_micros() as u64;
     count_response(&cx, outcome.status, outcome.body_bytes, micros, generated);
     debug_request(&cx, client, &outcome, micros, &tried);
     if let Some(fields) = &request.log {

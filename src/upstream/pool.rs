@@ -9,7 +9,9 @@
 //! close, freeing a slot to open another).
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 use std::io;
 use std::rc::Rc;
 use std::time::Duration;
@@ -40,7 +42,7 @@ struct Waiter {
     deadline: Instant,
 }
 
-type SlotTable = Rc<RefCell<HashMap<Address, Slots>>>;
+type SlotTable = Rc<RefCell<FxHashMap<Address, Slots>>>;
 
 /// The right to hold one open connection to a capped server; dropping it (with its connection)
 /// frees the slot for the next waiting request. Servers without a cap get an untracked slot.
@@ -105,7 +107,7 @@ pub enum Obtained {
 /// A worker's idle upstream connections, keyed by server address. Single-threaded.
 #[derive(Default)]
 pub struct UpstreamPool {
-    idle: RefCell<HashMap<Address, Vec<Idle>>>,
+    idle: RefCell<FxHashMap<Address, Vec<Idle>>>,
     slots: SlotTable,
 }
 

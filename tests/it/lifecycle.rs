@@ -375,6 +375,34 @@ fn slow_heads_get_408_and_idle_keep_alive_connections_close() {
 }
 
 #[test]
+fn a_connection_busy_past_its_first_idle_deadline_stays_open() {
+    // The idle timer is armed once per connection and moved only when it fires: a connection
+    // with a request every 400 ms outlives the 600 ms timeout it started with, and is closed
+    // once it is idle for 600 ms.
+    let up = Upstream::ok(b"ok");
+    let config = simple_config(up.addr, "").replace(
+        "workers = 1",
+        "workers = 1\n[limits]\nkeepalive_timeout = \"600ms\"",
+    );
+    let proxy = proxy(&config);
+    let s = connect(proxy.local_addrs()[0]);
+    let mut w = s.try_clone().unwrap();
+    let mut reader = BufReader::new(s);
+    for i in 0..4 {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(400));
+        }
+        w.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        assert_eq!(read_response(&mut reader, false).unwrap().status, 200);
+    }
+    let mut rest = Vec::new();
+    reader.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    assert_eq!(up.seen().len(), 4);
+    proxy.shutdown();
+}
+
+#[test]
 fn a_second_signal_stops_without_waiting() {
     let gate = Gate::default();
     let held = gate.clone();

@@ -8,7 +8,7 @@ fn parse(raw: &[u8]) -> Result<Option<(Framing, bool, Vec<u8>)>, RequestError> {
         h.write_upstream_head(
             &mut out,
             ForwardedFor {
-                client: "10.0.0.9".parse().unwrap(),
+                client: b"10.0.0.9",
                 proto: "http",
             },
         );
