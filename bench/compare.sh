@@ -16,6 +16,8 @@
 #                   change), measured in the same rounds as the current one
 #   floor-epoll, floor-uring  the blind TCP relays of ../shared/floor (no HTTP): the floor any
 #                   proxy's CPU per request is judged against (when that folder is there)
+#   floor-hybrid    bench/hybrid_relay: the same blind relay on tokio's current-thread runtime
+#                   with its socket I/O on io_uring, the design of slipstream's io_uring path
 # Columns: req/s, ratio to direct, p50, p99 (wrk --latency), proxy CPU microseconds per request
 # (sum of the proxy's threads' schedstat run time), proxy syscalls per request (perf stat -e
 # raw_syscalls:sys_enter on the proxy's processes during the same run).
@@ -31,6 +33,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-bench}
 ORIGIN=18000 SLIP=18001 NGX_DEF=18002 NGX_TUNED=18003 HAP=18004 SLIP_LOG=18005
 SLIP_BASE=18006 FLOOR_EPOLL=18007 FLOOR_URING=18008 NGX_NOLOG=18009 NGX_UNBUF=18010
+FLOOR_HYBRID=18011
 FLOOR_SRC=${FLOOR_SRC:-$ROOT/../shared/floor}
 
 # shellcheck source=bench/lib.sh
@@ -92,6 +95,10 @@ if [ -x "$FLOOR_SRC/build.sh" ] && "$FLOOR_SRC/build.sh" "$WORK/floor" >/dev/nul
     "$WORK/floor/relay_uring" $FLOOR_URING $ORIGIN & PIDS+=($!)
     FLOORS="floor-epoll floor-uring"
 fi
+if (cd "$ROOT/bench/hybrid_relay" && CARGO_TARGET_DIR="$WORK/hybrid" cargo build --release -q); then
+    "$WORK/hybrid/release/hybrid-relay" $FLOOR_HYBRID $ORIGIN & PIDS+=($!)
+    FLOORS="$FLOORS floor-hybrid"
+fi
 sleep 1
 
 # The processes doing the proxying for a port (nginx: master and worker; the master is idle).
@@ -137,7 +144,7 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
 }
 
 ROUNDS=${ROUNDS:-2}
-TARGETS=(direct:$ORIGIN slipstream:$SLIP slipstream-base:$SLIP_BASE slipstream-log:$SLIP_LOG nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED nginx-nolog:$NGX_NOLOG nginx-unbuflog:$NGX_UNBUF haproxy:$HAP floor-epoll:$FLOOR_EPOLL floor-uring:$FLOOR_URING)
+TARGETS=(direct:$ORIGIN slipstream:$SLIP slipstream-base:$SLIP_BASE slipstream-log:$SLIP_LOG nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED nginx-nolog:$NGX_NOLOG nginx-unbuflog:$NGX_UNBUF haproxy:$HAP floor-epoll:$FLOOR_EPOLL floor-uring:$FLOOR_URING floor-hybrid:$FLOOR_HYBRID)
 DEFAULT_PROXIES="slipstream ${BASELINE:+slipstream-base} slipstream-log nginx-default nginx-tuned haproxy $FLOORS"
 selected() { case " direct ${PROXIES:-$DEFAULT_PROXIES} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
