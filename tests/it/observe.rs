@@ -139,7 +139,14 @@ fn stub_status_matches_nginx_format() {
         let mut reader = std::io::BufReader::new(client.try_clone().unwrap());
         assert_eq!(read_response(&mut reader, false).unwrap().status, 200);
     }
-    let ours = admin_get(proxy.admin_addr().unwrap(), "/status");
+    // The worker updates its gauges just after the response leaves, while this thread may
+    // already be asking: wait until the connection is counted as waiting.
+    let admin = proxy.admin_addr().unwrap();
+    let mut ours = String::new();
+    assert!(eventually(|| {
+        ours = admin_get(admin, "/status");
+        ours.contains("Waiting: 1")
+    }));
     let theirs = String::from_utf8(exchange_until_close(
         nginx.addr,
         b"GET /nginx_status HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
