@@ -3,6 +3,8 @@
 #
 # wrk -> proxy -> nginx origin serving 0 B, 1 KB and 91 KB files, all on loopback. Proxies:
 #   slipstream      `slipstream proxy` with defaults (one worker, for fairness on 2 cores)
+#   slipstream-uring the same with --io uring: plain TCP read and written through one io_uring
+#                   per worker (issue 15)
 #   slipstream-log  the same with --access-log (nginx's combined format, the default): what the
 #                   per-worker buffered log written by one thread costs (target: <= 3% req/s)
 #   nginx-default   the field report's config (upstream keepalive, HTTP/1.1 upstream, unbuffered
@@ -33,7 +35,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-bench}
 ORIGIN=18000 SLIP=18001 NGX_DEF=18002 NGX_TUNED=18003 HAP=18004 SLIP_LOG=18005
 SLIP_BASE=18006 FLOOR_EPOLL=18007 FLOOR_URING=18008 NGX_NOLOG=18009 NGX_UNBUF=18010
-FLOOR_HYBRID=18011
+FLOOR_HYBRID=18011 SLIP_URING=18012
 FLOOR_SRC=${FLOOR_SRC:-$ROOT/../shared/floor}
 
 # shellcheck source=bench/lib.sh
@@ -84,6 +86,9 @@ SLIP_PID=$!
 "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_LOG --upstream 127.0.0.1:$ORIGIN --workers 1 \
     --access-log "$WORK/logs/slipstream-access.log" 2>"$WORK/logs/slipstream-log.log" & PIDS+=($!)
 SLIP_LOG_PID=$!
+"$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_URING --upstream 127.0.0.1:$ORIGIN --workers 1 \
+    --io uring 2>"$WORK/logs/slipstream-uring.log" & PIDS+=($!)
+SLIP_URING_PID=$!
 SLIP_BASE_PID=none
 if [ -n "${BASELINE:-}" ]; then
     "$BASELINE" proxy --listen 127.0.0.1:$SLIP_BASE --upstream 127.0.0.1:$ORIGIN --workers 1 2>"$WORK/logs/slipstream-base.log" & PIDS+=($!)
@@ -106,6 +111,7 @@ proxy_pids() {
     case $1 in
         $SLIP) echo "$SLIP_PID" ;;
         $SLIP_LOG) echo "$SLIP_LOG_PID" ;;
+        $SLIP_URING) echo "$SLIP_URING_PID" ;;
         $SLIP_BASE) echo "$SLIP_BASE_PID" ;;
         *) listener_pids "$1" ;;
     esac
@@ -144,8 +150,8 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
 }
 
 ROUNDS=${ROUNDS:-2}
-TARGETS=(direct:$ORIGIN slipstream:$SLIP slipstream-base:$SLIP_BASE slipstream-log:$SLIP_LOG nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED nginx-nolog:$NGX_NOLOG nginx-unbuflog:$NGX_UNBUF haproxy:$HAP floor-epoll:$FLOOR_EPOLL floor-uring:$FLOOR_URING floor-hybrid:$FLOOR_HYBRID)
-DEFAULT_PROXIES="slipstream ${BASELINE:+slipstream-base} slipstream-log nginx-default nginx-tuned haproxy $FLOORS"
+TARGETS=(direct:$ORIGIN slipstream:$SLIP slipstream-uring:$SLIP_URING slipstream-base:$SLIP_BASE slipstream-log:$SLIP_LOG nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED nginx-nolog:$NGX_NOLOG nginx-unbuflog:$NGX_UNBUF haproxy:$HAP floor-epoll:$FLOOR_EPOLL floor-uring:$FLOOR_URING floor-hybrid:$FLOOR_HYBRID)
+DEFAULT_PROXIES="slipstream slipstream-uring ${BASELINE:+slipstream-base} slipstream-log nginx-default nginx-tuned haproxy $FLOORS"
 selected() { case " direct ${PROXIES:-$DEFAULT_PROXIES} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 printf '\nwrk -t1 -c%s -d%ss through each proxy to an nginx origin; one worker per proxy; %s cores\n' "$CONNS" "$DURATION" "$(nproc)"

@@ -8,6 +8,7 @@
 # floor-epoll (../shared/floor's relay_epoll, no HTTP).
 #
 # Usage: bench/profile.sh [size: 0b | 1k | 91k, default 0b] [seconds, default 4]
+# IO=uring profiles slipstream's io_uring path (`--io uring`).
 # The perf data stays in $WORK (default /tmp/slipstream-profile) for `perf report -i`.
 set -euo pipefail
 SIZE=${1:-0b}
@@ -30,7 +31,8 @@ head -c 1024 /dev/zero | tr '\0' 'a' > "$WORK/www/1k"
 { head -c 93184 /dev/urandom | base64 -w 100 || true; } | head -c 93184 > "$WORK/www/91k"
 write_origin_conf "$WORK/origin.conf" $ORIGIN "$WORK/www"
 nginx -c "$WORK/origin.conf" & PIDS+=($!)
-"$BIN" proxy --listen 127.0.0.1:$SLIP --upstream 127.0.0.1:$ORIGIN --workers 1 2>"$WORK/slipstream.log" & PIDS+=($!)
+"$BIN" proxy --listen 127.0.0.1:$SLIP --upstream 127.0.0.1:$ORIGIN --workers 1 --io "${IO:-epoll}" \
+    2>"$WORK/slipstream.log" & PIDS+=($!)
 SLIP_PID=$!
 TARGETS="slipstream:$SLIP:$SLIP_PID"
 if "$FLOOR_SRC/build.sh" "$WORK/floor" >/dev/null 2>&1; then

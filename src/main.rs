@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use slipstream::config::{self, Balance, Config, ServerSpec};
+use slipstream::config::{self, Balance, Config, IoMode, ServerSpec};
 use slipstream::observe::access_log::AccessLogTarget;
 use slipstream::observe::doctor;
 use slipstream::observe::log_format::LogFormat;
@@ -56,6 +56,10 @@ enum Command {
         /// Worker threads, 1 to 1024 (default: one per core).
         #[arg(long, value_parser = parse_workers)]
         workers: Option<usize>,
+        /// How plain TCP connections are read and written: uring or epoll (default: epoll,
+        /// or SLIPSTREAM_IO).
+        #[arg(long, value_parser = ["uring", "epoll"])]
+        io: Option<String>,
         #[command(flatten)]
         observe: ObserveArgs,
         #[command(flatten)]
@@ -76,6 +80,10 @@ enum Command {
         /// Worker threads, 1 to 1024 (default: one per core).
         #[arg(long, value_parser = parse_workers)]
         workers: Option<usize>,
+        /// How plain TCP connections are read and written: uring or epoll (default: epoll,
+        /// or SLIPSTREAM_IO).
+        #[arg(long, value_parser = ["uring", "epoll"])]
+        io: Option<String>,
         #[command(flatten)]
         observe: ObserveArgs,
         #[command(flatten)]
@@ -351,6 +359,7 @@ fn main() -> ExitCode {
             max_conns,
             balance,
             workers,
+            io,
             observe,
             tls,
         } => {
@@ -372,6 +381,7 @@ fn main() -> ExitCode {
                 Some("least_conn") => Balance::LeastConn,
                 _ => Balance::P2c,
             };
+            config.io = io.as_deref().and_then(IoMode::parse).unwrap_or(config.io);
             run_until_signalled(config, None)
         }
         Command::Serve {
@@ -379,6 +389,7 @@ fn main() -> ExitCode {
             root,
             browse,
             workers,
+            io,
             observe,
             tls,
         } => {
@@ -387,6 +398,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
             let mut config = Config::for_files(listen, root, browse, workers);
+            config.io = io.as_deref().and_then(IoMode::parse).unwrap_or(config.io);
             if let Err(e) = observe
                 .apply(&mut config)
                 .and_then(|()| tls.apply(&mut config))

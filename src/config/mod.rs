@@ -45,6 +45,8 @@ pub use upstream::{
 pub struct Config {
     /// Worker threads to run (one per core by default).
     pub workers: usize,
+    /// How plain TCP connections are read and written (read once, at start).
+    pub io: IoMode,
     /// Addresses to accept connections on.
     pub listeners: Vec<ListenerConfig>,
     /// Upstream groups; routes refer to them by index.
@@ -133,6 +135,45 @@ impl Default for Limits {
     }
 }
 
+/// How a worker reads and writes plain TCP connections (TLS, HTTP/2 and FastCGI always use
+/// epoll through tokio).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoMode {
+    /// tokio's epoll reactor, with direct system calls.
+    Epoll,
+    /// One io_uring per worker, submitted once per loop turn; epoll when the kernel refuses
+    /// a ring.
+    Uring,
+}
+
+impl IoMode {
+    /// `"epoll"` or `"uring"`.
+    pub fn parse(s: &str) -> Option<IoMode> {
+        match s {
+            "epoll" => Some(IoMode::Epoll),
+            "uring" => Some(IoMode::Uring),
+            _ => None,
+        }
+    }
+
+    /// The default: `SLIPSTREAM_IO` (`epoll` or `uring`) when set, so a test suite or a fleet
+    /// can be switched without editing configs; else epoll.
+    pub fn default_mode() -> IoMode {
+        std::env::var("SLIPSTREAM_IO")
+            .ok()
+            .and_then(|v| IoMode::parse(&v))
+            .unwrap_or(IoMode::Epoll)
+    }
+
+    /// The name, as the config spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoMode::Epoll => "epoll",
+            IoMode::Uring => "uring",
+        }
+    }
+}
+
 /// Default accept backlog: large, so bursts queue instead of being dropped.
 pub const DEFAULT_BACKLOG: u32 = 65535;
 /// Default connection limit per listener.
@@ -210,6 +251,7 @@ impl Config {
     fn bare(listen: SocketAddr, workers: Option<usize>) -> Self {
         Config {
             workers: workers.unwrap_or_else(default_workers),
+            io: IoMode::default_mode(),
             listeners: vec![ListenerConfig {
                 address: listen,
                 backlog: DEFAULT_BACKLOG,
@@ -393,6 +435,7 @@ impl std::error::Error for ConfigErrors {}
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     workers: Option<Spanned<usize>>,
+    io: Option<Spanned<String>>,
     access_log: Option<Spanned<String>>,
     access_log_format: Option<Spanned<String>>,
     error_log: Option<String>,
@@ -588,6 +631,17 @@ impl Validator<'_> {
         }
     }
 
+    /// The `io` key: `"uring"` or `"epoll"`.
+    fn io_mode(&mut self, value: Option<&Spanned<String>>) -> IoMode {
+        let Some(v) = value else {
+            return IoMode::default_mode();
+        };
+        IoMode::parse(v.get_ref()).unwrap_or_else(|| {
+            self.error(v.span().start, "io must be \"uring\" or \"epoll\"");
+            IoMode::Epoll
+        })
+    }
+
     fn build(&mut self, raw: FileConfig) -> Config {
         let workers = match &raw.workers {
             Some(w) if *w.get_ref() == 0 || *w.get_ref() > 1024 => {
@@ -597,6 +651,7 @@ impl Validator<'_> {
             Some(w) => *w.get_ref(),
             None => default_workers(),
         };
+        let io = self.io_mode(raw.io.as_ref());
         let defaults = Limits::default();
         let limits = Limits {
             max_request_head: self.size(&raw.limits.max_request_head, defaults.max_request_head),
@@ -669,6 +724,7 @@ impl Validator<'_> {
 
         Config {
             workers,
+            io,
             listeners,
             upstreams,
             router,

@@ -70,6 +70,7 @@ impl H2Stream {
                 out: Out::Head(Vec::new()),
                 is_head: head.is_head,
                 max_head,
+                best_room: 0,
             }),
             tls_version: "",
             local: None,
@@ -247,6 +248,29 @@ struct Writer {
     out: Out,
     is_head: bool,
     max_head: usize,
+    /// The most send capacity the stream has had at once: the client's usable window.
+    best_room: usize,
+}
+
+/// A window this open is always worth sending into (the frame header is then well under 1%).
+const WORTH_A_FRAME: usize = 4096;
+
+/// How much of a `want`-byte write to send into `cap` bytes of window: all of it if it fits,
+/// else as much as fits, but never leaving a remainder too small to be worth a frame of its
+/// own (a window one byte short of a write would otherwise make a one-byte frame next).
+/// The same goes for the frames `h2` cuts a send into: a part is sent in whole 16 KiB frames
+/// (the smallest maximum frame size a client may set), the odd rest with the next write.
+fn take(cap: usize, want: usize) -> usize {
+    const FRAME: usize = 16_384;
+    if cap >= want {
+        want
+    } else if cap > FRAME {
+        cap - cap % FRAME
+    } else if want - cap < WORTH_A_FRAME && cap > WORTH_A_FRAME && want >= 2 * WORTH_A_FRAME {
+        want - WORTH_A_FRAME
+    } else {
+        cap
+    }
 }
 
 fn invalid(what: &'static str) -> io::Error {
@@ -255,6 +279,11 @@ fn invalid(what: &'static str) -> io::Error {
 
 impl Writer {
     /// Waits for send capacity for up to `want` bytes; returns how many may be sent.
+    ///
+    /// A sliver of window is not sent into (the silly window syndrome: a client that returns
+    /// each frame's bytes as it reads them would otherwise get one tiny frame per window
+    /// update, for the rest of the body): it waits until the window holds 4 KiB, all
+    /// of `want`, or half the most the client has opened.
     fn poll_room(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
         let Some(send) = &mut self.send else {
             return Poll::Ready(Err(invalid("no response head")));
@@ -262,8 +291,9 @@ impl Writer {
         send.reserve_capacity(want);
         loop {
             let cap = send.capacity();
-            if cap > 0 {
-                return Poll::Ready(Ok(cap.min(want)));
+            self.best_room = self.best_room.max(cap);
+            if cap > 0 && (cap >= want.min(WORTH_A_FRAME) || cap >= self.best_room / 2) {
+                return Poll::Ready(Ok(take(cap, want)));
             }
             match send.poll_capacity(cx) {
                 Poll::Ready(Some(Ok(_))) => continue,

@@ -35,8 +35,10 @@ pub async fn write_all(stream: &mut Stream, parts: &[&[u8]], timeout: Duration) 
         .await;
     }
     let mut slices = &mut iov[..count];
-    if let Stream::Tcp(tcp) = stream {
-        return writev_tcp(tcp, slices, timeout).await;
+    match stream {
+        Stream::Tcp(tcp) => return writev_tcp(tcp, slices, timeout).await,
+        Stream::Uring(ring) => return ring.send_all(slices, timeout).await,
+        _ => {}
     }
     while !slices.is_empty() {
         let n = within(timeout, stream.write_vectored(slices)).await?;
@@ -57,8 +59,10 @@ async fn flush_tls(stream: &mut Stream, timeout: Duration) -> io::Result<()> {
 }
 
 async fn write_one(stream: &mut Stream, mut buf: &[u8], timeout: Duration) -> io::Result<()> {
-    if let Stream::Tcp(tcp) = stream {
-        return send_tcp(tcp, buf, timeout).await;
+    match stream {
+        Stream::Tcp(tcp) => return send_tcp(tcp, buf, timeout).await,
+        Stream::Uring(ring) => return ring.send_all(&mut [IoSlice::new(buf)], timeout).await,
+        _ => {}
     }
     while !buf.is_empty() {
         let n = within(timeout, stream.write(buf)).await?;
@@ -86,8 +90,10 @@ pub async fn read_some(
             .max(4096);
         buf.reserve(grow);
     }
-    if let Stream::Tcp(tcp) = stream {
-        return recv_tcp(tcp, buf, timeout).await;
+    match stream {
+        Stream::Tcp(tcp) => return recv_tcp(tcp, buf, timeout).await,
+        Stream::Uring(ring) => return ring.recv(buf, timeout).await,
+        _ => {}
     }
     within(timeout, stream.read_buf(buf)).await
 }

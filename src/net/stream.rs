@@ -15,6 +15,9 @@ use tokio::net::{TcpStream, UnixStream};
 pub enum Stream {
     /// A plain TCP connection.
     Tcp(TcpStream),
+    /// A plain TCP connection read and written through the worker's io_uring (boxed: it is
+    /// made once per connection and keeps its waits beside the socket).
+    Uring(Box<crate::uring::stream::UringTcp>),
     /// A unix stream socket (upstreams only).
     Unix(UnixStream),
     /// A TLS connection from a client (boxed: its state is large, and rare on the fast path).
@@ -34,7 +37,11 @@ impl Stream {
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
             Stream::Tcp(s) => Some(s),
-            Stream::Unix(_) | Stream::TlsServer(_) | Stream::TlsClient(_) | Stream::H2(_) => None,
+            Stream::Uring(_)
+            | Stream::Unix(_)
+            | Stream::TlsServer(_)
+            | Stream::TlsClient(_)
+            | Stream::H2(_) => None,
             #[cfg(test)]
             Stream::Mock(_) => None,
         }
@@ -44,6 +51,7 @@ impl Stream {
     pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
         match self {
             Stream::Tcp(s) => s.local_addr().ok(),
+            Stream::Uring(s) => s.socket().local_addr().ok(),
             Stream::TlsServer(s) => s.get_ref().0.local_addr().ok(),
             Stream::H2(s) => s.local,
             _ => None,
@@ -65,6 +73,7 @@ impl Stream {
     pub async fn readable(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.readable().await,
+            Stream::Uring(s) => s.readable().await,
             Stream::Unix(s) => s.readable().await,
             // Decrypted bytes (or the peer's close_notify) may already wait inside rustls;
             // else wait on the socket, so an idle TLS connection holds no read buffer.
@@ -96,6 +105,7 @@ impl Stream {
                 let mut cx = Context::from_waker(std::task::Waker::noop());
                 s.poll_read_ready(&mut cx).is_ready()
             }
+            Stream::Uring(s) => s.ready_now(),
             Stream::Unix(s) => {
                 let mut cx = Context::from_waker(std::task::Waker::noop());
                 s.poll_read_ready(&mut cx).is_ready()
@@ -110,6 +120,7 @@ impl Stream {
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.try_read(buf),
+            Stream::Uring(s) => s.try_read(buf),
             Stream::Unix(s) => s.try_read(buf),
             Stream::TlsServer(_) | Stream::TlsClient(_) | Stream::H2(_) => {
                 Err(io::ErrorKind::WouldBlock.into())
@@ -125,6 +136,9 @@ impl Stream {
         if let Stream::H2(s) = self {
             // An HTTP/2 client leaves a request by resetting its stream.
             return std::future::poll_fn(|cx| s.poll_reset(cx)).await;
+        }
+        if let Stream::Uring(s) = self {
+            return s.hangup().await;
         }
         if let Some(s) = self.tcp() {
             if s.readable().await.is_ok() {
@@ -152,6 +166,7 @@ impl AsyncRead for Stream {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Uring(s) => s.poll_read(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
             Stream::TlsServer(s) => Pin::new(s).poll_read(cx, buf),
             Stream::TlsClient(s) => Pin::new(s).poll_read(cx, buf),
@@ -170,6 +185,7 @@ impl AsyncWrite for Stream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Uring(s) => s.poll_write(cx, &[io::IoSlice::new(buf)]),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
             Stream::TlsServer(s) => Pin::new(s).poll_write(cx, buf),
             Stream::TlsClient(s) => Pin::new(s).poll_write(cx, buf),
@@ -186,6 +202,7 @@ impl AsyncWrite for Stream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Uring(s) => s.poll_write(cx, bufs),
             Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::TlsServer(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::TlsClient(s) => Pin::new(s).poll_write_vectored(cx, bufs),
@@ -198,6 +215,7 @@ impl AsyncWrite for Stream {
     fn is_write_vectored(&self) -> bool {
         match self {
             Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::Uring(_) => true,
             Stream::Unix(s) => s.is_write_vectored(),
             Stream::TlsServer(s) => s.is_write_vectored(),
             Stream::TlsClient(s) => s.is_write_vectored(),
@@ -210,6 +228,7 @@ impl AsyncWrite for Stream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Uring(_) => Poll::Ready(Ok(())),
             Stream::Unix(s) => Pin::new(s).poll_flush(cx),
             Stream::TlsServer(s) => Pin::new(s).poll_flush(cx),
             Stream::TlsClient(s) => Pin::new(s).poll_flush(cx),
@@ -222,6 +241,7 @@ impl AsyncWrite for Stream {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Uring(s) => Poll::Ready(s.socket().shutdown(std::net::Shutdown::Write)),
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
             Stream::TlsServer(s) => Pin::new(s).poll_shutdown(cx),
             Stream::TlsClient(s) => Pin::new(s).poll_shutdown(cx),

@@ -36,6 +36,15 @@ pub(super) fn run(worker: Worker, listeners: Vec<Listening>) {
     };
     let local = LocalSet::new();
     local.block_on(&rt, async move {
+        if worker.snapshot().config.io == crate::config::IoMode::Uring {
+            if let Err(e) = crate::uring::start() {
+                worker.counters.inc(Counter::UringUnavailable);
+                tracing::warn!(
+                    "worker {}: io = \"uring\" but the kernel refused a ring ({e}); using epoll",
+                    worker.id
+                );
+            }
+        }
         let worker = Rc::new(worker);
         for l in listeners {
             match TcpListener::from_std(l.socket) {
@@ -104,7 +113,11 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, limit: usize, ki
                     tokio::task::spawn_local(async move {
                         let _open = OpenConnection(w.clone());
                         match kind {
-                            Kind::Plain => proxy::serve(w, stream.into(), peer).await,
+                            Kind::Plain => {
+                                if let Ok(stream) = crate::uring::adopt(stream) {
+                                    proxy::serve(w, stream, peer).await;
+                                }
+                            }
                             Kind::PlainOrH2c => serve_plain_or_h2c(w, stream, peer).await,
                             Kind::Tls => serve_tls(w, stream, peer).await,
                             Kind::Redirect => proxy::redirect_to_https(w, stream.into()).await,
@@ -185,8 +198,8 @@ async fn serve_plain_or_h2c(
     };
     if speaks_http2(&first[..n]) {
         proxy::serve_http2(worker, stream.into(), peer).await;
-    } else {
-        proxy::serve(worker, stream.into(), peer).await;
+    } else if let Ok(stream) = crate::uring::adopt(stream) {
+        proxy::serve(worker, stream, peer).await;
     }
 }
 

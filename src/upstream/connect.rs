@@ -24,6 +24,11 @@ pub async fn connect(
     counters.inc(Counter::UpstreamConnects);
     ServerStats::bump(&stats.connects);
     let error = match tokio::time::timeout(timeout, open_with(addr, tls)).await {
+        // A worker running a ring reads and writes plain upstream connections through it.
+        Ok(Ok(Stream::Tcp(tcp))) => match crate::uring::adopt(tcp) {
+            Ok(stream) => return Ok(stream),
+            Err(e) => Some(e),
+        },
         Ok(Ok(stream)) => return Ok(stream),
         Ok(Err(e)) => Some(e),
         Err(_) => None,

@@ -321,7 +321,7 @@ async fn read_pattern(mut body: h2::RecvStream, len: u64, slow: u64, up: &Upstre
             // Flow control held the upstream back while the client read slowly.
             let sent = up.written.load(std::sync::atomic::Ordering::SeqCst) - before;
             assert!(
-                sent - got < 48 << 20,
+                sent.saturating_sub(got) < 48 << 20,
                 "upstream ran {} MiB ahead",
                 (sent - got) >> 20
             );
@@ -429,5 +429,46 @@ fn fastcgi_over_http2_with_a_body_of_unknown_length() {
         assert_eq!(text, format!("POST 300000 {md5} HTTP/2.0"));
         let (parts, _) = get(&mut client, "a", "/missing.php").await;
         assert_eq!(parts.status, 404);
+    });
+}
+
+/// A client that hands its window back frame by frame while it reads slowly gets full frames,
+/// not one sliver per window update (the silly window syndrome: once the window has been
+/// nearly filled, sending each small update's worth at once keeps every frame that small).
+#[test]
+fn a_slow_reader_gets_full_frames_not_slivers() {
+    const LEN: u64 = 8 << 20;
+    let up = Upstream::start(|_| Reply::Pattern {
+        head: format!("HTTP/1.1 200 OK\r\nContent-Length: {LEN}\r\n\r\n").into_bytes(),
+        len: LEN,
+    });
+    let running = Running::config("h2-slivers.toml", &h2c_config(up.addr, ""));
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime(), async {
+        let client = h2c(running.addr).await;
+        let req = http::Request::get("http://a/big").body(()).unwrap();
+        let mut ready = client.ready().await.unwrap();
+        let (response, _) = ready.send_request(req, true).unwrap();
+        let mut body = response.await.unwrap().into_body();
+        let (mut got, mut frames, mut slivers) = (0u64, 0u32, 0u32);
+        while let Some(d) = body.data().await {
+            let d = d.unwrap();
+            got += d.len() as u64;
+            frames += 1;
+            if d.len() < 1024 && got < LEN {
+                slivers += 1;
+            }
+            body.flow_control().release_capacity(d.len()).unwrap();
+            if got < LEN / 4 {
+                tokio::time::sleep(Duration::from_micros(500)).await;
+            }
+        }
+        assert_eq!(got, LEN);
+        // Without the rule: 18% (epoll) to 54% (io_uring upstream) of the frames; with it,
+        // 2-6% (the odd ends of writes).
+        assert!(
+            slivers * 10 <= frames,
+            "{slivers} of {frames} DATA frames were under 1 KiB"
+        );
     });
 }

@@ -13,6 +13,7 @@ mod framing;
 mod fuzz_seeds;
 mod http2;
 mod http2_frames;
+mod io_paths;
 mod large_bodies;
 mod lifecycle;
 mod observe;

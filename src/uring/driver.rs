@@ -1,0 +1,533 @@
+//! One io_uring per worker thread, driven from its tokio runtime.
+//!
+//! - `SINGLE_ISSUER | DEFER_TASKRUN`: completions are run in batches when the thread asks for
+//!   them, not the moment a packet lands (without it, the kernel retries each recv from task
+//!   work while the sending CPU still holds the socket lock).
+//! - A registered eventfd sits in tokio's epoll: the ring signals it when completions wait (a
+//!   ring fd in epoll is never woken for deferred work). It is never read: epoll is
+//!   edge-triggered and every signal is a new edge.
+//! - Operations queue their entries and wake the driver task, which runs after the tasks
+//!   already woken: one `io_uring_enter` submits a whole tick's entries and reaps completions.
+//!
+//! Soundness: an entry points at memory the caller lends for the operation. [`Op`] borrows it
+//! for as long as the future lives; if the future is dropped before its completion arrives (a
+//! timeout, a client gone), its drop cancels the operation and waits, on this thread, until the
+//! kernel has let go of it. So lent memory is never freed while the kernel may touch it.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use io_uring::{opcode, squeue, IoUring};
+use tokio::io::unix::AsyncFd;
+
+/// Entries in a ring's submission queue.
+const ENTRIES: u32 = 4096;
+
+/// `IORING_ENTER_GETEVENTS`: also run deferred completions.
+const GETEVENTS: u32 = 1;
+
+/// How an operation ended: its result (a count, or a negated errno) and the completion's
+/// flags (which provided buffer a read filled).
+#[derive(Debug, Clone, Copy)]
+pub struct Completion {
+    /// A count, or a negated errno.
+    pub result: i32,
+    /// `IORING_CQE_F_*` bits; for a read into a provided buffer, also its id.
+    pub flags: u32,
+}
+
+/// The state of one operation.
+enum Slot {
+    Free,
+    /// In flight; the waker of the task awaiting it.
+    Waiting(Option<Waker>),
+    /// Completed.
+    Done(Completion),
+    /// In flight with nobody waiting (a cancel request): freed when it completes.
+    Detached,
+}
+
+/// Buffers the kernel picks from when a waiting read completes (`IOSQE_BUFFER_SELECT`): an
+/// idle connection holds none; bytes land in one only when they arrive, and the connection
+/// copies them out and hands it back at once.
+pub const PROVIDED_SIZE: usize = 4096;
+/// How many provided buffers a ring has (1 MiB); a read that finds none left waits for
+/// readiness instead.
+const PROVIDED_COUNT: u16 = 256;
+/// The provided buffers' group id.
+const GROUP: u16 = 0;
+
+/// A worker thread's ring and the operations in flight on it.
+pub struct Driver {
+    /// Declared first so that it is dropped first: the ring is closed before the provided
+    /// buffers are freed.
+    ring: IoUring,
+    /// The provided buffers, `PROVIDED_COUNT` of `PROVIDED_SIZE` bytes.
+    provided: Box<[std::cell::UnsafeCell<u8>]>,
+    slots: RefCell<Vec<Slot>>,
+    free: RefCell<Vec<usize>>,
+    /// Entries are queued that have not been submitted.
+    queued: Cell<bool>,
+    /// The driver task's waker.
+    waker: RefCell<Option<Waker>>,
+    /// Per slot: when its operation times out, in [`Driver::clock`] milliseconds; 0 for
+    /// none, [`TIMED_OUT`] once it has been cancelled for it.
+    deadlines: RefCell<Vec<u64>>,
+    /// Operations in flight with a deadline.
+    timed: Cell<usize>,
+    /// Milliseconds since `started`, read once per turn of the driver loop: the time
+    /// deadlines are set from, so an operation reads no clock.
+    now_ms: Cell<u64>,
+    started: std::time::Instant,
+}
+
+/// A deadline whose operation has been cancelled for passing it.
+const TIMED_OUT: u64 = u64::MAX;
+/// How often in-flight operations are checked against their deadlines while any has one: a
+/// timeout fires up to this late.
+const SWEEP_MS: u64 = 10;
+/// The most deferred completions the kernel runs per `io_uring_enter` (`IO_LOCAL_TW_DEFAULT_MAX`
+/// since 6.10): a turn that hands out this many may have left some behind, which signal no
+/// eventfd, so the loop enters again at once.
+const KERNEL_BATCH: usize = 20;
+
+impl Driver {
+    /// A ring for this thread, or why the kernel refused one (too old, or io_uring disabled
+    /// by `kernel.io_uring_disabled` or a seccomp profile): the caller falls back to epoll.
+    pub fn new() -> io::Result<Rc<Driver>> {
+        let ring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(ENTRIES)?;
+        let size = PROVIDED_SIZE * usize::from(PROVIDED_COUNT);
+        let provided = (0..size).map(|_| std::cell::UnsafeCell::new(0)).collect();
+        let driver = Rc::new(Driver {
+            ring,
+            provided,
+            slots: RefCell::new(Vec::new()),
+            free: RefCell::new(Vec::new()),
+            queued: Cell::new(false),
+            waker: RefCell::new(None),
+            deadlines: RefCell::new(Vec::new()),
+            timed: Cell::new(0),
+            now_ms: Cell::new(0),
+            started: std::time::Instant::now(),
+        });
+        driver.provide(0, PROVIDED_COUNT);
+        Ok(driver)
+    }
+
+    /// Submits queued entries and hands out completions, then waits until more entries are
+    /// queued or the ring signals; runs for the life of the worker.
+    pub async fn drive(self: Rc<Driver>) -> io::Result<()> {
+        // SAFETY: eventfd(2) takes no memory; the descriptor is owned from here on.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `efd` is a fresh descriptor nothing else owns.
+        let efd = unsafe { OwnedFd::from_raw_fd(efd) };
+        self.ring.submitter().register_eventfd(efd.as_raw_fd())?;
+        // SAFETY: the eventfd is owned by the registration and closed only with it.
+        let signal = unsafe { AsyncFd::register_with_interest(efd, tokio::io::Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
+        let mut sweep = Box::pin(tokio::time::sleep(std::time::Duration::ZERO));
+        let mut next_sweep = 0;
+        loop {
+            self.queued.set(false);
+            let handed_out = self.enter(0)?;
+            let now = self.started.elapsed().as_millis() as u64;
+            self.now_ms.set(now);
+            if self.timed.get() > 0 && now >= next_sweep {
+                self.cancel_overdue(now);
+                next_sweep = now + SWEEP_MS;
+                let at = tokio::time::Instant::from_std(self.started)
+                    + std::time::Duration::from_millis(next_sweep);
+                sweep.as_mut().reset(at);
+            }
+            if handed_out >= KERNEL_BATCH {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            std::future::poll_fn(|cx| {
+                if self.timed.get() > 0 && sweep.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(());
+                }
+                self.wait(cx, &signal)
+            })
+            .await;
+        }
+    }
+
+    /// Cancels every operation in flight past its deadline: it completes with `ETIMEDOUT`.
+    fn cancel_overdue(&self, now: u64) {
+        let overdue: Vec<usize> = {
+            let mut deadlines = self.deadlines.borrow_mut();
+            let slots = self.slots.borrow();
+            let mut found = Vec::new();
+            for (index, deadline) in deadlines.iter_mut().enumerate() {
+                let waiting = matches!(slots.get(index), Some(Slot::Waiting(_)));
+                if waiting && *deadline != 0 && *deadline != TIMED_OUT && *deadline <= now {
+                    *deadline = TIMED_OUT;
+                    found.push(index);
+                }
+            }
+            found
+        };
+        for index in overdue {
+            let cancel = opcode::AsyncCancel::new(index as u64).build();
+            // SAFETY: a cancel entry points at no memory.
+            let cancel_slot = unsafe { self.queue(cancel) };
+            self.slots.borrow_mut()[cancel_slot] = Slot::Detached;
+        }
+    }
+
+    /// Gives slot `index` a deadline `timeout` from now.
+    fn set_deadline(&self, index: usize, timeout: std::time::Duration) {
+        let mut deadlines = self.deadlines.borrow_mut();
+        if deadlines.len() <= index {
+            deadlines.resize(index + 1, 0);
+        }
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX / 2);
+        deadlines[index] = self
+            .now_ms
+            .get()
+            .saturating_add(ms.max(1))
+            .min(TIMED_OUT - 1);
+        self.timed.set(self.timed.get() + 1);
+        // A sweep must be scheduled: wake the loop if no deadline was pending.
+        if self.timed.get() == 1 {
+            if let Some(w) = self.waker.borrow().as_ref() {
+                w.wake_by_ref();
+            }
+        }
+    }
+
+    /// Clears slot `index`'s deadline as it is freed; whether the operation was cancelled for
+    /// passing it.
+    fn clear_deadline(&self, index: usize) -> bool {
+        let mut deadlines = self.deadlines.borrow_mut();
+        match deadlines.get_mut(index) {
+            Some(d) if *d != 0 => {
+                let timed_out = *d == TIMED_OUT;
+                *d = 0;
+                self.timed.set(self.timed.get() - 1);
+                timed_out
+            }
+            _ => false,
+        }
+    }
+
+    /// Submits what is queued, waits for `want` completions, and hands out every completion;
+    /// how many.
+    fn enter(&self, want: u32) -> io::Result<usize> {
+        // SAFETY: this thread is the ring's only user (`SINGLE_ISSUER`), and no other borrow
+        // of its queues is alive.
+        let queued = unsafe { self.ring.submission_shared() }.len() as u32;
+        // SAFETY: no signal mask argument.
+        let entered = unsafe {
+            self.ring
+                .submitter()
+                .enter::<libc::sigset_t>(queued, want, GETEVENTS, None)
+        };
+        match entered {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            Err(e) => return Err(e),
+        }
+        let mut slots = self.slots.borrow_mut();
+        let mut handed_out = 0;
+        // SAFETY: as above.
+        for cqe in unsafe { self.ring.completion_shared() } {
+            handed_out += 1;
+            let index = cqe.user_data() as usize;
+            let Some(slot) = slots.get_mut(index) else {
+                continue;
+            };
+            let done = Completion {
+                result: cqe.result(),
+                flags: cqe.flags(),
+            };
+            match std::mem::replace(slot, Slot::Done(done)) {
+                Slot::Waiting(Some(w)) => w.wake(),
+                Slot::Waiting(None) => {}
+                Slot::Detached => {
+                    *slot = Slot::Free;
+                    self.free.borrow_mut().push(index);
+                    self.clear_deadline(index);
+                }
+                // Not in flight: a stray completion changes nothing.
+                old @ (Slot::Done(_) | Slot::Free) => *slot = old,
+            }
+        }
+        Ok(handed_out)
+    }
+
+    /// Ready when entries are queued or the ring has signalled.
+    fn wait(&self, cx: &mut Context<'_>, signal: &AsyncFd<OwnedFd>) -> Poll<()> {
+        *self.waker.borrow_mut() = Some(cx.waker().clone());
+        if self.queued.get() {
+            return Poll::Ready(());
+        }
+        match signal.poll_read_ready(cx) {
+            Poll::Ready(Ok(mut ready)) => {
+                ready.clear_ready();
+                Poll::Ready(())
+            }
+            // The eventfd cannot fail; if it did, polling again is all there is to do.
+            Poll::Ready(Err(_)) => Poll::Ready(()),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Queues `entry` under a new slot; its index.
+    ///
+    /// # Safety
+    /// Memory the entry points at must stay valid until the slot completes: keep it borrowed
+    /// by the [`Op`] that owns the slot (whose drop waits for the kernel to let go).
+    unsafe fn queue(&self, entry: squeue::Entry) -> usize {
+        let index = {
+            let mut slots = self.slots.borrow_mut();
+            match self.free.borrow_mut().pop() {
+                Some(i) => {
+                    slots[i] = Slot::Waiting(None);
+                    i
+                }
+                None => {
+                    slots.push(Slot::Waiting(None));
+                    slots.len() - 1
+                }
+            }
+        };
+        let entry = entry.user_data(index as u64);
+        // SAFETY: the caller keeps the entry's memory valid; this thread is the only user.
+        while unsafe { self.ring.submission_shared().push(&entry) }.is_err() {
+            // The queue is full: submit what it holds (completions are handed out too).
+            let _ = self.enter(0);
+        }
+        if !self.queued.replace(true) {
+            if let Some(w) = self.waker.borrow().as_ref() {
+                w.wake_by_ref();
+            }
+        }
+        index
+    }
+
+    /// The result of slot `index` if it completed (and the slot is freed), else registers
+    /// the waker.
+    fn poll_slot(&self, index: usize, cx: &mut Context<'_>) -> Poll<Completion> {
+        let mut slots = self.slots.borrow_mut();
+        match &mut slots[index] {
+            Slot::Done(done) => {
+                let mut done = *done;
+                slots[index] = Slot::Free;
+                self.free.borrow_mut().push(index);
+                if self.clear_deadline(index) && done.result == -libc::ECANCELED {
+                    done.result = -libc::ETIMEDOUT;
+                }
+                Poll::Ready(done)
+            }
+            Slot::Waiting(w) => {
+                if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    *w = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+            Slot::Free | Slot::Detached => Poll::Ready(CANCELED),
+        }
+    }
+
+    /// Cancels slot `index` and waits, on this thread, until the kernel has finished with it.
+    fn cancel_and_wait(&self, index: usize) {
+        let cancel = opcode::AsyncCancel::new(index as u64).build();
+        // The cancel's own completion lands in a slot nobody waits on.
+        // SAFETY: a cancel entry points at no memory.
+        let cancel_slot = unsafe { self.queue(cancel) };
+        self.slots.borrow_mut()[cancel_slot] = Slot::Detached;
+        loop {
+            if matches!(self.slots.borrow()[index], Slot::Done(_)) {
+                break;
+            }
+            if self.enter(1).is_err() {
+                break;
+            }
+        }
+        let mut slots = self.slots.borrow_mut();
+        if let Slot::Done(done) = slots[index] {
+            // A read that completed as it was given up: its bytes are dropped with it.
+            if let Some(id) = io_uring::cqueue::buffer_select(done.flags) {
+                drop(slots);
+                self.give_back(id);
+                slots = self.slots.borrow_mut();
+            }
+        }
+        slots[index] = Slot::Free;
+        self.free.borrow_mut().push(index);
+        drop(slots);
+        self.clear_deadline(index);
+    }
+}
+
+/// One operation in flight: a future of its result, which borrows what the kernel uses for
+/// `'a`. Dropped early, it cancels the operation and waits for the kernel to let go.
+pub struct Op<'a> {
+    driver: &'a Driver,
+    index: Option<usize>,
+    _lent: std::marker::PhantomData<&'a mut [u8]>,
+}
+
+/// What an operation that was never queued, or lost its slot, completes with.
+const CANCELED: Completion = Completion {
+    result: -libc::ECANCELED,
+    flags: 0,
+};
+
+impl Future for Op<'_> {
+    type Output = Completion;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Completion> {
+        let Some(index) = self.index else {
+            return Poll::Ready(CANCELED);
+        };
+        let result = std::task::ready!(self.driver.poll_slot(index, cx));
+        self.index = None;
+        Poll::Ready(result)
+    }
+}
+
+impl Drop for Op<'_> {
+    fn drop(&mut self) {
+        if let Some(index) = self.index.take() {
+            self.driver.cancel_and_wait(index);
+        }
+    }
+}
+
+impl Driver {
+    /// Queues `entry` as an [`Op`] that fails with `ETIMEDOUT` if it has not completed
+    /// within `timeout` (checked every 10 ms by the driver loop; no clock read or timer here).
+    ///
+    /// # Safety
+    /// Everything the entry points at must be borrowed for `'a`.
+    pub(super) unsafe fn op_within<'a>(
+        &'a self,
+        entry: squeue::Entry,
+        timeout: std::time::Duration,
+    ) -> Op<'a> {
+        // SAFETY: as for `op`.
+        let op = unsafe { self.op(entry) };
+        if let Some(index) = op.index {
+            self.set_deadline(index, timeout);
+        }
+        op
+    }
+
+    /// Queues `entry`, whose memory `'a` covers, as an [`Op`].
+    ///
+    /// # Safety
+    /// Everything the entry points at must be borrowed for `'a`.
+    pub(super) unsafe fn op<'a>(&'a self, entry: squeue::Entry) -> Op<'a> {
+        // SAFETY: the caller lends the memory for `'a`, which the `Op` holds.
+        let index = unsafe { self.queue(entry) };
+        Op {
+            driver: self,
+            index: Some(index),
+            _lent: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Driver {
+    /// Hands provided buffers `first..first + count` to the kernel.
+    fn provide(&self, first: u16, count: u16) {
+        let start = usize::from(first) * PROVIDED_SIZE;
+        let addr = self.provided[start].get();
+        let entry =
+            opcode::ProvideBuffers::new(addr, PROVIDED_SIZE as i32, count, GROUP, first).build();
+        // SAFETY: the buffers are the driver's own and live as long as its ring; the kernel
+        // writes into one only for a read, which is an `Op` borrowing the driver.
+        let slot = unsafe { self.queue(entry) };
+        self.slots.borrow_mut()[slot] = Slot::Detached;
+    }
+
+    /// Gives provided buffer `id` back to the kernel once its bytes have been copied out.
+    pub(super) fn give_back(&self, id: u16) {
+        self.provide(id, 1);
+    }
+
+    /// Copies bytes of provided buffer `id`, from `from` on, into `out`; how many.
+    pub(super) fn copy_out(&self, id: u16, from: usize, to: usize, out: &mut [u8]) -> usize {
+        assert!(from <= to && to <= PROVIDED_SIZE && id < PROVIDED_COUNT);
+        let n = (to - from).min(out.len());
+        let start = usize::from(id) * PROVIDED_SIZE + from;
+        let cells = &self.provided[start..start + n];
+        // SAFETY: the kernel wrote this buffer's bytes before the read completed and does not
+        // touch it again until it is given back; `UnsafeCell<u8>` has `u8`'s layout.
+        let bytes = unsafe { std::slice::from_raw_parts(cells.as_ptr().cast::<u8>(), n) };
+        out[..n].copy_from_slice(bytes);
+        n
+    }
+
+    /// Queues a wait for `events` on `fd` that lends no memory, so it may be left behind
+    /// without waiting ([`Driver::forget`]); its slot, to poll with [`Driver::poll_wait`].
+    pub(super) fn queue_wait(&self, fd: io_uring::types::Fd, events: u32) -> usize {
+        let entry = opcode::PollAdd::new(fd, events).build();
+        // SAFETY: a poll entry points at no memory.
+        unsafe { self.queue(entry) }
+    }
+
+    /// Whether the wait in slot `index` has fired (the slot is then freed).
+    pub(super) fn poll_wait(&self, index: usize, cx: &mut Context<'_>) -> Poll<()> {
+        self.poll_slot(index, cx).map(|_| ())
+    }
+
+    /// Gives up the wait in slot `index`: cancelled, and its slot freed when the kernel says
+    /// so (a wait holds the socket open until then).
+    pub(super) fn forget(&self, index: usize) {
+        {
+            let mut slots = self.slots.borrow_mut();
+            match slots[index] {
+                Slot::Done(_) => {
+                    slots[index] = Slot::Free;
+                    self.free.borrow_mut().push(index);
+                    return;
+                }
+                Slot::Waiting(_) => slots[index] = Slot::Detached,
+                Slot::Free | Slot::Detached => return,
+            }
+        }
+        let cancel = opcode::AsyncCancel::new(index as u64).build();
+        // SAFETY: a cancel entry points at no memory.
+        let cancel_slot = unsafe { self.queue(cancel) };
+        self.slots.borrow_mut()[cancel_slot] = Slot::Detached;
+    }
+
+    /// A read of up to [`PROVIDED_SIZE`] bytes from `fd` into a provided buffer, waiting for
+    /// bytes without holding any memory of its own. Completes with `-ENOBUFS` when every
+    /// provided buffer is in use.
+    pub(super) fn recv_provided(&self, fd: io_uring::types::Fd) -> Op<'_> {
+        let entry = opcode::Recv::new(fd, std::ptr::null_mut(), PROVIDED_SIZE as u32)
+            .buf_group(GROUP)
+            .build()
+            .flags(squeue::Flags::BUFFER_SELECT);
+        // SAFETY: the kernel writes into a provided buffer, which the driver owns for as long
+        // as the `Op` borrows it.
+        unsafe { self.op(entry) }
+    }
+}
+
+/// A result of an operation as `io::Result`.
+pub(super) fn result(done: Completion) -> io::Result<usize> {
+    let r = done.result;
+    if r < 0 {
+        Err(io::Error::from_raw_os_error(-r))
+    } else {
+        Ok(r as usize)
+    }
+}

@@ -1,0 +1,52 @@
+//! The io_uring I/O path for plain TCP (`io = "uring"`): each worker thread owns one ring
+//! ([`driver`]), run inside its tokio runtime, and plain TCP connections read and write
+//! through it ([`stream`]). Everything else (TLS, HTTP/2, FastCGI, files, timers, tasks) stays
+//! on tokio. The design was measured first as a blind relay: `bench/hybrid_relay`.
+//!
+//! The only module of the crate allowed `unsafe`: the kernel reads and writes buffers that
+//! Rust lent it, and the rules that make that sound are kept here (see [`driver`]).
+
+pub mod driver;
+pub mod stream;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use driver::Driver;
+
+thread_local! {
+    /// This worker thread's ring, when it runs one.
+    static RING: RefCell<Option<Rc<Driver>>> = const { RefCell::new(None) };
+}
+
+/// Starts this worker thread's ring, driven by a task on its runtime (call inside its
+/// `LocalSet`). On failure (an old kernel, `kernel.io_uring_disabled`, a seccomp profile) the
+/// reason is returned and the thread stays on epoll.
+pub fn start() -> std::io::Result<()> {
+    let driver = Driver::new()?;
+    RING.with(|r| *r.borrow_mut() = Some(driver.clone()));
+    tokio::task::spawn_local(async move {
+        if let Err(e) = driver.drive().await {
+            tracing::error!("io_uring driver stopped: {e}");
+        }
+    });
+    Ok(())
+}
+
+/// This thread's ring, if it runs one.
+pub fn current() -> Option<Rc<Driver>> {
+    RING.with(|r| r.borrow().clone())
+}
+
+/// A plain TCP connection on this thread's ring if it runs one, else on tokio's epoll. An
+/// error (the socket could not leave epoll) loses the connection.
+pub fn adopt(tcp: tokio::net::TcpStream) -> std::io::Result<crate::net::Stream> {
+    let Some(driver) = current() else {
+        return Ok(crate::net::Stream::Tcp(tcp));
+    };
+    let socket = stream::UringTcp::new(tcp.into_std()?, driver)?;
+    Ok(crate::net::Stream::Uring(Box::new(socket)))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,320 @@
+//! A plain TCP connection whose reads and writes go through the worker's ring.
+//!
+//! The socket is not registered with tokio's epoll. Waiting for a request is a read into a
+//! provided buffer (an idle connection holds no buffer of its own); the bytes it brings are
+//! kept until the next read copies them out. Other reads and writes are ring operations whose
+//! futures borrow their buffers (see [`super::driver`] for why that is sound when they are
+//! dropped early). The poll-style `AsyncRead`/`AsyncWrite` (tunnels, compression) wait for
+//! readiness on the ring and then call the kernel directly, without waiting.
+
+use std::cell::Cell;
+use std::io::{self, IoSlice};
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use io_uring::{opcode, types};
+use rustix::net::{RecvFlags, SendFlags};
+
+use super::driver::{result, Driver};
+
+/// A TCP connection on the io_uring path.
+#[derive(Debug)]
+pub struct UringTcp {
+    socket: std::net::TcpStream,
+    driver: Rc<Driver>,
+    /// Bytes a wait for a request left in a provided buffer: its id and the range not yet
+    /// read.
+    pending: Cell<Option<(u16, usize, usize)>>,
+    /// A wait for a request found the end of the stream.
+    eof: Cell<bool>,
+    /// Readiness waits in flight for the poll-style interface (read, write): ring slots.
+    wait_read: Cell<Option<usize>>,
+    wait_write: Cell<Option<usize>>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Driver")
+    }
+}
+
+impl UringTcp {
+    /// Moves a connected socket onto the ring (blocking mode: the ring waits, not the thread;
+    /// direct calls pass `MSG_DONTWAIT`).
+    pub fn new(socket: std::net::TcpStream, driver: Rc<Driver>) -> io::Result<UringTcp> {
+        socket.set_nonblocking(false)?;
+        Ok(UringTcp {
+            socket,
+            driver,
+            pending: Cell::new(None),
+            eof: Cell::new(false),
+            wait_read: Cell::new(None),
+            wait_write: Cell::new(None),
+        })
+    }
+
+    fn fd(&self) -> types::Fd {
+        types::Fd(self.socket.as_raw_fd())
+    }
+
+    /// Copies kept bytes into `out`; how many (0 when none are kept).
+    fn take_pending(&self, out: &mut [u8]) -> usize {
+        let Some((id, from, to)) = self.pending.get() else {
+            return 0;
+        };
+        let n = self.driver.copy_out(id, from, to, out);
+        if from + n == to {
+            self.pending.set(None);
+            self.driver.give_back(id);
+        } else {
+            self.pending.set(Some((id, from + n, to)));
+        }
+        n
+    }
+
+    /// Reads once into the spare capacity of `buf` (which has some); `Ok(0)` is end of
+    /// stream; `TimedOut` when nothing comes for `timeout`.
+    pub async fn recv(&self, buf: &mut Vec<u8>, timeout: Duration) -> io::Result<usize> {
+        let len = buf.len();
+        if self.pending.get().is_some() {
+            let spare = buf.spare_capacity_mut();
+            // SAFETY: `MaybeUninit<u8>` and `u8` share a layout, and only bytes written by
+            // the copy are counted as initialized below.
+            let out = unsafe { &mut *(std::ptr::from_mut(spare) as *mut [u8]) };
+            let n = self.take_pending(out);
+            // SAFETY: the copy initialized `n` bytes of the spare capacity.
+            unsafe { buf.set_len(len + n) };
+            return Ok(n);
+        }
+        if self.eof.get() {
+            return Ok(0);
+        }
+        let spare = buf.spare_capacity_mut();
+        let entry =
+            opcode::Recv::new(self.fd(), spare.as_mut_ptr().cast(), spare.len() as u32).build();
+        // SAFETY: `spare` stays borrowed by the operation until the kernel is done with it.
+        let n = result(unsafe { self.driver.op_within(entry, timeout) }.await)?;
+        // SAFETY: the kernel wrote `n` bytes into the spare capacity.
+        unsafe { buf.set_len(len + n) };
+        Ok(n)
+    }
+
+    /// Sends what the socket takes of `slices` in one operation (a head and its body
+    /// together); how many bytes. `TimedOut` when it takes nothing for `timeout`.
+    pub async fn send(&self, slices: &[IoSlice<'_>], timeout: Duration) -> io::Result<usize> {
+        let fd = self.fd();
+        if let [one] = slices {
+            let entry = opcode::Send::new(fd, one.as_ptr(), one.len() as u32)
+                .flags(libc::MSG_NOSIGNAL)
+                .build();
+            // SAFETY: `one` stays borrowed by the operation.
+            return result(unsafe { self.driver.op_within(entry, timeout) }.await);
+        }
+        let iov = slices.as_ptr().cast::<libc::iovec>();
+        let entry = opcode::Writev::new(fd, iov, slices.len() as u32).build();
+        // SAFETY: `IoSlice` is an `iovec` on Unix; the slices and what they point at stay
+        // borrowed by the operation.
+        result(unsafe { self.driver.op_within(entry, timeout) }.await)
+    }
+
+    /// Sends all of `slices`, in as few operations as the socket allows; `TimedOut` when the
+    /// socket takes nothing for `timeout`.
+    pub async fn send_all(
+        &self,
+        mut slices: &mut [IoSlice<'_>],
+        timeout: Duration,
+    ) -> io::Result<()> {
+        while !slices.is_empty() {
+            let n = self.send(slices, timeout).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            IoSlice::advance_slices(&mut slices, n);
+        }
+        Ok(())
+    }
+
+    /// Waits until a request's bytes (or the end of the stream) are in hand, holding no
+    /// buffer while it waits: the bytes land in a provided buffer and are kept for the next
+    /// read. When every provided buffer is in use it waits for readiness instead.
+    pub async fn readable(&self) -> io::Result<()> {
+        if self.pending.get().is_some() || self.eof.get() {
+            return Ok(());
+        }
+        let done = self.driver.recv_provided(self.fd()).await;
+        let id = io_uring::cqueue::buffer_select(done.flags);
+        match (done.result, id) {
+            (n, Some(id)) if n > 0 => {
+                self.pending.set(Some((id, 0, n as usize)));
+                return Ok(());
+            }
+            (_, Some(id)) => self.driver.give_back(id),
+            _ => {}
+        }
+        match done.result {
+            0 => {
+                self.eof.set(true);
+                Ok(())
+            }
+            r if r == -libc::ENOBUFS => {
+                Wait {
+                    driver: &self.driver,
+                    index: Some(self.driver.queue_wait(self.fd(), libc::POLLIN as u32)),
+                }
+                .await;
+                Ok(())
+            }
+            r => Err(io::Error::from_raw_os_error(-r)),
+        }
+    }
+
+    /// True if bytes (or the end of the stream) are in hand, so a read now would not block.
+    pub fn ready_now(&self) -> bool {
+        self.pending.get().is_some() || self.eof.get()
+    }
+
+    /// Reads without waiting: `WouldBlock` when nothing is there.
+    pub fn try_read(&self, out: &mut [u8]) -> io::Result<usize> {
+        if self.pending.get().is_some() {
+            return Ok(self.take_pending(out));
+        }
+        if self.eof.get() {
+            return Ok(0);
+        }
+        Ok(rustix::net::recv(&self.socket, out, RecvFlags::DONTWAIT)?.0)
+    }
+
+    /// Resolves when the peer has closed its sending side. Bytes waiting to be read
+    /// (pipelined requests) are not a hang-up: then this never resolves.
+    pub async fn hangup(&self) {
+        if self.pending.get().is_none() && !self.eof.get() {
+            let events = (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) as u32;
+            // Usually given up when the response comes first: the wait is then cancelled
+            // without waiting for the kernel (it lends no memory).
+            let wait = Wait {
+                driver: &self.driver,
+                index: Some(self.driver.queue_wait(self.fd(), events)),
+            };
+            wait.await;
+            let mut probe = [0u8; 1];
+            let peeked = rustix::net::recv(
+                &self.socket,
+                &mut probe[..],
+                RecvFlags::PEEK | RecvFlags::DONTWAIT,
+            );
+            if matches!(peeked, Ok((0, _))) {
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
+    }
+
+    /// The socket itself, for the calls that need no waiting (the addresses, shutdown).
+    pub fn socket(&self) -> &std::net::TcpStream {
+        &self.socket
+    }
+
+    /// Ready when a readiness wait for `events` kept in `slot` has fired; arms one if none
+    /// is in flight.
+    fn poll_wait(&self, cx: &mut Context<'_>, slot: &Cell<Option<usize>>, events: u32) -> Poll<()> {
+        let index = match slot.get() {
+            Some(i) => i,
+            None => {
+                let i = self.driver.queue_wait(self.fd(), events);
+                slot.set(Some(i));
+                i
+            }
+        };
+        std::task::ready!(self.driver.poll_wait(index, cx));
+        slot.set(None);
+        Poll::Ready(())
+    }
+
+    /// Poll-style read: kept bytes first, then a direct read, waiting on the ring when the
+    /// socket has nothing.
+    pub fn poll_read(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            match self.try_read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::task::ready!(self.poll_wait(cx, &self.wait_read, libc::POLLIN as u32));
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    /// Poll-style vectored write: a direct send, waiting on the ring when the socket is full.
+    pub fn poll_write(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let sent = rustix::net::sendmsg(
+                &self.socket,
+                bufs,
+                &mut rustix::net::SendAncillaryBuffer::default(),
+                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+            );
+            match sent {
+                Ok(n) => return Poll::Ready(Ok(n)),
+                Err(rustix::io::Errno::AGAIN) => {
+                    std::task::ready!(self.poll_wait(cx, &self.wait_write, libc::POLLOUT as u32));
+                }
+                Err(e) => return Poll::Ready(Err(e.into())),
+            }
+        }
+    }
+}
+
+impl Drop for UringTcp {
+    fn drop(&mut self) {
+        // A wait in flight holds the socket open: cancel it so the close reaches the peer.
+        for slot in [&self.wait_read, &self.wait_write] {
+            if let Some(index) = slot.take() {
+                self.driver.forget(index);
+            }
+        }
+        if let Some((id, _, _)) = self.pending.take() {
+            self.driver.give_back(id);
+        }
+    }
+}
+
+/// A readiness wait on the ring: it lends the kernel no memory, so dropping it early only
+/// queues its cancellation.
+struct Wait<'a> {
+    driver: &'a Driver,
+    index: Option<usize>,
+}
+
+impl std::future::Future for Wait<'_> {
+    type Output = ();
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(index) = self.index else {
+            return Poll::Ready(());
+        };
+        std::task::ready!(self.driver.poll_wait(index, cx));
+        self.index = None;
+        Poll::Ready(())
+    }
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        if let Some(index) = self.index.take() {
+            self.driver.forget(index);
+        }
+    }
+}

@@ -1,0 +1,127 @@
+use std::io::{IoSlice, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::rc::Rc;
+use std::time::Duration;
+
+use super::driver::Driver;
+use super::stream::UringTcp;
+
+/// A timeout no test reaches.
+const LONG: Duration = Duration::from_secs(60);
+
+/// Runs `test` on a current-thread runtime with a ring driven beside it, as a worker does.
+fn on_ring<F: std::future::Future<Output = ()>>(test: impl FnOnce(Rc<Driver>) -> F) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async {
+        let driver = match Driver::new() {
+            Ok(d) => d,
+            // Nothing to test where the kernel refuses a ring (the worker then runs epoll).
+            Err(e) => {
+                #[allow(clippy::print_stderr)]
+                {
+                    eprintln!("skipped: the kernel refuses io_uring: {e}");
+                }
+                return;
+            }
+        };
+        tokio::task::spawn_local(driver.clone().drive());
+        test(driver).await;
+    });
+}
+
+fn pair() -> (TcpStream, TcpStream) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (b, _) = listener.accept().unwrap();
+    (a, b)
+}
+
+#[test]
+fn bytes_go_both_ways_through_the_ring() {
+    on_ring(|driver| async move {
+        let (mut peer, socket) = pair();
+        let conn = UringTcp::new(socket, driver).unwrap();
+        peer.write_all(b"ping").unwrap();
+        let mut buf = Vec::with_capacity(64);
+        assert_eq!(conn.recv(&mut buf, LONG).await.unwrap(), 4);
+        assert_eq!(buf, b"ping");
+        let mut parts = [IoSlice::new(b"po"), IoSlice::new(b"ng")];
+        conn.send_all(&mut parts, LONG).await.unwrap();
+        let mut got = [0u8; 4];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"pong");
+        drop(peer);
+        conn.readable().await.unwrap();
+        assert_eq!(conn.recv(&mut buf, LONG).await.unwrap(), 0);
+    });
+}
+
+#[test]
+fn a_read_dropped_in_flight_is_cancelled_and_the_ring_goes_on() {
+    on_ring(|driver| async move {
+        let (mut peer, socket) = pair();
+        let conn = UringTcp::new(socket, driver).unwrap();
+        let mut buf = Vec::with_capacity(64);
+        let waited =
+            tokio::time::timeout(Duration::from_millis(50), conn.recv(&mut buf, LONG)).await;
+        assert!(waited.is_err());
+        assert!(buf.is_empty());
+        // The cancelled read took nothing: the next one gets the bytes.
+        peer.write_all(b"late").unwrap();
+        assert_eq!(conn.recv(&mut buf, LONG).await.unwrap(), 4);
+        assert_eq!(buf, b"late");
+    });
+}
+
+#[test]
+fn many_connections_share_one_ring() {
+    on_ring(|driver| async move {
+        let mut tasks = Vec::new();
+        for i in 0..64u8 {
+            let (mut peer, socket) = pair();
+            let conn = UringTcp::new(socket, driver.clone()).unwrap();
+            tasks.push(tokio::task::spawn_local(async move {
+                let mut buf = Vec::with_capacity(8);
+                conn.recv(&mut buf, LONG).await.unwrap();
+                conn.send_all(&mut [IoSlice::new(&buf)], LONG)
+                    .await
+                    .unwrap();
+            }));
+            peer.write_all(&[i]).unwrap();
+            tasks.push(tokio::task::spawn_local(async move {
+                let mut got = [0u8; 1];
+                tokio::task::spawn_blocking(move || peer.read_exact(&mut got).map(|()| got))
+                    .await
+                    .unwrap()
+                    .map(|g| assert_eq!(g, [i]))
+                    .unwrap();
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_read_past_its_deadline_times_out_and_the_connection_still_works() {
+    on_ring(|driver| async move {
+        let (mut peer, socket) = pair();
+        let conn = UringTcp::new(socket, driver).unwrap();
+        let mut buf = Vec::with_capacity(64);
+        let started = std::time::Instant::now();
+        let err = conn
+            .recv(&mut buf, Duration::from_millis(30))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= Duration::from_millis(30));
+        peer.write_all(b"late").unwrap();
+        assert_eq!(conn.recv(&mut buf, LONG).await.unwrap(), 4);
+        assert_eq!(buf, b"late");
+    });
+}

@@ -1,0 +1,98 @@
+//! The two ways a worker reads and writes plain TCP (`io = "uring" | "epoll"`). Every other
+//! test runs on whichever `SLIPSTREAM_IO` selects; CI runs the suite once with each.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use crate::support::{eventually, temp_path, Reply, Running, Upstream, BIN};
+
+/// Completions posted so far by each io_uring the process `pid` holds (the `CqHead` line of
+/// each ring's fdinfo).
+fn ring_completions(pid: u32) -> Vec<u64> {
+    let mut rings = Vec::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        let is_ring = std::fs::read_link(fd.path())
+            .is_ok_and(|target| target.to_string_lossy().contains("io_uring"));
+        if !is_ring {
+            continue;
+        }
+        let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
+        let text = std::fs::read_to_string(info).unwrap();
+        let head = text
+            .lines()
+            .find_map(|l| l.strip_prefix("CqHead:"))
+            .expect("CqHead in a ring's fdinfo");
+        rings.push(head.trim().parse().unwrap());
+    }
+    rings
+}
+
+/// Sends `n` requests on one keep-alive connection, each answered `hello`.
+fn requests(proxy: &Running, n: usize) {
+    let mut conn = TcpStream::connect(proxy.addr).unwrap();
+    for _ in 0..n {
+        conn.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 512];
+        while !got.ends_with(b"hello") {
+            let k = conn.read(&mut buf).unwrap();
+            assert!(k > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..k]);
+        }
+        assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    }
+}
+
+#[test]
+fn uring_moves_the_bytes_through_one_ring_per_worker_and_epoll_through_none() {
+    let up = Upstream::start(|_| {
+        Reply::Bytes(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello".to_vec())
+    });
+    let upstream = up.addr.to_string();
+    for (mode, rings) in [("uring", 2), ("epoll", 0)] {
+        let args = ["--upstream", &upstream, "--workers", "2", "--io", mode];
+        let proxy = Running::proxy(&args);
+        let pid = proxy.child.id();
+        let before: u64 = ring_completions(pid).iter().sum();
+        requests(&proxy, 50);
+        let after = ring_completions(pid);
+        if rings > 0 && after.is_empty() && eventually(|| proxy.logged("refused a ring")) {
+            // A kernel without io_uring (or with it disabled): the workers run epoll.
+            #[allow(clippy::print_stderr)] // a skipped check says so
+            {
+                eprintln!("skipped: this kernel refuses io_uring");
+            }
+            return;
+        }
+        assert_eq!(after.len(), rings, "{mode}: rings");
+        if rings > 0 {
+            // Per request: the client's head read and response write, the upstream's request
+            // write and response read.
+            let done = after.iter().sum::<u64>() - before;
+            assert!(done >= 200, "{mode}: {done} completions for 50 requests");
+        }
+        assert!(!proxy.logged("refused a ring"), "{mode}");
+    }
+}
+
+#[test]
+fn an_unknown_io_mode_is_refused_with_its_line() {
+    let path = temp_path("bad-io.toml");
+    std::fs::write(
+        &path,
+        "workers = 1\nio = \"fast\"\n[[listen]]\naddress = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let want = format!("{}:2:6: io must be \"uring\" or \"epoll\"", path.display());
+    assert!(err.contains(&want), "{err}");
+}
