@@ -69,6 +69,9 @@ pub struct Driver {
     ring: IoUring,
     /// The provided buffers, `PROVIDED_COUNT` of `PROVIDED_SIZE` bytes.
     provided: Box<[std::cell::UnsafeCell<u8>]>,
+    /// The buffer ring registered with the kernel (`PROVIDED_COUNT` entries, page-aligned):
+    /// giving a buffer back is a write here, no operation.
+    buf_ring: BufRing,
     slots: RefCell<Vec<Slot>>,
     free: RefCell<Vec<usize>>,
     /// Entries are queued that have not been submitted.
@@ -106,9 +109,21 @@ impl Driver {
             .build(ENTRIES)?;
         let size = PROVIDED_SIZE * usize::from(PROVIDED_COUNT);
         let provided = (0..size).map(|_| std::cell::UnsafeCell::new(0)).collect();
+        let buf_ring = BufRing::new()?;
+        // SAFETY: the ring memory is page-aligned, zeroed, `PROVIDED_COUNT` entries long, and
+        // lives until it is unregistered (in `Driver::drop`).
+        unsafe {
+            ring.submitter().register_buf_ring_with_flags(
+                buf_ring.base as u64,
+                PROVIDED_COUNT,
+                GROUP,
+                0,
+            )?;
+        }
         let driver = Rc::new(Driver {
             ring,
             provided,
+            buf_ring,
             slots: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             queued: Cell::new(false),
@@ -118,7 +133,9 @@ impl Driver {
             now_ms: Cell::new(0),
             started: std::time::Instant::now(),
         });
-        driver.provide(0, PROVIDED_COUNT);
+        for id in 0..PROVIDED_COUNT {
+            driver.give_back(id);
+        }
         Ok(driver)
     }
 
@@ -444,21 +461,30 @@ impl Driver {
 }
 
 impl Driver {
-    /// Hands provided buffers `first..first + count` to the kernel.
-    fn provide(&self, first: u16, count: u16) {
-        let start = usize::from(first) * PROVIDED_SIZE;
-        let addr = self.provided[start].get();
-        let entry =
-            opcode::ProvideBuffers::new(addr, PROVIDED_SIZE as i32, count, GROUP, first).build();
-        // SAFETY: the buffers are the driver's own and live as long as its ring; the kernel
-        // writes into one only for a read, which is an `Op` borrowing the driver.
-        let slot = unsafe { self.queue(entry) };
-        self.slots.borrow_mut()[slot] = Slot::Detached;
-    }
-
-    /// Gives provided buffer `id` back to the kernel once its bytes have been copied out.
+    /// Gives provided buffer `id` to the kernel (again, once its bytes have been copied
+    /// out): an entry at the buffer ring's tail, then the tail moved past it.
     pub(super) fn give_back(&self, id: u16) {
-        self.provide(id, 1);
+        assert!(id < PROVIDED_COUNT);
+        let addr = self.provided[usize::from(id) * PROVIDED_SIZE].get();
+        let tail = self.buf_ring.tail.get();
+        let index = usize::from(tail & (PROVIDED_COUNT - 1));
+        // SAFETY: `index` is within the ring; the kernel reads only entries before the
+        // published tail, and this one is past it until the store below.
+        unsafe {
+            let entry = &mut *self.buf_ring.base.add(index);
+            entry.set_addr(addr as u64);
+            entry.set_len(PROVIDED_SIZE as u32);
+            entry.set_bid(id);
+        }
+        let next = tail.wrapping_add(1);
+        self.buf_ring.tail.set(next);
+        // SAFETY: the tail field is a u16 inside the ring's first entry, which the kernel
+        // reads with acquire ordering; this release store publishes the entry written above.
+        unsafe {
+            let tail = io_uring::types::BufRingEntry::tail(self.buf_ring.base)
+                .cast::<std::sync::atomic::AtomicU16>();
+            (*tail).store(next, std::sync::atomic::Ordering::Release);
+        }
     }
 
     /// Copies bytes of provided buffer `id`, from `from` on, into `out`; how many.
@@ -529,5 +555,51 @@ pub(super) fn result(done: Completion) -> io::Result<usize> {
         Err(io::Error::from_raw_os_error(-r))
     } else {
         Ok(r as usize)
+    }
+}
+
+/// The memory of a registered buffer ring: `PROVIDED_COUNT` entries, page-aligned, and the
+/// tail this thread has published.
+struct BufRing {
+    base: *mut io_uring::types::BufRingEntry,
+    tail: Cell<u16>,
+}
+
+impl BufRing {
+    fn layout() -> std::alloc::Layout {
+        let size =
+            usize::from(PROVIDED_COUNT) * std::mem::size_of::<io_uring::types::BufRingEntry>();
+        std::alloc::Layout::from_size_align(size, 4096).expect("a valid layout")
+    }
+
+    fn new() -> io::Result<BufRing> {
+        // SAFETY: the layout has a non-zero size.
+        let base = unsafe { std::alloc::alloc_zeroed(BufRing::layout()) };
+        if base.is_null() {
+            return Err(io::ErrorKind::OutOfMemory.into());
+        }
+        Ok(BufRing {
+            base: base.cast(),
+            tail: Cell::new(0),
+        })
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // The kernel lets go of the buffer ring when it is unregistered; if it cannot be,
+        // its memory is leaked rather than freed under the kernel.
+        if self.ring.submitter().unregister_buf_ring(GROUP).is_err() {
+            self.buf_ring.base = std::ptr::null_mut();
+        }
+    }
+}
+
+impl Drop for BufRing {
+    fn drop(&mut self) {
+        if !self.base.is_null() {
+            // SAFETY: allocated in `BufRing::new` with this layout, and no longer registered.
+            unsafe { std::alloc::dealloc(self.base.cast(), BufRing::layout()) };
+        }
     }
 }

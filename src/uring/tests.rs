@@ -125,3 +125,26 @@ fn a_read_past_its_deadline_times_out_and_the_connection_still_works() {
         assert_eq!(buf, b"late");
     });
 }
+
+#[test]
+fn waits_beyond_the_provided_buffers_fall_back_to_readiness() {
+    on_ring(|driver| async move {
+        // More connections with a request waiting than the ring has provided buffers: each
+        // wait that finds none left waits for readiness, and every request is read whole.
+        let mut conns = Vec::new();
+        for i in 0..300u16 {
+            let (mut peer, socket) = pair();
+            peer.write_all(format!("request {i}").as_bytes()).unwrap();
+            conns.push((peer, UringTcp::new(socket, driver.clone()).unwrap()));
+        }
+        for (_, conn) in &conns {
+            conn.readable().await.unwrap();
+            assert!(conn.ready_now() || conn.socket().peek(&mut [0u8; 1]).unwrap() > 0);
+        }
+        for (i, (_peer, conn)) in conns.iter().enumerate() {
+            let mut buf = Vec::with_capacity(64);
+            conn.recv(&mut buf, LONG).await.unwrap();
+            assert_eq!(buf, format!("request {i}").as_bytes());
+        }
+    });
+}
