@@ -52,6 +52,9 @@ pub fn json(m: &Metrics) -> String {
             "no_live_servers": t(Counter::UpstreamNoLiveServers),
             "queue_timeouts": t(Counter::UpstreamQueueTimeouts),
         },
+        "workers": {
+            "uring_unavailable": t(Counter::UringUnavailable),
+        },
         "access_log": {
             "lines": t(Counter::AccessLogLines),
             "dropped": t(Counter::AccessLogLinesDropped),

@@ -733,5 +733,6 @@ fn doctor_reads_live_counters() {
     let (_, findings) = doctor(&fake_proc("doctor-live", &[]), &["--admin", &admin]);
     assert_eq!(severity_of(&findings, "live_upstream_errors"), "warning");
     assert_eq!(severity_of(&findings, "live_eaddrnotavail"), "ok");
+    assert_eq!(severity_of(&findings, "live_uring_unavailable"), "ok");
     proxy.shutdown();
 }

@@ -267,7 +267,7 @@ type LiveCounter = (
     &'static str,
 );
 
-const LIVE_COUNTERS: [LiveCounter; 7] = [
+const LIVE_COUNTERS: [LiveCounter; 8] = [
     (
         "live_connection_limit",
         ["connections", "accept_paused_at_limit"],
@@ -309,6 +309,13 @@ const LIVE_COUNTERS: [LiveCounter; 7] = [
         Severity::Warning,
         "access-log lines dropped (the log writer fell behind)",
         "put the access log on a faster disk, or use per-site logs",
+    ),
+    (
+        "live_uring_unavailable",
+        ["workers", "uring_unavailable"],
+        Severity::Warning,
+        "workers asked for io_uring run on epoll: the kernel refused a ring",
+        "allow io_uring (sysctl kernel.io_uring_disabled=0; no seccomp filter on io_uring_setup) or set io = \"epoll\"",
     ),
     (
         "live_reloads_failed",
