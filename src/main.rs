@@ -333,6 +333,25 @@ fn print_version(verbose: bool) {
     }
 }
 
+/// The `proxy` command's `--max-conns` and `--balance`, on its one group.
+fn apply_proxy_flags(config: &mut Config, max_conns: Option<usize>, balance: Option<&str>) {
+    if let Some(n) = max_conns {
+        config.upstreams[0].max_conns = n;
+    }
+    config.upstreams[0].balance = match balance {
+        Some("round_robin") => Balance::RoundRobin,
+        Some("least_conn") => Balance::LeastConn,
+        _ => Balance::P2c,
+    };
+}
+
+/// `--io`, when given, over the default (`SLIPSTREAM_IO`, else epoll).
+fn apply_io(config: &mut Config, io: Option<&str>) {
+    if let Some(mode) = io.and_then(IoMode::parse) {
+        config.io = mode;
+    }
+}
+
 /// `--workers`: as the config key allows, 1 to 1024.
 fn parse_workers(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
@@ -373,15 +392,8 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            if let Some(n) = max_conns {
-                config.upstreams[0].max_conns = n;
-            }
-            config.upstreams[0].balance = match balance.as_deref() {
-                Some("round_robin") => Balance::RoundRobin,
-                Some("least_conn") => Balance::LeastConn,
-                _ => Balance::P2c,
-            };
-            config.io = io.as_deref().and_then(IoMode::parse).unwrap_or(config.io);
+            apply_proxy_flags(&mut config, max_conns, balance.as_deref());
+            apply_io(&mut config, io.as_deref());
             run_until_signalled(config, None)
         }
         Command::Serve {
@@ -398,7 +410,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
             let mut config = Config::for_files(listen, root, browse, workers);
-            config.io = io.as_deref().and_then(IoMode::parse).unwrap_or(config.io);
+            apply_io(&mut config, io.as_deref());
             if let Err(e) = observe
                 .apply(&mut config)
                 .and_then(|()| tls.apply(&mut config))

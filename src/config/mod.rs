@@ -631,6 +631,18 @@ impl Validator<'_> {
         }
     }
 
+    /// The `workers` key: 1 to 1024, one per core when absent.
+    fn workers(&mut self, value: Option<&Spanned<usize>>) -> usize {
+        match value {
+            Some(w) if *w.get_ref() == 0 || *w.get_ref() > 1024 => {
+                self.error(w.span().start, "workers must be between 1 and 1024");
+                1
+            }
+            Some(w) => *w.get_ref(),
+            None => default_workers(),
+        }
+    }
+
     /// The `io` key: `"uring"` or `"epoll"`.
     fn io_mode(&mut self, value: Option<&Spanned<String>>) -> IoMode {
         let Some(v) = value else {
@@ -643,14 +655,7 @@ impl Validator<'_> {
     }
 
     fn build(&mut self, raw: FileConfig) -> Config {
-        let workers = match &raw.workers {
-            Some(w) if *w.get_ref() == 0 || *w.get_ref() > 1024 => {
-                self.error(w.span().start, "workers must be between 1 and 1024");
-                1
-            }
-            Some(w) => *w.get_ref(),
-            None => default_workers(),
-        };
+        let workers = self.workers(raw.workers.as_ref());
         let io = self.io_mode(raw.io.as_ref());
         let defaults = Limits::default();
         let limits = Limits {

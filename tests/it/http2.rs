@@ -304,6 +304,15 @@ fn static_files_and_the_access_log_over_http2() {
     );
 }
 
+/// A GET of /big over h2c: its response body, still to be read.
+async fn get_big(addr: SocketAddr) -> h2::RecvStream {
+    let client = h2c(addr).await;
+    let req = http::Request::get("http://a/big").body(()).unwrap();
+    let mut ready = client.ready().await.unwrap();
+    let (response, _) = ready.send_request(req, true).unwrap();
+    response.await.unwrap().into_body()
+}
+
 /// Reads `len` bytes of the test pattern from `body`, slowly for the first `slow` bytes;
 /// returns their hash.
 async fn read_pattern(mut body: h2::RecvStream, len: u64, slow: u64, up: &Upstream) -> u128 {
@@ -341,11 +350,7 @@ fn large_bodies_both_ways_with_a_slow_reader_and_bounded_memory() {
     let running = Running::config("h2-large.toml", &h2c_config(up.addr, ""));
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime(), async {
-        let client = h2c(running.addr).await;
-        let req = http::Request::get("http://a/big").body(()).unwrap();
-        let mut ready = client.ready().await.unwrap();
-        let (response, _) = ready.send_request(req, true).unwrap();
-        let body = response.await.unwrap().into_body();
+        let body = get_big(running.addr).await;
         let hash = read_pattern(body, LEN, 16 << 20, &up).await;
         assert_eq!(hash, pattern_hash(LEN));
     });
@@ -445,11 +450,7 @@ fn a_slow_reader_gets_full_frames_not_slivers() {
     let running = Running::config("h2-slivers.toml", &h2c_config(up.addr, ""));
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime(), async {
-        let client = h2c(running.addr).await;
-        let req = http::Request::get("http://a/big").body(()).unwrap();
-        let mut ready = client.ready().await.unwrap();
-        let (response, _) = ready.send_request(req, true).unwrap();
-        let mut body = response.await.unwrap().into_body();
+        let mut body = get_big(running.addr).await;
         let (mut got, mut frames, mut slivers) = (0u64, 0u32, 0u32);
         while let Some(d) = body.data().await {
             let d = d.unwrap();
