@@ -20,12 +20,21 @@ fn ring_completions(pid: u32) -> Vec<u64> {
             continue;
         }
         let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
-        let text = std::fs::read_to_string(info).unwrap();
-        let head = text
-            .lines()
-            .find_map(|l| l.strip_prefix("CqHead:"))
-            .expect("CqHead in a ring's fdinfo");
-        rings.push(head.trim().parse().unwrap());
+        // The kernel leaves the ring's lines out of fdinfo when the ring's lock is busy (its
+        // worker is inside io_uring_enter): read again until they are there.
+        let mut head = None;
+        for _ in 0..500 {
+            let text = std::fs::read_to_string(&info).unwrap();
+            head = text
+                .lines()
+                .find_map(|l| l.strip_prefix("CqHead:"))
+                .map(|h| h.trim().parse::<u64>().unwrap());
+            if head.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        rings.push(head.expect("CqHead in a ring's fdinfo"));
     }
     rings
 }
