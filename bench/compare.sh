@@ -15,7 +15,8 @@
 #                   nginx-tuned, what nginx's log costs unbuffered and buffered
 #   haproxy         mode http, one thread, keep-alive and connection reuse (its defaults)
 #   slipstream-base with BASELINE=/path/to/slipstream: another build of slipstream (before a
-#                   change), measured in the same rounds as the current one
+#                   change), measured in the same rounds as the current one (BASE_IO=uring: on
+#                   its io_uring path)
 #   floor-epoll, floor-uring  the blind TCP relays of ../shared/floor (no HTTP): the floor any
 #                   proxy's CPU per request is judged against (when that folder is there)
 #   floor-hybrid    bench/hybrid_relay: the same blind relay on tokio's current-thread runtime
@@ -91,7 +92,7 @@ SLIP_LOG_PID=$!
 SLIP_URING_PID=$!
 SLIP_BASE_PID=none
 if [ -n "${BASELINE:-}" ]; then
-    "$BASELINE" proxy --listen 127.0.0.1:$SLIP_BASE --upstream 127.0.0.1:$ORIGIN --workers 1 2>"$WORK/logs/slipstream-base.log" & PIDS+=($!)
+    "$BASELINE" proxy --listen 127.0.0.1:$SLIP_BASE --upstream 127.0.0.1:$ORIGIN --workers 1 --io "${BASE_IO:-epoll}" 2>"$WORK/logs/slipstream-base.log" & PIDS+=($!)
     SLIP_BASE_PID=$!
 fi
 FLOORS=""

@@ -50,6 +50,8 @@ enum Slot {
     Done(Completion),
     /// In flight with nobody waiting (a cancel request): freed when it completes.
     Detached,
+    /// Not in the kernel at all: a pause that ends at its deadline ([`Driver::nap`]).
+    Napping(Option<Waker>),
 }
 
 /// Buffers the kernel picks from when a waiting read completes (`IOSQE_BUFFER_SELECT`): an
@@ -185,13 +187,28 @@ impl Driver {
     fn cancel_overdue(&self, now: u64) {
         let overdue: Vec<usize> = {
             let mut deadlines = self.deadlines.borrow_mut();
-            let slots = self.slots.borrow();
+            let mut slots = self.slots.borrow_mut();
             let mut found = Vec::new();
             for (index, deadline) in deadlines.iter_mut().enumerate() {
-                let waiting = matches!(slots.get(index), Some(Slot::Waiting(_)));
-                if waiting && *deadline != 0 && *deadline != TIMED_OUT && *deadline <= now {
-                    *deadline = TIMED_OUT;
-                    found.push(index);
+                if *deadline == 0 || *deadline == TIMED_OUT || *deadline > now {
+                    continue;
+                }
+                match slots.get_mut(index) {
+                    Some(Slot::Waiting(_)) => {
+                        *deadline = TIMED_OUT;
+                        found.push(index);
+                    }
+                    Some(slot @ Slot::Napping(_)) => {
+                        *deadline = TIMED_OUT;
+                        let woke = Slot::Done(Completion {
+                            result: -libc::ETIMEDOUT,
+                            flags: 0,
+                        });
+                        if let Slot::Napping(Some(w)) = std::mem::replace(slot, woke) {
+                            w.wake();
+                        }
+                    }
+                    _ => {}
                 }
             }
             found
@@ -206,6 +223,11 @@ impl Driver {
 
     /// Gives slot `index` a deadline `timeout` from now.
     fn set_deadline(&self, index: usize, timeout: std::time::Duration) {
+        if self.timed.get() == 0 {
+            // No sweep has been running, so the loop may not have turned (nor read the
+            // clock) for a long while: a deadline counted from then could be past already.
+            self.now_ms.set(self.started.elapsed().as_millis() as u64);
+        }
         let mut deadlines = self.deadlines.borrow_mut();
         if deadlines.len() <= index {
             deadlines.resize(index + 1, 0);
@@ -280,7 +302,7 @@ impl Driver {
                     self.clear_deadline(index);
                 }
                 // Not in flight: a stray completion changes nothing.
-                old @ (Slot::Done(_) | Slot::Free) => *slot = old,
+                old @ (Slot::Done(_) | Slot::Free | Slot::Napping(_)) => *slot = old,
             }
         }
         Ok(handed_out)
@@ -303,25 +325,28 @@ impl Driver {
         }
     }
 
+    /// A free slot (or a new one) set to `state`; its index.
+    fn take_slot(&self, state: Slot) -> usize {
+        let mut slots = self.slots.borrow_mut();
+        match self.free.borrow_mut().pop() {
+            Some(i) => {
+                slots[i] = state;
+                i
+            }
+            None => {
+                slots.push(state);
+                slots.len() - 1
+            }
+        }
+    }
+
     /// Queues `entry` under a new slot; its index.
     ///
     /// # Safety
     /// Memory the entry points at must stay valid until the slot completes: keep it borrowed
     /// by the [`Op`] that owns the slot (whose drop waits for the kernel to let go).
     unsafe fn queue(&self, entry: squeue::Entry) -> usize {
-        let index = {
-            let mut slots = self.slots.borrow_mut();
-            match self.free.borrow_mut().pop() {
-                Some(i) => {
-                    slots[i] = Slot::Waiting(None);
-                    i
-                }
-                None => {
-                    slots.push(Slot::Waiting(None));
-                    slots.len() - 1
-                }
-            }
-        };
+        let index = self.take_slot(Slot::Waiting(None));
         let entry = entry.user_data(index as u64);
         // SAFETY: the caller keeps the entry's memory valid; this thread is the only user.
         while unsafe { self.ring.submission_shared().push(&entry) }.is_err() {
@@ -350,7 +375,7 @@ impl Driver {
                 }
                 Poll::Ready(done)
             }
-            Slot::Waiting(w) => {
+            Slot::Waiting(w) | Slot::Napping(w) => {
                 if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
                     *w = Some(cx.waker().clone());
                 }
@@ -508,6 +533,25 @@ impl Driver {
         unsafe { self.queue(entry) }
     }
 
+    /// A pause of about `length` (rounded up to the next sweep) that asks nothing of the
+    /// kernel: given up before it ends ([`Driver::forget`]), it has cost a slot and no
+    /// system call. Its slot, to poll with [`Driver::poll_wait`].
+    pub(super) fn nap(&self, length: std::time::Duration) -> usize {
+        let index = self.take_slot(Slot::Napping(None));
+        self.set_deadline(index, length);
+        index
+    }
+
+    /// How many operations the kernel holds (for tests: what a future left behind).
+    #[cfg(test)]
+    pub(super) fn in_kernel(&self) -> usize {
+        let slots = self.slots.borrow();
+        slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Waiting(_) | Slot::Detached))
+            .count()
+    }
+
     /// Whether the wait in slot `index` has fired (the slot is then freed).
     pub(super) fn poll_wait(&self, index: usize, cx: &mut Context<'_>) -> Poll<()> {
         self.poll_slot(index, cx).map(|_| ())
@@ -519,9 +563,11 @@ impl Driver {
         {
             let mut slots = self.slots.borrow_mut();
             match slots[index] {
-                Slot::Done(_) => {
+                Slot::Done(_) | Slot::Napping(_) => {
                     slots[index] = Slot::Free;
                     self.free.borrow_mut().push(index);
+                    drop(slots);
+                    self.clear_deadline(index);
                     return;
                 }
                 Slot::Waiting(_) => slots[index] = Slot::Detached,

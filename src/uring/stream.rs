@@ -19,6 +19,10 @@ use rustix::net::{RecvFlags, SendFlags};
 
 use super::driver::{result, Driver};
 
+/// How long a request waits before its client is watched for hanging up (rounded up to the
+/// driver's 10 ms sweep).
+const HANGUP_WATCH_AFTER: Duration = Duration::from_millis(10);
+
 /// A TCP connection on the io_uring path.
 #[derive(Debug)]
 pub struct UringTcp {
@@ -190,8 +194,15 @@ impl UringTcp {
     /// (pipelined requests) are not a hang-up: then this never resolves.
     pub async fn hangup(&self) {
         if self.pending.get().is_none() && !self.eof.get() {
+            // Most responses come within milliseconds, so the watch starts after a pause that
+            // costs no operation: a request that ends first submits nothing for it.
+            let pause = Wait {
+                driver: &self.driver,
+                index: Some(self.driver.nap(HANGUP_WATCH_AFTER)),
+            };
+            pause.await;
             let events = (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) as u32;
-            // Usually given up when the response comes first: the wait is then cancelled
+            // Given up if the response still comes first: the wait is then cancelled
             // without waiting for the kernel (it lends no memory).
             let wait = Wait {
                 driver: &self.driver,

@@ -148,3 +148,51 @@ fn waits_beyond_the_provided_buffers_fall_back_to_readiness() {
         }
     });
 }
+
+#[test]
+fn a_hangup_watch_given_up_early_asks_nothing_of_the_kernel_and_a_kept_one_fires() {
+    on_ring(|driver| async move {
+        let (peer, socket) = pair();
+        let conn = UringTcp::new(socket, driver.clone()).unwrap();
+        // Given up at once, as when the response comes within milliseconds.
+        let early = tokio::time::timeout(Duration::from_millis(1), conn.hangup()).await;
+        assert!(early.is_err());
+        assert_eq!(driver.in_kernel(), 0, "the watch submitted an operation");
+        // Kept: the pause ends, the watch is armed and fires when the peer closes.
+        let watch = conn.hangup();
+        let mut watch = std::pin::pin!(watch);
+        let before = tokio::time::timeout(Duration::from_millis(50), watch.as_mut()).await;
+        assert!(before.is_err(), "fired with the peer still there");
+        assert_eq!(
+            driver.in_kernel(),
+            1,
+            "no watch in the kernel after the pause"
+        );
+        drop(peer);
+        tokio::time::timeout(LONG, watch).await.unwrap();
+    });
+}
+
+#[test]
+fn a_deadline_set_after_an_idle_spell_counts_from_now() {
+    on_ring(|driver| async move {
+        let (mut peer, socket) = pair();
+        let conn = UringTcp::new(socket, driver).unwrap();
+        // The ring sits idle for longer than the timeout below: no turn of its loop reads the
+        // clock meanwhile. Blocking the thread is the point here.
+        #[allow(clippy::disallowed_methods)]
+        std::thread::sleep(Duration::from_millis(300));
+        let reader = async {
+            let mut buf = Vec::with_capacity(64);
+            let n = conn.recv(&mut buf, Duration::from_millis(200)).await;
+            (n.map_err(|e| e.kind()), buf)
+        };
+        let writer = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            peer.write_all(b"after").unwrap();
+        };
+        let ((n, buf), ()) = tokio::join!(reader, writer);
+        assert_eq!(n, Ok(5), "timed out counting from a stale clock");
+        assert_eq!(buf, b"after");
+    });
+}
