@@ -28,6 +28,8 @@
 # Usage: bench/compare.sh [seconds per run, default 10] [connections, default 50]
 # SIZES="91k" or PROXIES="slipstream nginx-tuned" in the environment narrow the run; ROUNDS=N
 # (default 2) repeats each cell N times, alternating the order of the proxies, and prints means.
+# CLOSE=1 sends `Connection: close` with every request: a new client connection per request,
+# which measures the accept path (listener, accept, first read, close) instead of keep-alive.
 # Installs nginx, haproxy, wrk and perf with apt-get when missing (needs root).
 set -euo pipefail
 DURATION=${1:-10}
@@ -119,9 +121,12 @@ proxy_pids() {
 }
 # wrk's latency figure in microseconds.
 
+WRK_HEADERS=()
+if [ "${CLOSE:-0}" = 1 ]; then WRK_HEADERS=(-H "Connection: close"); fi
+
 run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
     local port=$1 path=$2 pids="" before after
-    wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port/$path" >/dev/null  # warm pools and buffers
+    wrk -t1 -c"$CONNS" -d2s "${WRK_HEADERS[@]}" "http://127.0.0.1:$port/$path" >/dev/null  # warm pools and buffers
     if [ "$port" != "$ORIGIN" ]; then
         pids=$(proxy_pids "$port")
         # shellcheck disable=SC2086
@@ -130,7 +135,7 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
         # shellcheck disable=SC2086
         before=$(cpu_ns $pids)
     fi
-    wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$port/$path" > "$WORK/wrk.txt"
+    wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "${WRK_HEADERS[@]}" "http://127.0.0.1:$port/$path" > "$WORK/wrk.txt"
     local rps reqs p50 p99
     rps=$(awk '/Requests\/sec/ {print $2}' "$WORK/wrk.txt")
     reqs=$(awk '/requests in/ {print $1}' "$WORK/wrk.txt")
@@ -156,6 +161,7 @@ DEFAULT_PROXIES="slipstream slipstream-uring ${BASELINE:+slipstream-base} slipst
 selected() { case " direct ${PROXIES:-$DEFAULT_PROXIES} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 printf '\nwrk -t1 -c%s -d%ss through each proxy to an nginx origin; one worker per proxy; %s cores\n' "$CONNS" "$DURATION" "$(nproc)"
+if [ "${CLOSE:-0}" = 1 ]; then printf 'Every request on a new connection (Connection: close).\n'; fi
 printf 'Each cell is the mean of %s rounds; rounds alternate the order of the proxies.\n' "$ROUNDS"
 for size in ${SIZES:-0b 1k 91k}; do
     printf '\n### %s response\n\n' "$size"

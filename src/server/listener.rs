@@ -19,6 +19,7 @@ pub fn bind(address: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
         socket.set_only_v6(true)?;
     }
     socket.set_nonblocking(true)?;
+    // Accepted sockets inherit it; no connection sets it for itself.
     socket.set_tcp_nodelay(true)?;
     socket.bind(&address.into())?;
     socket.listen(backlog.min(i32::MAX as u32) as i32)?;
@@ -51,6 +52,8 @@ pub fn bind_group(
 /// made without binding.
 pub fn share(socket: TcpListener, workers: usize) -> io::Result<Vec<TcpListener>> {
     socket.set_nonblocking(true)?;
+    // Accepted sockets inherit it; no connection sets it for itself.
+    socket2::SockRef::from(&socket).set_tcp_nodelay(true)?;
     let mut all = Vec::with_capacity(workers);
     for _ in 1..workers {
         all.push(socket.try_clone()?);

@@ -47,15 +47,15 @@ pub(super) fn run(worker: Worker, listeners: Vec<Listening>) {
         }
         let worker = Rc::new(worker);
         for l in listeners {
-            match TcpListener::from_std(l.socket) {
-                Ok(socket) => {
-                    let kind = match (l.tls, l.redirect, l.h2c) {
-                        (true, _, _) => Kind::Tls,
-                        (false, true, _) => Kind::Redirect,
-                        (false, false, true) => Kind::PlainOrH2c,
-                        (false, false, false) => Kind::Plain,
-                    };
-                    tokio::task::spawn_local(accept_loop(worker.clone(), socket, l.limit, kind));
+            let kind = match (l.tls, l.redirect, l.h2c) {
+                (true, _, _) => Kind::Tls,
+                (false, true, _) => Kind::Redirect,
+                (false, false, true) => Kind::PlainOrH2c,
+                (false, false, false) => Kind::Plain,
+            };
+            match Acceptor::new(l.socket, kind) {
+                Ok(acceptor) => {
+                    tokio::task::spawn_local(accept_loop(worker.clone(), acceptor, l.limit, kind));
                 }
                 Err(e) => tracing::error!("worker {}: listener: {e}", worker.id),
             }
@@ -79,7 +79,6 @@ pub(super) fn run(worker: Worker, listeners: Vec<Listening>) {
     });
 }
 
-/// Accepts connections until shutdown, pausing (and counting it) at the connection limit.
 /// What a listener's connections get.
 #[derive(Clone, Copy)]
 enum Kind {
@@ -90,10 +89,53 @@ enum Kind {
     Redirect,
 }
 
-async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, limit: usize, kind: Kind) {
+/// Where a listener's connections come from: tokio's epoll, or the worker's ring (plain
+/// listeners on a worker that runs one: a multishot accept, no system call per connection).
+enum Acceptor {
+    Epoll(TcpListener),
+    Ring(crate::uring::accept::UringListener),
+}
+
+/// A new connection: still on tokio's epoll, or on the ring already.
+enum Accepted {
+    Epoll(tokio::net::TcpStream),
+    Ring(crate::net::Stream),
+}
+
+impl Acceptor {
+    fn new(socket: std::net::TcpListener, kind: Kind) -> std::io::Result<Acceptor> {
+        let socket = match kind {
+            Kind::Plain => match crate::uring::listener(socket) {
+                Ok(ring) => return Ok(Acceptor::Ring(ring)),
+                Err(socket) => socket,
+            },
+            _ => socket,
+        };
+        TcpListener::from_std(socket).map(Acceptor::Epoll)
+    }
+
+    async fn accept(&mut self) -> std::io::Result<(Accepted, std::net::SocketAddr)> {
+        match self {
+            Acceptor::Epoll(l) => l.accept().await.map(|(s, p)| (Accepted::Epoll(s), p)),
+            Acceptor::Ring(l) => l.accept().await.map(|(s, p)| (Accepted::Ring(s), p)),
+        }
+    }
+
+    /// At the connection limit: new connections wait in the kernel's backlog.
+    fn pause(&mut self) {
+        if let Acceptor::Ring(l) = self {
+            l.pause();
+        }
+    }
+}
+
+/// Accepts connections until shutdown, pausing (and counting it) at the connection limit.
+/// Accepted sockets inherit TCP_NODELAY from the listener (set in `listener.rs`).
+async fn accept_loop(worker: Rc<Worker>, mut acceptor: Acceptor, limit: usize, kind: Kind) {
     let mut shutdown = worker.shutdown.clone();
     while !*shutdown.borrow() {
         if worker.active.get() >= limit {
+            acceptor.pause();
             worker.counters.inc(Counter::AcceptPaused);
             tracing::warn!(limit, "connection limit reached; accepting paused");
             tokio::select! {
@@ -103,25 +145,15 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, limit: usize, ki
             continue;
         }
         tokio::select! {
-            r = listener.accept() => match r {
-                Ok((stream, peer)) => {
-                    let _ = stream.set_nodelay(true);
+            r = acceptor.accept() => match r {
+                Ok((accepted, peer)) => {
                     worker.active.set(worker.active.get() + 1);
                     worker.counters.gauge_add(Gauge::Open, 1);
                     worker.counters.inc(Counter::ConnectionsAccepted);
                     let w = worker.clone();
                     tokio::task::spawn_local(async move {
                         let _open = OpenConnection(w.clone());
-                        match kind {
-                            Kind::Plain => {
-                                if let Ok(stream) = crate::uring::adopt(stream) {
-                                    proxy::serve(w, stream, peer).await;
-                                }
-                            }
-                            Kind::PlainOrH2c => serve_plain_or_h2c(w, stream, peer).await,
-                            Kind::Tls => serve_tls(w, stream, peer).await,
-                            Kind::Redirect => proxy::redirect_to_https(w, stream.into()).await,
-                        }
+                        serve_accepted(w, accepted, peer, kind).await;
                     });
                 }
                 Err(e) => {
@@ -132,6 +164,24 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, limit: usize, ki
             },
             _ = shutdown.changed() => {}
         }
+    }
+}
+
+/// Serves one accepted connection as its listener's kind says.
+async fn serve_accepted(w: Rc<Worker>, accepted: Accepted, peer: std::net::SocketAddr, kind: Kind) {
+    let stream = match accepted {
+        Accepted::Ring(stream) => return proxy::serve(w, stream, peer).await,
+        Accepted::Epoll(stream) => stream,
+    };
+    match kind {
+        Kind::Plain => {
+            if let Ok(stream) = crate::uring::adopt(stream) {
+                proxy::serve(w, stream, peer).await;
+            }
+        }
+        Kind::PlainOrH2c => serve_plain_or_h2c(w, stream, peer).await,
+        Kind::Tls => serve_tls(w, stream, peer).await,
+        Kind::Redirect => proxy::redirect_to_https(w, stream.into()).await,
     }
 }
 

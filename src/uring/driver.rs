@@ -52,6 +52,21 @@ enum Slot {
     Detached,
     /// Not in the kernel at all: a pause that ends at its deadline ([`Driver::nap`]).
     Napping(Option<Waker>),
+    /// A multishot accept: each completion is a new connection (or an error); it stays in
+    /// the kernel until a completion without `IORING_CQE_F_MORE`.
+    Accepting(Box<Accepting>),
+    /// A multishot accept whose listener let go of it: connections it still brings are
+    /// closed, and the slot is freed with its last completion.
+    AcceptGivenUp,
+}
+
+/// What a multishot accept has brought that its listener has not taken yet.
+#[derive(Default)]
+struct Accepting {
+    got: std::collections::VecDeque<Completion>,
+    waker: Option<Waker>,
+    /// Its last completion has arrived: it is no longer in the kernel.
+    ended: bool,
 }
 
 /// Buffers the kernel picks from when a waiting read completes (`IOSQE_BUFFER_SELECT`): an
@@ -293,6 +308,26 @@ impl Driver {
                 result: cqe.result(),
                 flags: cqe.flags(),
             };
+            let more = io_uring::cqueue::more(done.flags);
+            match slot {
+                Slot::Accepting(accepting) => {
+                    accepting.ended = !more;
+                    accepting.got.push_back(done);
+                    if let Some(w) = accepting.waker.take() {
+                        w.wake();
+                    }
+                    continue;
+                }
+                Slot::AcceptGivenUp => {
+                    close_accepted(done);
+                    if !more {
+                        *slot = Slot::Free;
+                        self.free.borrow_mut().push(index);
+                    }
+                    continue;
+                }
+                _ => {}
+            }
             match std::mem::replace(slot, Slot::Done(done)) {
                 Slot::Waiting(Some(w)) => w.wake(),
                 Slot::Waiting(None) => {}
@@ -303,6 +338,7 @@ impl Driver {
                 }
                 // Not in flight: a stray completion changes nothing.
                 old @ (Slot::Done(_) | Slot::Free | Slot::Napping(_)) => *slot = old,
+                Slot::Accepting(_) | Slot::AcceptGivenUp => unreachable!("handled above"),
             }
         }
         Ok(handed_out)
@@ -381,7 +417,9 @@ impl Driver {
                 }
                 Poll::Pending
             }
-            Slot::Free | Slot::Detached => Poll::Ready(CANCELED),
+            Slot::Free | Slot::Detached | Slot::Accepting(_) | Slot::AcceptGivenUp => {
+                Poll::Ready(CANCELED)
+            }
         }
     }
 
@@ -548,7 +586,11 @@ impl Driver {
         let slots = self.slots.borrow();
         slots
             .iter()
-            .filter(|s| matches!(s, Slot::Waiting(_) | Slot::Detached))
+            .filter(|s| match s {
+                Slot::Waiting(_) | Slot::Detached | Slot::AcceptGivenUp => true,
+                Slot::Accepting(accepting) => !accepting.ended,
+                Slot::Free | Slot::Done(_) | Slot::Napping(_) => false,
+            })
             .count()
     }
 
@@ -571,7 +613,7 @@ impl Driver {
                     return;
                 }
                 Slot::Waiting(_) => slots[index] = Slot::Detached,
-                Slot::Free | Slot::Detached => return,
+                Slot::Free | Slot::Detached | Slot::Accepting(_) | Slot::AcceptGivenUp => return,
             }
         }
         let cancel = opcode::AsyncCancel::new(index as u64).build();
@@ -591,6 +633,86 @@ impl Driver {
         // SAFETY: the kernel writes into a provided buffer, which the driver owns for as long
         // as the `Op` borrows it.
         unsafe { self.op(entry) }
+    }
+}
+
+impl Driver {
+    /// Starts a multishot accept on `listener`: one entry that stays in the kernel, each
+    /// connection a completion of its slot (taken with [`Driver::poll_accept`]). Accepted
+    /// sockets are blocking (the ring waits, not the thread) and close-on-exec.
+    pub(super) fn accept_many(&self, listener: io_uring::types::Fd) -> usize {
+        let entry = opcode::AcceptMulti::new(listener)
+            .flags(libc::SOCK_CLOEXEC)
+            .build();
+        // SAFETY: a multishot accept is given no address to fill: it points at no memory.
+        let index = unsafe { self.queue(entry) };
+        self.slots.borrow_mut()[index] = Slot::Accepting(Box::default());
+        index
+    }
+
+    /// The next completion of the multishot accept in slot `index` (a descriptor, or a
+    /// negated errno); `None` once it has ended and every completion has been taken (the
+    /// slot is then freed, and the listener starts another).
+    pub(super) fn poll_accept(
+        &self,
+        index: usize,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Completion>> {
+        let mut slots = self.slots.borrow_mut();
+        let Slot::Accepting(accepting) = &mut slots[index] else {
+            return Poll::Ready(None);
+        };
+        if let Some(done) = accepting.got.pop_front() {
+            return Poll::Ready(Some(done));
+        }
+        if accepting.ended {
+            slots[index] = Slot::Free;
+            self.free.borrow_mut().push(index);
+            return Poll::Ready(None);
+        }
+        if !accepting
+            .waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            accepting.waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
+    /// Asks the kernel to end the multishot accept in slot `index` (at the connection
+    /// limit); connections it took before that are still handed out by `poll_accept`.
+    pub(super) fn stop_accepting(&self, index: usize) {
+        let cancel = opcode::AsyncCancel::new(index as u64).build();
+        // SAFETY: a cancel entry points at no memory.
+        let cancel_slot = unsafe { self.queue(cancel) };
+        self.slots.borrow_mut()[cancel_slot] = Slot::Detached;
+    }
+
+    /// Lets go of the multishot accept in slot `index` (its listener is closing): the
+    /// connections it holds, and any it still brings, are closed.
+    pub(super) fn give_up_accepting(&self, index: usize) {
+        let mut slots = self.slots.borrow_mut();
+        let Slot::Accepting(accepting) = std::mem::replace(&mut slots[index], Slot::AcceptGivenUp)
+        else {
+            return;
+        };
+        accepting.got.into_iter().for_each(close_accepted);
+        if accepting.ended {
+            slots[index] = Slot::Free;
+            self.free.borrow_mut().push(index);
+            return;
+        }
+        drop(slots);
+        self.stop_accepting(index);
+    }
+}
+
+/// Closes the connection an accept completion brought, if it brought one.
+fn close_accepted(done: Completion) {
+    if done.result >= 0 {
+        // SAFETY: the descriptor is new from the kernel and nothing else has seen it.
+        drop(unsafe { OwnedFd::from_raw_fd(done.result) });
     }
 }
 

@@ -6,6 +6,7 @@
 //! The only module of the crate allowed `unsafe`: the kernel reads and writes buffers that
 //! Rust lent it, and the rules that make that sound are kept here (see [`driver`]).
 
+pub mod accept;
 pub mod driver;
 pub mod stream;
 
@@ -46,6 +47,16 @@ pub fn adopt(tcp: tokio::net::TcpStream) -> std::io::Result<crate::net::Stream> 
     };
     let socket = stream::UringTcp::new(tcp.into_std()?, driver)?;
     Ok(crate::net::Stream::Uring(Box::new(socket)))
+}
+
+/// A plain listener whose connections this thread's ring accepts, if it runs one.
+pub fn listener(
+    socket: std::net::TcpListener,
+) -> Result<accept::UringListener, std::net::TcpListener> {
+    match current() {
+        Some(driver) => Ok(accept::UringListener::new(socket, driver)),
+        None => Err(socket),
+    }
 }
 
 #[cfg(test)]

@@ -49,14 +49,19 @@ impl UringTcp {
     /// direct calls pass `MSG_DONTWAIT`).
     pub fn new(socket: std::net::TcpStream, driver: Rc<Driver>) -> io::Result<UringTcp> {
         socket.set_nonblocking(false)?;
-        Ok(UringTcp {
+        Ok(UringTcp::accepted(socket, driver))
+    }
+
+    /// A connection the ring accepted ([`super::accept::UringListener`]): blocking already.
+    pub fn accepted(socket: std::net::TcpStream, driver: Rc<Driver>) -> UringTcp {
+        UringTcp {
             socket,
             driver,
             pending: Cell::new(None),
             eof: Cell::new(false),
             wait_read: Cell::new(None),
             wait_write: Cell::new(None),
-        })
+        }
     }
 
     fn fd(&self) -> types::Fd {

@@ -3,6 +3,7 @@ use std::net::{TcpListener, TcpStream};
 use std::rc::Rc;
 use std::time::Duration;
 
+use super::accept::UringListener;
 use super::driver::Driver;
 use super::stream::UringTcp;
 
@@ -194,5 +195,93 @@ fn a_deadline_set_after_an_idle_spell_counts_from_now() {
         let ((n, buf), ()) = tokio::join!(reader, writer);
         assert_eq!(n, Ok(5), "timed out counting from a stale clock");
         assert_eq!(buf, b"after");
+    });
+}
+
+/// Waits (without a time limit a test would reach) until `what` holds.
+async fn until(what: impl Fn() -> bool) {
+    let wait = async {
+        while !what() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::time::timeout(LONG, wait)
+        .await
+        .expect("it never happened");
+}
+
+/// A listener bound as a worker's are (non-blocking), whose connections the ring accepts.
+fn ring_listener(driver: &Rc<Driver>) -> (UringListener, std::net::SocketAddr) {
+    let socket = TcpListener::bind("127.0.0.1:0").unwrap();
+    socket.set_nonblocking(true).unwrap();
+    let at = socket.local_addr().unwrap();
+    (UringListener::new(socket, driver.clone()), at)
+}
+
+#[test]
+fn one_multishot_accept_takes_every_connection_and_a_dropped_listener_closes_what_it_took() {
+    on_ring(|driver| async move {
+        let (mut listener, at) = ring_listener(&driver);
+        let mut kept = Vec::new();
+        for i in 0..5u8 {
+            let mut client = TcpStream::connect(at).unwrap();
+            let (stream, peer) = tokio::time::timeout(LONG, listener.accept())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(peer, client.local_addr().unwrap());
+            let crate::net::Stream::Uring(conn) = stream else {
+                panic!("an accepted connection is not on the ring");
+            };
+            client.write_all(&[i]).unwrap();
+            let mut buf = Vec::with_capacity(8);
+            assert_eq!(conn.recv(&mut buf, LONG).await.unwrap(), 1);
+            assert_eq!(buf, [i]);
+            kept.push((client, conn));
+        }
+        assert_eq!(driver.in_kernel(), 1, "one entry accepts every connection");
+        // A connection the ring may have taken but nobody accepted: dropping the listener
+        // must close it, not leak it.
+        let mut late = TcpStream::connect(at).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(listener);
+        late.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        match late.read(&mut [0u8; 1]) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("the unaccepted connection was left open: {other:?}"),
+        }
+        until(|| driver.in_kernel() == 0).await;
+        // Accepted connections outlive their listener.
+        let (client, conn) = &mut kept[0];
+        conn.send_all(&mut [IoSlice::new(b"still here")], LONG)
+            .await
+            .unwrap();
+        let mut got = [0u8; 10];
+        client.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"still here");
+    });
+}
+
+#[test]
+fn a_paused_listener_leaves_connections_in_the_backlog_until_it_accepts_again() {
+    on_ring(|driver| async move {
+        let (mut listener, at) = ring_listener(&driver);
+        let _first = TcpStream::connect(at).unwrap();
+        tokio::time::timeout(LONG, listener.accept())
+            .await
+            .unwrap()
+            .unwrap();
+        listener.pause();
+        until(|| driver.in_kernel() == 0).await;
+        // Paused: the connection waits in the listener's backlog.
+        let second = TcpStream::connect(at).unwrap();
+        let (_, peer) = tokio::time::timeout(LONG, listener.accept())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(peer, second.local_addr().unwrap());
+        assert_eq!(driver.in_kernel(), 1, "accepting again");
     });
 }
