@@ -580,6 +580,16 @@ impl Driver {
         index
     }
 
+    /// Closes `fd` with the next turn's submission rather than a system call of its own. The
+    /// descriptor stays open (its number taken) until the kernel runs the close.
+    pub(super) fn close(&self, fd: OwnedFd) {
+        use std::os::fd::IntoRawFd;
+        let entry = opcode::Close::new(io_uring::types::Fd(fd.into_raw_fd())).build();
+        // SAFETY: a close entry points at no memory; the descriptor is the entry's to close.
+        let index = unsafe { self.queue(entry) };
+        self.slots.borrow_mut()[index] = Slot::Detached;
+    }
+
     /// How many operations the kernel holds (for tests: what a future left behind).
     #[cfg(test)]
     pub(super) fn in_kernel(&self) -> usize {

@@ -26,7 +26,8 @@ const HANGUP_WATCH_AFTER: Duration = Duration::from_millis(10);
 /// A TCP connection on the io_uring path.
 #[derive(Debug)]
 pub struct UringTcp {
-    socket: std::net::TcpStream,
+    /// Closed through the ring when the connection is dropped (see `Drop`).
+    socket: std::mem::ManuallyDrop<std::net::TcpStream>,
     driver: Rc<Driver>,
     /// Bytes a wait for a request left in a provided buffer: its id and the range not yet
     /// read.
@@ -55,7 +56,7 @@ impl UringTcp {
     /// A connection the ring accepted ([`super::accept::UringListener`]): blocking already.
     pub fn accepted(socket: std::net::TcpStream, driver: Rc<Driver>) -> UringTcp {
         UringTcp {
-            socket,
+            socket: std::mem::ManuallyDrop::new(socket),
             driver,
             pending: Cell::new(None),
             eof: Cell::new(false),
@@ -192,7 +193,7 @@ impl UringTcp {
         if self.eof.get() {
             return Ok(0);
         }
-        Ok(rustix::net::recv(&self.socket, out, RecvFlags::DONTWAIT)?.0)
+        Ok(rustix::net::recv(&*self.socket, out, RecvFlags::DONTWAIT)?.0)
     }
 
     /// Resolves when the peer has closed its sending side. Bytes waiting to be read
@@ -216,7 +217,7 @@ impl UringTcp {
             wait.await;
             let mut probe = [0u8; 1];
             let peeked = rustix::net::recv(
-                &self.socket,
+                &*self.socket,
                 &mut probe[..],
                 RecvFlags::PEEK | RecvFlags::DONTWAIT,
             );
@@ -277,7 +278,7 @@ impl UringTcp {
     ) -> Poll<io::Result<usize>> {
         loop {
             let sent = rustix::net::sendmsg(
-                &self.socket,
+                &*self.socket,
                 bufs,
                 &mut rustix::net::SendAncillaryBuffer::default(),
                 SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
@@ -304,6 +305,9 @@ impl Drop for UringTcp {
         if let Some((id, _, _)) = self.pending.take() {
             self.driver.give_back(id);
         }
+        // SAFETY: `socket` is not used again: this is the connection's drop.
+        let socket = unsafe { std::mem::ManuallyDrop::take(&mut self.socket) };
+        self.driver.close(socket.into());
     }
 }
 

@@ -269,7 +269,7 @@ fn a_paused_listener_leaves_connections_in_the_backlog_until_it_accepts_again() 
     on_ring(|driver| async move {
         let (mut listener, at) = ring_listener(&driver);
         let _first = TcpStream::connect(at).unwrap();
-        tokio::time::timeout(LONG, listener.accept())
+        let _first_conn = tokio::time::timeout(LONG, listener.accept())
             .await
             .unwrap()
             .unwrap();
@@ -277,11 +277,25 @@ fn a_paused_listener_leaves_connections_in_the_backlog_until_it_accepts_again() 
         until(|| driver.in_kernel() == 0).await;
         // Paused: the connection waits in the listener's backlog.
         let second = TcpStream::connect(at).unwrap();
-        let (_, peer) = tokio::time::timeout(LONG, listener.accept())
+        let (_second_conn, peer) = tokio::time::timeout(LONG, listener.accept())
             .await
             .unwrap()
             .unwrap();
         assert_eq!(peer, second.local_addr().unwrap());
         assert_eq!(driver.in_kernel(), 1, "accepting again");
+    });
+}
+
+#[test]
+fn a_dropped_connection_is_closed_through_the_ring() {
+    on_ring(|driver| async move {
+        let (mut peer, socket) = pair();
+        let conn = UringTcp::new(socket, driver.clone()).unwrap();
+        drop(conn);
+        // The close goes out with the loop's next turn.
+        until(|| driver.in_kernel() == 0).await;
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        assert_eq!(peer.read(&mut [0u8; 1]).unwrap(), 0, "the peer saw no end");
     });
 }
