@@ -20,6 +20,11 @@ const MAX_POOLED: usize = 64;
 /// Buffers up to this capacity are "small".
 const SMALL: usize = 32 * 1024;
 
+/// Whether a buffer of `capacity` comes from the pool's large class.
+pub fn is_large(capacity: usize) -> bool {
+    capacity > SMALL
+}
+
 /// A worker's buffer pool (single-threaded).
 #[derive(Debug, Default)]
 pub struct BufferPool {
@@ -31,7 +36,7 @@ pub struct BufferPool {
 
 impl BufferPool {
     fn class(&self, capacity: usize) -> &RefCell<Vec<Vec<u8>>> {
-        if capacity > SMALL {
+        if is_large(capacity) {
             &self.large
         } else {
             &self.small

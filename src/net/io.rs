@@ -145,6 +145,16 @@ async fn recv_tcp(tcp: &TcpStream, buf: &mut Vec<u8>, timeout: Duration) -> io::
     }
 }
 
+/// Waits until a plain TCP socket is readable, as far as tokio knows (a short read clears its
+/// readiness, so after a whole response has been read this waits for the kernel's word), so
+/// that a large buffer is taken only when bytes are there to fill it. Other streams: at once.
+pub async fn wait_readable(stream: &Stream, timeout: Duration) -> io::Result<()> {
+    match stream {
+        Stream::Tcp(tcp) => within(timeout, tcp.readable()).await,
+        _ => Ok(()),
+    }
+}
+
 /// Sends all of `buf`; fails if the socket takes nothing for `timeout`.
 async fn send_tcp(tcp: &TcpStream, mut buf: &[u8], timeout: Duration) -> io::Result<()> {
     while !buf.is_empty() {

@@ -19,7 +19,7 @@ use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
 use crate::http1::response::CONTINUE;
 use crate::http1::BodyReader;
-use crate::net::io::write_all;
+use crate::net::io::{wait_readable, write_all};
 use crate::net::{Address, Stream};
 use crate::observe::metrics::Counter;
 use crate::routing::UpstreamTarget;
@@ -321,6 +321,18 @@ impl Attempt<'_> {
         let hint =
             cx.worker
                 .response_buffer_hint(&conn.server, limits.max_buffer, limits.zero_copy);
+        if crate::buffers::is_large(hint) {
+            // With many requests waiting on their upstreams, a large buffer taken for each
+            // would add up to megabytes, out of the cache by the time its answer lands (the
+            // kernel's copies into and out of it then cost nearly twice as much): take it when
+            // the answer is there, the pool's most recently used.
+            tokio::select! {
+                r = wait_readable(&conn.stream, group.read_timeout) => {
+                    r.map_err(|e| Error::no_response(&e))?;
+                }
+                () = client.stream.hangup() => return Err(Error::new(Kind::ClientClosed)),
+            }
+        }
         let mut ubuf = cx.worker.buffers.take(hint);
         let read = response::read_head(
             &mut conn.stream,
