@@ -11,7 +11,7 @@ use std::rc::Rc;
 use io_uring::types;
 
 use super::driver::Driver;
-use super::stream::UringTcp;
+use super::stream::{UringTcp, Wait};
 
 /// A listener on the io_uring path.
 pub struct UringListener {
@@ -55,6 +55,17 @@ impl UringListener {
                 continue;
             };
             if done.result == -libc::ECANCELED {
+                continue;
+            }
+            if done.result == -libc::EAGAIN {
+                // Older kernels end an accept on a non-blocking listener with EAGAIN rather
+                // than wait (listeners stay non-blocking: a socket-activated one is shared
+                // with workers on epoll): wait for a connection on the ring, then start again.
+                let ready = (libc::POLLIN | libc::POLLERR) as u32;
+                let fd = types::Fd(self.socket.as_raw_fd());
+                let index = Some(self.driver.queue_wait(fd, ready));
+                let driver = &self.driver;
+                Wait { driver, index }.await;
                 continue;
             }
             if done.result < 0 {

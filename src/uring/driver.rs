@@ -765,6 +765,9 @@ impl BufRing {
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        // Entries queued since the loop's last turn (the closes of the connections dropped
+        // with the worker) still go out: unsubmitted, their descriptors would leak.
+        let _ = self.ring.submit();
         // The kernel lets go of the buffer ring when it is unregistered; if it cannot be,
         // its memory is leaked rather than freed under the kernel.
         if self.ring.submitter().unregister_buf_ring(GROUP).is_err() {

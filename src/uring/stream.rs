@@ -313,9 +313,9 @@ impl Drop for UringTcp {
 
 /// A readiness wait on the ring: it lends the kernel no memory, so dropping it early only
 /// queues its cancellation.
-struct Wait<'a> {
-    driver: &'a Driver,
-    index: Option<usize>,
+pub(super) struct Wait<'a> {
+    pub(super) driver: &'a Driver,
+    pub(super) index: Option<usize>,
 }
 
 impl std::future::Future for Wait<'_> {
