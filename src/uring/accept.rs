@@ -63,9 +63,7 @@ impl UringListener {
                 // with workers on epoll): wait for a connection on the ring, then start again.
                 let ready = (libc::POLLIN | libc::POLLERR) as u32;
                 let fd = types::Fd(self.socket.as_raw_fd());
-                let index = Some(self.driver.queue_wait(fd, ready));
-                let driver = &self.driver;
-                Wait { driver, index }.await;
+                Wait::readiness(&self.driver, fd, ready).await;
                 continue;
             }
             if done.result < 0 {

@@ -169,11 +169,7 @@ impl UringTcp {
                 Ok(())
             }
             r if r == -libc::ENOBUFS => {
-                Wait {
-                    driver: &self.driver,
-                    index: Some(self.driver.queue_wait(self.fd(), libc::POLLIN as u32)),
-                }
-                .await;
+                Wait::readiness(&self.driver, self.fd(), libc::POLLIN as u32).await;
                 Ok(())
             }
             r => Err(io::Error::from_raw_os_error(-r)),
@@ -202,19 +198,11 @@ impl UringTcp {
         if self.pending.get().is_none() && !self.eof.get() {
             // Most responses come within milliseconds, so the watch starts after a pause that
             // costs no operation: a request that ends first submits nothing for it.
-            let pause = Wait {
-                driver: &self.driver,
-                index: Some(self.driver.nap(HANGUP_WATCH_AFTER)),
-            };
-            pause.await;
+            Wait::nap(&self.driver, HANGUP_WATCH_AFTER).await;
             let events = (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) as u32;
             // Given up if the response still comes first: the wait is then cancelled
             // without waiting for the kernel (it lends no memory).
-            let wait = Wait {
-                driver: &self.driver,
-                index: Some(self.driver.queue_wait(self.fd(), events)),
-            };
-            wait.await;
+            Wait::readiness(&self.driver, self.fd(), events).await;
             let mut probe = [0u8; 1];
             let peeked = rustix::net::recv(
                 &*self.socket,
@@ -314,8 +302,22 @@ impl Drop for UringTcp {
 /// A readiness wait on the ring: it lends the kernel no memory, so dropping it early only
 /// queues its cancellation.
 pub(super) struct Wait<'a> {
-    pub(super) driver: &'a Driver,
-    pub(super) index: Option<usize>,
+    driver: &'a Driver,
+    index: Option<usize>,
+}
+
+impl<'a> Wait<'a> {
+    /// Resolves when `fd` reports one of the poll `events`.
+    pub(super) fn readiness(driver: &'a Driver, fd: types::Fd, events: u32) -> Self {
+        let index = Some(driver.queue_wait(fd, events));
+        Wait { driver, index }
+    }
+
+    /// Resolves after about `length`, asking nothing of the kernel ([`Driver::nap`]).
+    fn nap(driver: &'a Driver, length: Duration) -> Self {
+        let index = Some(driver.nap(length));
+        Wait { driver, index }
+    }
 }
 
 impl std::future::Future for Wait<'_> {
