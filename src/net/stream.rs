@@ -140,16 +140,35 @@ impl Stream {
         if let Stream::Uring(s) = self {
             return s.hangup().await;
         }
-        if let Some(s) = self.tcp() {
-            if s.readable().await.is_ok() {
-                let mut probe = [0u8; 1];
-                if let Ok(0) = s.peek(&mut probe).await {
-                    return;
-                }
+        let socket = match self {
+            Stream::Tcp(s) => Some(s),
+            // Only a reset is seen under TLS: a client's close_notify is bytes to read.
+            Stream::TlsServer(s) => Some(s.get_ref().0),
+            _ => None,
+        };
+        if let Some(s) = socket {
+            if peer_gone(s).await {
+                return;
             }
         }
         std::future::pending::<()>().await;
     }
+
+    /// Arms what tells, without a system call, that an idle pooled connection was closed by
+    /// its peer (the ring's idle watch; tokio's epoll registration already does it).
+    pub fn watch_idle(&self) {
+        if let Stream::Uring(_s) = self {
+            // MERGE: _s.watch_idle() once the uring branch lands.
+        }
+    }
+}
+
+/// Waits until the socket is readable, then peeks: true when the peer closed (EOF) or reset
+/// the connection, false when bytes wait to be read (a pipelined request is no hang-up). The
+/// wait is tokio's readiness, so it costs no system call until the socket has an event.
+async fn peer_gone(s: &TcpStream) -> bool {
+    let mut probe = [0u8; 1];
+    !matches!(s.peek(&mut probe).await, Ok(n) if n > 0)
 }
 
 impl From<TcpStream> for Stream {

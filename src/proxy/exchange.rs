@@ -4,8 +4,9 @@
 //!
 //! Two kinds of second attempt, both only before any response byte reached the client and only
 //! when [`Error::may_retry`] allows it:
-//! - a pooled connection that turns out dead (the server closed it while idle) is replaced by a
-//!   fresh connection to the same server, once; that is no fault of the server;
+//! - a pooled connection that turns out dead (the server closed it while idle, or closed or
+//!   reset it before any response byte) is replaced by a fresh connection to the same server,
+//!   once, for any method whose body is still in hand; that is no fault of the server;
 //! - a server that failed is reported to the balancer (passive health) and the request goes to
 //!   a different server, up to the group's `retries`, while the retry budget allows.
 
@@ -16,7 +17,7 @@ use super::relay::{self, RequestBody};
 use super::response;
 use super::{Client, Conn, Ctx, Outcome, Tried};
 use crate::config::UpstreamGroup;
-use crate::error::{Error, Kind};
+use crate::error::{Error, Kind, Retry};
 use crate::http1::response::CONTINUE;
 use crate::http1::BodyReader;
 use crate::net::io::{wait_readable, write_all};
@@ -197,7 +198,7 @@ async fn obtain(
 
 /// Runs `send` (which sends a request and reads the first response bytes) on a pooled
 /// connection to `server` or a new one. A pooled connection that turns out dead is replaced by
-/// a fresh one once, when the request may be resent (`body_in_hand`, and the method allows).
+/// a fresh one once when it closed unanswered and the request is still in hand ([`stale`]).
 pub(super) async fn on_connection(
     cx: &Ctx<'_>,
     group: &UpstreamGroup,
@@ -226,7 +227,7 @@ pub(super) async fn on_connection(
                     cx.mark_header();
                     return Ok((conn, ubuf));
                 }
-                Err(e) if e.may_retry(cx.request.idempotent, body_in_hand) => {
+                Err(e) if stale(&e, cx.request.idempotent, body_in_hand) => {
                     counters.inc(Counter::UpstreamStaleRetries);
                 }
                 Err(e) => return Err(e),
@@ -249,6 +250,16 @@ pub(super) async fn on_connection(
     let ubuf = send(client, &mut conn).await?;
     cx.mark_header();
     Ok((conn, ubuf))
+}
+
+/// Whether a reused connection's failure means it was dead before the request reached the
+/// server: it closed or reset before any response byte. Such a request is sent again on a new
+/// connection to the same server whatever its method (the server never answered it; the usual
+/// cause is a keep-alive close that crossed the request), provided its whole body is still in
+/// hand; a timeout or a failure after response bytes never is.
+fn stale(e: &Error, idempotent: bool, body_in_hand: bool) -> bool {
+    let closed_unanswered = e.retry == Retry::NoResponse && e.kind == Kind::UpstreamClosed;
+    e.may_retry(idempotent, body_in_hand) || (closed_unanswered && body_in_hand)
 }
 
 /// One server's try at a request.

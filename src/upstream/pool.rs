@@ -195,6 +195,7 @@ impl UpstreamPool {
         let mut idle = self.idle.borrow_mut();
         let list = idle.entry(addr.clone()).or_default();
         if list.len() < cap {
+            stream.watch_idle();
             list.push(Idle {
                 stream,
                 slot,

@@ -11,6 +11,7 @@ mod files;
 mod fleet;
 mod framing;
 mod fuzz_seeds;
+mod hangups;
 mod http2;
 mod http2_frames;
 mod io_paths;

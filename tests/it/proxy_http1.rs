@@ -454,9 +454,12 @@ fn stale_pooled_connection_is_replaced_and_idempotent_request_retried() {
 }
 
 #[test]
-fn non_idempotent_request_is_not_retried() {
+fn non_idempotent_request_on_a_new_connection_is_not_retried() {
+    // A new connection that takes a POST and closes unanswered: the server may have acted on
+    // it, so it is not sent again (a reused connection's close is another matter: see
+    // hangups.rs).
     let up = Upstream::start(|req| {
-        if req.connection == 0 && req.path() == "/post" {
+        if req.path() == "/post" {
             Reply::Close
         } else {
             Reply::Bytes(response(200, b"ok"))
@@ -467,9 +470,6 @@ fn non_idempotent_request_is_not_retried() {
     let s = connect(addr);
     let mut w = s.try_clone().unwrap();
     let mut reader = BufReader::new(s);
-    w.write_all(b"GET /warm HTTP/1.1\r\nHost: a\r\n\r\n")
-        .unwrap();
-    assert_eq!(read_response(&mut reader, false).unwrap().status, 200);
     w.write_all(b"POST /post HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx")
         .unwrap();
     assert_eq!(read_response(&mut reader, false).unwrap().status, 502);
