@@ -157,8 +157,8 @@ impl Stream {
     /// Arms what tells, without a system call, that an idle pooled connection was closed by
     /// its peer (the ring's idle watch; tokio's epoll registration already does it).
     pub fn watch_idle(&self) {
-        if let Stream::Uring(_s) = self {
-            // MERGE: _s.watch_idle() once the uring branch lands.
+        if let Stream::Uring(s) = self {
+            s.watch_idle();
         }
     }
 }
