@@ -119,6 +119,8 @@ pub struct Limits {
     pub drain_timeout: Duration,
     /// Move body bytes beyond the first buffer with splice(2) instead of read/write.
     pub zero_copy: bool,
+    /// A tunnel (WebSocket, any upgrade) with no bytes either way for this long is closed.
+    pub tunnel_idle_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -131,6 +133,7 @@ impl Default for Limits {
             client_body_timeout: Duration::from_secs(60),
             drain_timeout: Duration::from_secs(30),
             zero_copy: true,
+            tunnel_idle_timeout: Duration::from_secs(3600),
         }
     }
 }
@@ -473,6 +476,7 @@ struct FileLimits {
     client_body_timeout: Option<Spanned<String>>,
     drain_timeout: Option<Spanned<String>>,
     zero_copy: Option<bool>,
+    tunnel_idle_timeout: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -673,10 +677,22 @@ impl Validator<'_> {
             ),
             drain_timeout: self.duration(&raw.limits.drain_timeout, defaults.drain_timeout),
             zero_copy: raw.limits.zero_copy.unwrap_or(defaults.zero_copy),
+            tunnel_idle_timeout: self.duration(
+                &raw.limits.tunnel_idle_timeout,
+                defaults.tunnel_idle_timeout,
+            ),
         };
         if limits.max_buffer < limits.max_request_head {
             let at = raw.limits.max_buffer.as_ref().map_or(0, |s| s.span().start);
             self.error(at, "max_buffer must be at least max_request_head");
+        }
+        if limits.tunnel_idle_timeout.is_zero() {
+            let at = raw
+                .limits
+                .tunnel_idle_timeout
+                .as_ref()
+                .map_or(0, |s| s.span().start);
+            self.error(at, "tunnel_idle_timeout must be more than 0");
         }
 
         let resolvers: Vec<SocketAddr> = raw

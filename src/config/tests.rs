@@ -277,6 +277,18 @@ fn http2_settings_parse_and_their_errors_have_lines() {
 }
 
 #[test]
+fn tunnel_idle_timeout_parses_and_zero_is_refused() {
+    let c = Config::parse(GOOD, "t.toml").unwrap();
+    assert_eq!(c.limits.tunnel_idle_timeout, Duration::from_secs(3600));
+    let text = format!("{GOOD}\n[limits]\ntunnel_idle_timeout = \"90s\"\n");
+    let c = Config::parse(&text, "t.toml").unwrap();
+    assert_eq!(c.limits.tunnel_idle_timeout, Duration::from_secs(90));
+    let bad = format!("{GOOD}\n[limits]\ntunnel_idle_timeout = \"0s\"\n");
+    let e = Config::parse(&bad, "t.toml").unwrap_err();
+    assert_errors(&e, &[(13, "tunnel_idle_timeout must be more than 0")]);
+}
+
+#[test]
 fn compression_settings_parse_and_their_errors_have_lines() {
     let c = Config::parse(GOOD, "t.toml").unwrap();
     assert_eq!(c.compression, crate::compress::Settings::default());

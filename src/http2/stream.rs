@@ -77,18 +77,25 @@ impl H2Stream {
         }
     }
 
-    /// Reads the body ahead until it ends or `limit` bytes of it wait (nginx's
-    /// `http2_body_preread_size`): a request that breaks the rules after its head (a length
-    /// exceeded or not reached, a second HEADERS without END_STREAM) is then refused before
-    /// anything is answered or forwarded. Err if the body is malformed or the stream reset.
+    /// Takes the body that has already arrived, up to `limit` bytes of it (nginx's
+    /// `http2_body_preread_size`), without waiting for more: a request that breaks the rules
+    /// within it (a length exceeded or not reached, a second HEADERS without END_STREAM) is
+    /// then refused before anything is answered or forwarded, and one whose body trickles
+    /// (gRPC streaming, a streaming upload) is forwarded at once, each DATA frame as it comes.
+    /// Err if the body is malformed or the stream reset.
     pub async fn preread(&mut self, limit: usize) -> io::Result<()> {
         let reader = &mut self.reader;
-        while reader.pending_data < limit {
-            if !std::future::poll_fn(|cx| reader.pull(cx)).await? {
-                break;
+        std::future::poll_fn(|cx| {
+            while reader.pending_data < limit {
+                match reader.pull(cx) {
+                    Poll::Ready(Ok(true)) => {}
+                    Poll::Ready(Ok(false)) | Poll::Pending => break,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                }
             }
-        }
-        Ok(())
+            Poll::Ready(Ok(()))
+        })
+        .await
     }
 
     /// Ready when the client reset the stream (or the connection went away).

@@ -149,6 +149,8 @@ pub enum Counter {
     Http2ConnectionErrors,
     /// HTTP/2 requests reset as malformed (nothing forwarded).
     Http2Malformed,
+    /// Tunnels (WebSocket, any upgrade) closed after `tunnel_idle_timeout` without a byte.
+    TunnelIdleTimeouts,
     /// Workers asked for io_uring (`io = "uring"`) that the kernel refused a ring: they run
     /// on epoll.
     UringUnavailable,
@@ -235,6 +237,7 @@ impl Counter {
             Counter::Http2Floods => "slipstream_http2_floods_total",
             Counter::Http2ConnectionErrors => "slipstream_http2_connection_errors_total",
             Counter::Http2Malformed => "slipstream_http2_malformed_requests_total",
+            Counter::TunnelIdleTimeouts => "slipstream_tunnel_idle_timeouts_total",
             Counter::UringUnavailable => "slipstream_uring_unavailable_workers_total",
         }
     }

@@ -19,7 +19,7 @@ use super::{Client, Conn, Ctx, Outcome, Tried};
 use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind, Retry};
 use crate::http1::response::CONTINUE;
-use crate::http1::BodyReader;
+use crate::http1::{head_complete, BodyReader};
 use crate::net::io::{wait_readable, write_all};
 use crate::net::{Address, Stream};
 use crate::observe::metrics::Counter;
@@ -75,7 +75,7 @@ pub(super) async fn exchange(
         cx.worker.buffers.give(std::mem::take(buf), max_buffer);
     }
     let server = conn.server.clone();
-    let result = response::respond(cx, group, client, buf, conn, &mut ubuf).await;
+    let result = response::respond(cx, group, client, buf, conn, &mut ubuf, &mut body).await;
     cx.worker.buffers.give(ubuf, max_buffer);
     settle(cx, group, lease, &server, result)
 }
@@ -309,6 +309,9 @@ impl Attempt<'_> {
         write_all(&mut conn.stream, &parts, group.send_timeout)
             .await
             .map_err(|e| Error::no_response(&e))?;
+        // An HTTP/2 stream is full duplex (gRPC): its upstream may answer before the body ends.
+        let mut early = Vec::new();
+        let duplex = matches!(client.stream, Stream::H2(_));
         if !body.is_done() {
             buf.drain(..self.initial_end);
             if p.expect_continue && p.minor_version == 1 {
@@ -326,13 +329,14 @@ impl Attempt<'_> {
                 send_timeout: group.send_timeout,
                 pipes: limits.zero_copy.then_some(&cx.worker.pipes),
                 counters: &cx.worker.counters,
+                early: duplex.then_some(&mut early),
             })
             .await?;
         }
         let hint =
             cx.worker
                 .response_buffer_hint(&conn.server, limits.max_buffer, limits.zero_copy);
-        if crate::buffers::is_large(hint) {
+        if early.is_empty() && crate::buffers::is_large(hint) {
             // With many requests waiting on their upstreams, a large buffer taken for each
             // would add up to megabytes, out of the cache by the time its answer lands (the
             // kernel's copies into and out of it then cost nearly twice as much): take it when
@@ -345,13 +349,15 @@ impl Attempt<'_> {
             }
         }
         let mut ubuf = cx.worker.buffers.take(hint);
-        let read = response::read_head(
-            &mut conn.stream,
-            &mut ubuf,
-            &client.stream,
-            group.read_timeout,
-            limits.max_buffer,
-        );
+        ubuf.extend_from_slice(&early);
+        let read = async {
+            if early.is_empty() || !head_complete(&ubuf) {
+                let (up, timeout) = (&mut conn.stream, group.read_timeout);
+                response::read_head(up, &mut ubuf, &client.stream, timeout, limits.max_buffer)
+                    .await?;
+            }
+            Ok::<(), Error>(())
+        };
         match read.await {
             Ok(()) => {
                 if let Some(started) = started {

@@ -6,8 +6,11 @@
 //! 3. [`exchange`]: picks a server, takes a pooled connection or opens one, sends the head and
 //!    body, waits for the response head, and retries on a fresh connection when that is safe.
 //! 4. [`response`]: interim responses, the final head, and `buffer_response`.
-//! 5. [`relay`]: moves bodies both ways with bounded memory, by splice(2) when it can.
-//! 6. [`tunnel`]: after `101 Switching Protocols`, bytes both ways until either side closes.
+//! 5. [`relay`]: moves bodies both ways with bounded memory, by splice(2) when it can;
+//!    [`duplex`]: an HTTP/2 request answered before its body ended (gRPC streaming), the
+//!    response and the rest of the body at once.
+//! 6. [`tunnel`]: after `101 Switching Protocols`, bytes both ways until either side closes
+//!    or neither sends for `tunnel_idle_timeout`.
 //! 7. [`compress`]: on routes that compress, whether a response benefits and with which
 //!    coding; the proxied body compressed on the way (FastCGI and static files use the same
 //!    decision in their own phases).
@@ -18,6 +21,7 @@
 //! Nothing here panics on input, and no status code is chosen here for a failure.
 
 mod compress;
+mod duplex;
 mod exchange;
 mod fastcgi;
 mod files;

@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use tokio::io::AsyncRead;
+
 use crate::error::{Error, Kind};
 use crate::http1::response::Relay;
 use crate::http1::{chunk_size_line, BodyReader, Framing, CHUNK_END, LAST_CHUNK};
@@ -300,12 +302,19 @@ pub(super) struct RequestBody<'a> {
     pub(super) pipes: Option<&'a PipePool>,
     /// The worker's counters.
     pub(super) counters: &'a Shard,
+    /// When given (an HTTP/2 client, whose reads can be given up without losing bytes), the
+    /// upstream is watched while the client's next bytes are awaited: the first bytes it sends
+    /// (or its end) land here and the relay stops, the body unfinished, so the response can
+    /// flow while the rest of the body does (see `duplex`).
+    pub(super) early: Option<&'a mut Vec<u8>>,
 }
 
-/// Streams the rest of a request body to the upstream, one buffer at a time.
+/// Streams the rest of a request body to the upstream, each read as it comes. Ends early,
+/// with the body unfinished, when the upstream answers first and `early` was given.
 pub(super) async fn relay_request_body(r: RequestBody<'_>) -> Result<(), Error> {
     let max = r.max_buffer.min(64 * 1024);
     let mut pipes = r.pipes;
+    let mut early = r.early;
     while !r.reader.is_done() {
         let opaque = r.reader.opaque_len();
         if let Some(pool) = pipes.filter(|_| opaque >= SPLICE_MIN) {
@@ -320,7 +329,16 @@ pub(super) async fn relay_request_body(r: RequestBody<'_>) -> Result<(), Error> 
             }
             continue;
         }
-        match read_some(r.client, r.buf, max, r.read_timeout).await {
+        let read = read_some(r.client, r.buf, max, r.read_timeout);
+        let read = match early.as_deref_mut() {
+            None => read.await,
+            Some(early) => tokio::select! {
+                biased;
+                got = read => got,
+                answered = read_early(r.upstream, early) => return answered,
+            },
+        };
+        match read {
             Ok(0) => return Err(Error::new(Kind::ClientClosed)),
             Ok(_) => {}
             Err(e) => return Err(Error::client_read(&e)),
@@ -335,6 +353,21 @@ pub(super) async fn relay_request_body(r: RequestBody<'_>) -> Result<(), Error> 
         r.buf.drain(..body);
     }
     Ok(())
+}
+
+/// Waits for the upstream's first bytes (or its end) and appends them to `early`.
+async fn read_early(upstream: &mut Stream, early: &mut Vec<u8>) -> Result<(), Error> {
+    let start = early.len();
+    let read = std::future::poll_fn(|cx| {
+        // Within one poll, so that `early` is left as it was if the wait is given up.
+        early.resize(start + 16 * 1024, 0);
+        let mut into = tokio::io::ReadBuf::new(&mut early[start..]);
+        let r = std::pin::Pin::new(&mut *upstream).poll_read(cx, &mut into);
+        let n = into.filled().len();
+        early.truncate(start + n);
+        r
+    });
+    read.await.map_err(|e| Error::upstream_io(&e))
 }
 
 /// Splices up to `len` bytes through a pooled pipe; the pipe goes back only if it is empty.

@@ -1,12 +1,14 @@
 //! The upstream's response: its head (after any interim 1xx responses, which are passed on),
 //! then either a protocol switch ([`super::tunnel`]), a whole response read into memory first
 //! (`buffer_response`), or the body relayed as it arrives ([`super::relay`]). A connection whose
-//! response ended cleanly goes back to the pool.
+//! response ended cleanly goes back to the pool. An HTTP/2 request answered before its body
+//! ended goes on sending the body meanwhile ([`super::duplex`]).
 
 use std::time::Duration;
 
 use super::compress::{self, Decision};
-use super::relay::{self, ResponseBody};
+use super::duplex::{duplex, Duplex};
+use super::relay::{self, RequestBody, ResponseBody};
 use super::request::Prepared;
 use super::{tunnel, Client, Conn, Ctx, Outcome};
 use crate::buffers::MIN_BUFFER;
@@ -15,7 +17,7 @@ use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
 use crate::http1::request::header_storage;
 use crate::http1::response::Relay;
-use crate::http1::{head_complete, parse_response, Framing};
+use crate::http1::{head_complete, parse_response, BodyReader, Framing};
 use crate::net::io::{read_some, write_all};
 use crate::net::Stream;
 use crate::observe::metrics::Counter;
@@ -123,7 +125,8 @@ fn parse_head(
 }
 
 /// The response head has begun in `ubuf`: forwards interim responses, then switches protocols
-/// or sends the final response. `pending` holds client bytes that followed the request.
+/// or sends the final response. `pending` holds client bytes that followed the request;
+/// `request` tracks the request body, which an HTTP/2 client may still be sending.
 pub(super) async fn respond(
     cx: &Ctx<'_>,
     group: &UpstreamGroup,
@@ -131,16 +134,19 @@ pub(super) async fn respond(
     pending: &mut Vec<u8>,
     mut up: Conn,
     ubuf: &mut Vec<u8>,
+    request: &mut BodyReader,
 ) -> Result<Outcome, Error> {
     let limits = &cx.config().limits;
     let max_head = limits.max_request_head.max(MIN_BUFFER);
-    let (read_timeout, max) = (group.read_timeout, limits.max_buffer);
     let mut head = loop {
         match parse_head(ubuf, cx.request, max_head, cx.worker.shutting_down())? {
             Parsed::Incomplete => {
-                read_head(&mut up.stream, ubuf, &client.stream, read_timeout, max)
-                    .await
-                    .map_err(Error::no_retry)?;
+                let more = MoreHead {
+                    group,
+                    pending: &mut *pending,
+                    request: &mut *request,
+                };
+                more.read(cx, client, &mut up, ubuf).await?;
             }
             Parsed::Interim { head_len, forward } => {
                 if !forward.is_empty() {
@@ -150,9 +156,12 @@ pub(super) async fn respond(
                 }
                 ubuf.drain(..head_len);
                 if !head_complete(ubuf) {
-                    read_head(&mut up.stream, ubuf, &client.stream, read_timeout, max)
-                        .await
-                        .map_err(Error::no_retry)?;
+                    let more = MoreHead {
+                        group,
+                        pending: &mut *pending,
+                        request: &mut *request,
+                    };
+                    more.read(cx, client, &mut up, ubuf).await?;
                 }
             }
             Parsed::Switch { head_len, out } => {
@@ -165,7 +174,23 @@ pub(super) async fn respond(
             }
         }
     };
-    match compress::decide(cx, &head.out) {
+    let decision = compress::decide(cx, &head.out);
+    let buffer_limit = cx.request.upstream.and_then(|r| r.buffer_response);
+    if !request.is_done() {
+        let unchanged = head.relay == Relay::Pass && matches!(decision, Decision::Unchanged);
+        if unchanged && buffer_limit.is_none() && head.framing != Framing::UntilClose {
+            return duplex_body(cx, group, client, up, ubuf, head, request).await;
+        }
+        // The response changes on its way: the rest of the body goes first.
+        let more = MoreHead {
+            group,
+            pending,
+            request,
+        };
+        more.send_rest(cx, client, &mut up, None).await?;
+    }
+    let read_timeout = group.read_timeout;
+    match decision {
         Decision::Unchanged => {}
         Decision::VaryOnly => head.out = rewrite(&head.out, None, BodyFraming::Chunked),
         Decision::Compress(coding) => {
@@ -180,7 +205,6 @@ pub(super) async fn respond(
             return compress::relay(cx, group, client, up, ubuf, r, coding).await;
         }
     }
-    let buffer_limit = cx.request.upstream.and_then(|r| r.buffer_response);
     if let Some(limit) = buffer_limit.filter(|_| head.relay == Relay::Pass) {
         let (head_len, framing) = (head.head_len, head.framing);
         let whole = relay::read_whole(&mut up.stream, ubuf, head_len, framing, limit, read_timeout);
@@ -196,6 +220,112 @@ pub(super) async fn respond(
         // Larger than the limit: it streams.
     }
     relay_body(cx, group, client, up, ubuf, head).await
+}
+
+/// What reading more of a response head needs while the request body may still be going.
+struct MoreHead<'a> {
+    group: &'a UpstreamGroup,
+    /// The client's read buffer.
+    pending: &'a mut Vec<u8>,
+    request: &'a mut BodyReader,
+}
+
+impl MoreHead<'_> {
+    /// Reads more of the response head into `ubuf`. While the request body is unfinished (an
+    /// HTTP/2 client whose upstream began answering early), its bytes are sent meanwhile,
+    /// until the upstream sends more.
+    async fn read(
+        self,
+        cx: &Ctx<'_>,
+        client: &mut Client,
+        up: &mut Conn,
+        ubuf: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let (group, max) = (self.group, cx.config().limits.max_buffer);
+        if !self.request.is_done() {
+            let mut early = Vec::new();
+            self.send_rest(cx, client, up, Some(&mut early)).await?;
+            ubuf.extend_from_slice(&early);
+            if !early.is_empty() && (head_complete(ubuf) || ubuf.len() >= max) {
+                return Ok(());
+            }
+        }
+        read_head(
+            &mut up.stream,
+            ubuf,
+            &client.stream,
+            group.read_timeout,
+            max,
+        )
+        .await
+        .map_err(Error::no_retry)
+    }
+
+    /// Sends the rest of the request body; with `early`, only until the upstream sends
+    /// something (which lands there).
+    async fn send_rest(
+        self,
+        cx: &Ctx<'_>,
+        client: &mut Client,
+        up: &mut Conn,
+        early: Option<&mut Vec<u8>>,
+    ) -> Result<(), Error> {
+        let limits = &cx.config().limits;
+        relay::relay_request_body(RequestBody {
+            client: &mut client.stream,
+            upstream: &mut up.stream,
+            buf: self.pending,
+            reader: self.request,
+            max_buffer: limits.max_buffer,
+            read_timeout: limits.client_body_timeout,
+            send_timeout: self.group.send_timeout,
+            pipes: None,
+            counters: &cx.worker.counters,
+            early,
+        })
+        .await
+        .map_err(Error::no_retry)
+    }
+}
+
+/// The final response of a request whose body is still coming: both move at once.
+async fn duplex_body(
+    cx: &Ctx<'_>,
+    group: &UpstreamGroup,
+    client: &mut Client,
+    mut up: Conn,
+    ubuf: &mut Vec<u8>,
+    head: FinalHead,
+    request: &mut BodyReader,
+) -> Result<Outcome, Error> {
+    let mut head_sent = false;
+    let d = Duplex {
+        client: &mut client.stream,
+        upstream: &mut up.stream,
+        request,
+        buf: ubuf,
+        head_len: head.head_len,
+        head_out: &head.out,
+        response: BodyReader::new(head.framing),
+        idle_timeout: group.read_timeout,
+        send_timeout: cx.config().limits.client_body_timeout,
+    };
+    let ended = match duplex(d, &mut head_sent).await {
+        Ok(ended) => ended,
+        Err(e) if head_sent && e.kind != Kind::ClientClosed => {
+            return Err(e.after_head(head.status))
+        }
+        Err(e) => return Err(e),
+    };
+    if head.reusable && ended.relayed.clean_end && ended.request_whole {
+        up.reuse(cx.worker, group);
+    }
+    Ok(Outcome {
+        status: head.status,
+        body_bytes: ended.relayed.body_bytes,
+        // A body not read whole would be taken for the next request.
+        keep_alive: head.keep_alive && ended.request_whole,
+    })
 }
 
 /// Sends a response that was read whole (`response` is its upstream head and body).

@@ -145,6 +145,42 @@ fn a_10_mb_upload_is_read_back_by_the_script() {
     assert_eq!(text(&r), format!("11 {md5} 11"));
 }
 
+/// A chunked body that passes `max_chunked_body` gets 413 as soon as it does: the client that
+/// sent one byte past the limit and keeps its body open has the answer and the close without
+/// sending the rest.
+#[test]
+fn a_chunked_body_past_max_chunked_body_is_413_before_it_ends() {
+    let fpm = PhpFpm::start("chunked-limit");
+    fpm.script(
+        "upload.php",
+        "<?php echo strlen(file_get_contents('php://input'));",
+    );
+    let p = php_proxy(
+        &fpm.tcp.to_string(),
+        &fpm.root,
+        r#"max_chunked_body = "1KB""#,
+        "",
+    );
+    let addr = p.local_addrs()[0];
+    // Within the limit: read whole, as before.
+    let head = "POST /upload.php HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\
+                Connection: close\r\n\r\n";
+    let mut body = format!("400\r\n{}\r\n0\r\n\r\n", "a".repeat(1024)).into_bytes();
+    let r = send(addr, head, &body);
+    assert_eq!((r.status, text(&r).as_str()), (200, "1024"));
+    // One byte past it, and the body stays open (no last chunk).
+    body = format!("401\r\n{}\r\n", "a".repeat(1025)).into_bytes();
+    let mut s = connect(addr);
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    let mut reader = BufReader::new(s);
+    let r = read_response(&mut reader, false).expect("413 before the body ended");
+    assert_eq!(r.status, 413);
+    let mut rest = Vec::new();
+    let closed = reader.read_to_end(&mut rest);
+    assert!(matches!(closed, Ok(0)), "the connection closes: {closed:?}");
+}
+
 #[test]
 fn status_location_and_output_of_unknown_length() {
     let fpm = PhpFpm::start("status");

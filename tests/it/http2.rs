@@ -220,6 +220,152 @@ fn trailers_pass_both_ways() {
     );
 }
 
+/// An upstream that answers (a chunked response head, and the body so far) as soon as it has
+/// 10 request body bytes, then echoes each chunk of the request body as it comes, and ends
+/// its response when the request body ends; returns the request body it got.
+fn echo_as_it_comes() -> (SocketAddr, std::thread::JoinHandle<Vec<u8>>) {
+    use std::io::{BufRead, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let thread = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = std::io::BufReader::new(s);
+        let mut line = String::new();
+        while line != "\r\n" {
+            line.clear();
+            assert!(r.read_line(&mut line).unwrap() > 0, "no request head");
+        }
+        let (mut got, mut answered) = (Vec::new(), 0);
+        loop {
+            line.clear();
+            r.read_line(&mut line).unwrap();
+            let len = usize::from_str_radix(line.trim(), 16).expect("a chunk size line");
+            if len == 0 {
+                break;
+            }
+            let mut chunk = vec![0; len + 2];
+            r.read_exact(&mut chunk).unwrap();
+            got.extend_from_slice(&chunk[..len]);
+            if got.len() < 10 {
+                continue;
+            }
+            if answered == 0 {
+                w.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                    .unwrap();
+            }
+            let new = &got[answered..];
+            w.write_all(format!("{:x}\r\n", new.len()).as_bytes())
+                .unwrap();
+            w.write_all(&[new, b"\r\n"].concat()).unwrap();
+            answered = got.len();
+        }
+        w.write_all(b"0\r\n\r\n").unwrap();
+        got
+    });
+    (addr, thread)
+}
+
+/// Reads `body` until `out` holds `len` bytes, within a guard.
+async fn read_up_to(body: &mut h2::RecvStream, out: &mut Vec<u8>, len: usize) {
+    let read = async {
+        while out.len() < len {
+            let d = body.data().await.expect("body ended early").unwrap();
+            body.flow_control().release_capacity(d.len()).unwrap();
+            out.extend_from_slice(&d);
+        }
+    };
+    let guard = tokio::time::timeout(Duration::from_secs(10), read).await;
+    assert!(
+        guard.is_ok(),
+        "only {:?} came back",
+        String::from_utf8_lossy(out)
+    );
+}
+
+/// A stream whose body trickles is forwarded DATA frame by DATA frame, and its response flows
+/// while the body still comes (gRPC bidirectional streaming): nothing waits for 64 KiB or the
+/// end of the body (the body timeout is a minute; the guards, 10 s).
+#[test]
+fn a_bidirectional_stream_is_echoed_frame_by_frame() {
+    let (up, upstream) = echo_as_it_comes();
+    let proxy = h2c_proxy(up, "[limits]\nclient_body_timeout = \"60s\"");
+    let addr = proxy.local_addrs()[0];
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime(), async {
+        let client = h2c(addr).await;
+        let req = http::Request::post("http://a/stream").body(()).unwrap();
+        let mut ready = client.ready().await.unwrap();
+        let (response, mut send) = ready.send_request(req, false).unwrap();
+        send.send_data(Bytes::from_static(b"0123456789"), false)
+            .unwrap();
+        let head = tokio::time::timeout(Duration::from_secs(10), response).await;
+        let response = head
+            .expect("no response head while the body is open")
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        let mut echoed = Vec::new();
+        read_up_to(&mut body, &mut echoed, 10).await;
+        assert_eq!(echoed, b"0123456789");
+        send.send_data(Bytes::from_static(b"abcdef"), false)
+            .unwrap();
+        read_up_to(&mut body, &mut echoed, 16).await;
+        assert_eq!(echoed, b"0123456789abcdef");
+        send.send_data(Bytes::from_static(b"xyz"), true).unwrap();
+        read_up_to(&mut body, &mut echoed, 19).await;
+        let rest = tokio::time::timeout(Duration::from_secs(10), body_of(body)).await;
+        assert_eq!(rest.expect("the response ends with the request"), b"");
+        assert_eq!(echoed, b"0123456789abcdefxyz");
+    });
+    assert_eq!(upstream.join().unwrap(), b"0123456789abcdefxyz");
+}
+
+/// An upstream that answers a whole response before the request body has ended (it reads the
+/// head only): the client gets it without ending its body.
+#[test]
+fn a_response_that_comes_before_the_body_ends_is_not_held_back() {
+    use std::io::{BufRead, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = listener.local_addr().unwrap();
+    let upstream = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = std::io::BufReader::new(s);
+        let mut line = String::new();
+        while line != "\r\n" {
+            line.clear();
+            assert!(r.read_line(&mut line).unwrap() > 0, "no request head");
+        }
+        w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly")
+            .unwrap();
+        // Until the proxy lets go of the connection.
+        let mut rest = Vec::new();
+        let _ = r.read_to_end(&mut rest);
+    });
+    let proxy = h2c_proxy(up, "[limits]\nclient_body_timeout = \"60s\"");
+    let addr = proxy.local_addrs()[0];
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime(), async {
+        let client = h2c(addr).await;
+        let req = http::Request::post("http://a/upload").body(()).unwrap();
+        let mut ready = client.ready().await.unwrap();
+        let (response, mut send) = ready.send_request(req, false).unwrap();
+        send.send_data(Bytes::from_static(b"start"), false).unwrap();
+        let head = tokio::time::timeout(Duration::from_secs(10), response).await;
+        let (parts, body) = head.expect("held back").unwrap().into_parts();
+        assert_eq!(parts.status, 200);
+        let body = tokio::time::timeout(Duration::from_secs(10), body_of(body)).await;
+        assert_eq!(body.expect("the body ends"), b"early");
+    });
+    upstream.join().unwrap();
+    assert!(eventually(
+        || proxy.metrics().total(Counter::ResponsesOk) == 1
+    ));
+}
+
 #[test]
 fn a_reset_stream_does_not_leave_its_upstream_connection_in_the_pool() {
     const LEN: u64 = 64 << 20;

@@ -23,3 +23,4 @@ mod proxy_http1;
 mod support;
 mod tls;
 mod tls_options;
+mod tunnel;

@@ -97,7 +97,8 @@ pub(super) async fn exchange(
 }
 
 /// Reads a chunked request body whole (up to the group's `max_chunked_body`); returns the
-/// payload and the bytes that followed it.
+/// payload and the bytes that followed it. A body past the limit is refused (413) as soon as
+/// it passes: the rest is not read, and the connection closes.
 async fn read_chunked(
     cx: &Ctx<'_>,
     settings: &FastCgi,
@@ -108,16 +109,21 @@ async fn read_chunked(
     let limits = &cx.config().limits;
     let mut reader = BodyReader::new(Framing::Chunked);
     let mut body = Vec::new();
-    let mut too_large = false;
+    // Fails as soon as the body passes the limit.
     let mut feed = |reader: &mut BodyReader, input: &[u8]| {
-        reader
+        let mut too_large = false;
+        let used = reader
             .feed_data(input, |data| {
                 too_large |= body.len() + data.len() > settings.max_chunked_body;
                 if !too_large {
                     body.extend_from_slice(data);
                 }
             })
-            .map_err(|_| Error::new(Kind::BadRequest("invalid chunked body")))
+            .map_err(|_| Error::new(Kind::BadRequest("invalid chunked body")))?;
+        if too_large {
+            return Err(Error::new(Kind::BodyTooLarge));
+        }
+        Ok(used)
     };
     let used = feed(&mut reader, &buf[p.head_len..])?;
     let mut rest = buf[p.head_len + used..].to_vec();
@@ -150,9 +156,6 @@ async fn read_chunked(
     }
     if !chunk.is_empty() {
         rest = chunk[used..].to_vec();
-    }
-    if too_large {
-        return Err(Error::new(Kind::BodyTooLarge));
     }
     Ok((body, rest))
 }

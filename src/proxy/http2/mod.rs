@@ -257,10 +257,9 @@ async fn serve_stream(
     stream.tls_version = info.tls_version;
     stream.local = info.local;
     if !expects_continue {
-        let limits = &worker.snapshot().config;
-        let (limit, timeout) = (limits.http2.body_preread, limits.limits.client_body_timeout);
-        let preread = tokio::time::timeout(timeout, stream.preread(limit)).await;
-        if !matches!(preread, Ok(Ok(()))) {
+        // Only what has already arrived: a body that trickles is forwarded as it comes.
+        let limit = worker.snapshot().config.http2.body_preread;
+        if stream.preread(limit).await.is_err() {
             worker.counters.inc(Counter::Http2Malformed);
             return;
         }

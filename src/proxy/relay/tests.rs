@@ -238,6 +238,7 @@ fn request_body(
             send_timeout: TIMEOUT,
             pipes: None,
             counters: &counters,
+            early: None,
         })
         .await;
         (result, buf)
