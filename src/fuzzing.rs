@@ -384,7 +384,7 @@ pub fn fastcgi_params(data: &[u8]) {
     let req = CgiRequest {
         document_root: "/srv/www",
         script,
-        request_uri: head.path,
+        request_uri: &head.path,
         method: head.method,
         protocol: "HTTP/1.1",
         content_length: None,

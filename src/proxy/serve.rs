@@ -209,7 +209,7 @@ fn https_location(
         return None;
     }
     let target = if head.path.starts_with('/') {
-        head.path
+        &head.path
     } else {
         "/"
     };

@@ -3,6 +3,7 @@
 
 mod added_fields;
 mod balancing;
+mod codec;
 mod compression;
 mod control;
 mod fastcgi;
