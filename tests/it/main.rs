@@ -6,6 +6,7 @@ mod balancing;
 mod codec;
 mod compression;
 mod control;
+mod dates;
 mod fastcgi;
 mod fastcgi_proxy;
 mod files;
