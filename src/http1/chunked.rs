@@ -201,8 +201,12 @@ impl ChunkedReader {
     /// next (`from` then points at them). Once done, bytes after the body are not the body's.
     /// A reader is fed either this way or by [`ChunkedReader::feed`], not both.
     pub fn feed_in_place(&mut self, buf: &mut Vec<u8>, from: usize) -> Result<usize, ChunkError> {
+        // `i` reads; what is kept moves down by `gap`, the length of the lines dropped so far,
+        // and the gap is closed once at the end (one move of what follows, however many lines
+        // are dropped). On an error the buffer is left half-edited: the body is refused anyway.
         let mut line_start = None;
         let mut i = from;
+        let mut gap = 0;
         if matches!(self.state, State::Trailer | State::TrailerLf) {
             // The unfinished line of the last call is back at `from`.
             line_start = Some(from);
@@ -213,6 +217,9 @@ impl ChunkedReader {
                 State::Done => break,
                 State::Data => {
                     let take = (buf.len() - i).min(self.remaining.min(usize::MAX as u64) as usize);
+                    if gap > 0 {
+                        buf.copy_within(i..i + take, i - gap);
+                    }
                     i += take;
                     self.skip_data(take as u64);
                     continue;
@@ -222,17 +229,18 @@ impl ChunkedReader {
             }
             let before = self.state;
             self.step(buf[i])?;
+            buf[i - gap] = buf[i];
             i += 1;
             if before == State::TrailerLf {
                 if let Some(start) = line_start.take() {
-                    if !self.keeps(&buf[start..i]) {
-                        buf.drain(start..i);
-                        i = start;
+                    if !self.keeps(&buf[start - gap..i - gap]) {
+                        gap += i - start;
                     }
                 }
             }
         }
-        Ok(line_start.unwrap_or(i) - from)
+        buf.drain(i - gap..i);
+        Ok(line_start.unwrap_or(i) - gap - from)
     }
 
     /// Whether a whole trailer line (CRLF included) goes on: valid and not forbidden.
