@@ -154,6 +154,70 @@ pub fn chunked(data: &[u8]) {
         (Err(_), Err(_)) => {}
         _ => panic!("split at {at}: {whole_result:?} at once, {parts_result:?} in parts"),
     }
+    chunked_in_place(body, at, whole_result.is_ok() && whole.is_done());
+}
+
+/// The trailer filter of [`chunked`]'s input, strict (a request's) and lenient (a response's):
+/// two reads split at `at` give what one read gives; what goes on is a body a strict reader
+/// takes whole, and no forbidden field is left in its trailers. `valid` says a strict reader
+/// took the input whole, so the strict filter must too.
+fn chunked_in_place(body: &[u8], at: usize, valid: bool) {
+    for lenient in [false, true] {
+        let reader = || {
+            if lenient {
+                ChunkedReader::lenient()
+            } else {
+                ChunkedReader::new()
+            }
+        };
+        let once = relay_in_place(reader(), body, body.len());
+        let split = relay_in_place(reader(), body, at);
+        match (&once, &split) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "lenient {lenient}: split at {at} differs"),
+            (Err(_), Err(_)) => {}
+            _ => panic!("lenient {lenient}, split at {at}: {once:?} at once, {split:?} in parts"),
+        }
+        if valid && !lenient {
+            assert!(matches!(once, Ok((_, true))), "{once:?}");
+        }
+        let Ok((out, true)) = once else { continue };
+        let mut check = ChunkedReader::new();
+        let mut trailers = Vec::new();
+        for (i, b) in out.iter().enumerate() {
+            if check.in_trailers() {
+                trailers.push(*b);
+            }
+            let fed = check.feed(&out[i..=i], |_| {});
+            assert_eq!(fed, Ok(1), "{:?}", String::from_utf8_lossy(&out));
+        }
+        assert!(check.is_done());
+        for line in trailers.split(|b| *b == b'\n') {
+            let name = line.split(|b| *b == b':').next().unwrap_or_default();
+            assert!(
+                !crate::http1::chunked::is_forbidden_trailer(name),
+                "{line:?}"
+            );
+        }
+    }
+}
+
+/// Feeds `body` to `reader` in place the way the relay does, in two reads split at `at`
+/// (what is not yet the body's stays in front): what goes on, and whether the body ended.
+fn relay_in_place(
+    mut reader: ChunkedReader,
+    body: &[u8],
+    at: usize,
+) -> Result<(Vec<u8>, bool), crate::http1::ChunkError> {
+    let mut buf = body[..at].to_vec();
+    let n = reader.feed_in_place(&mut buf, 0)?;
+    let mut out = buf[..n].to_vec();
+    if !reader.is_done() {
+        buf.drain(..n);
+        buf.extend_from_slice(&body[at..]);
+        let n = reader.feed_in_place(&mut buf, 0)?;
+        out.extend_from_slice(&buf[..n]);
+    }
+    Ok((out, reader.is_done()))
 }
 
 /// A resolver that never leaves the process: address literals, and `localhost`.
@@ -384,7 +448,7 @@ pub fn fastcgi_params(data: &[u8]) {
     let req = CgiRequest {
         document_root: "/srv/www",
         script,
-        request_uri: head.path,
+        request_uri: &head.path,
         method: head.method,
         protocol: "HTTP/1.1",
         content_length: None,

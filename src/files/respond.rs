@@ -2,14 +2,13 @@
 //! precompressed sibling), which status (200, 206, 304, 412, 416, 405), the response head, and
 //! which bytes make the body. The caller sends what the [`Plan`] says.
 
-use std::cell::RefCell;
-use std::time::SystemTime;
-
 use super::cache::{Entry, Representation, CODINGS};
 use super::conditional::{evaluate, if_range_allows, Conditions, Outcome};
 use super::range::{parse_range, ByteRange, Ranges};
 use crate::config::FileRoute;
 use crate::http1::accept::{accepted_codings, Codings};
+pub use crate::http1::date::http_date_now;
+use crate::http1::date::put_date;
 use crate::http1::put_decimal;
 use crate::http1::request::RequestHead;
 use crate::http1::response::reason_phrase;
@@ -332,10 +331,8 @@ impl HeadWriter {
         put_decimal(&mut self.out, u64::from(status));
         self.out.push(b' ');
         self.out.extend_from_slice(reason_phrase(status).as_bytes());
-        self.out
-            .extend_from_slice(b"\r\nServer: slipstream\r\nDate: ");
-        self.out.extend_from_slice(&http_date_now());
-        self.out.extend_from_slice(b"\r\n");
+        self.out.extend_from_slice(b"\r\nServer: slipstream\r\n");
+        put_date(&mut self.out);
     }
 
     /// A text response of `status`: its status line, type and length; returns the text.
@@ -406,30 +403,6 @@ impl HeadWriter {
         self.out.extend_from_slice(b"\r\n");
         self.out
     }
-}
-
-thread_local! {
-    /// The current second and its HTTP date, formatted once per second per worker.
-    static DATE: RefCell<(u64, [u8; 29])> = const { RefCell::new((0, [0; 29])) };
-}
-
-/// The `Date` field value for now (IMF-fixdate, 29 bytes).
-pub fn http_date_now() -> [u8; 29] {
-    let now = SystemTime::now();
-    let secs = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    DATE.with(|d| {
-        let mut d = d.borrow_mut();
-        if d.0 != secs {
-            let text = httpdate::fmt_http_date(now);
-            if text.len() == 29 {
-                d.1.copy_from_slice(text.as_bytes());
-                d.0 = secs;
-            }
-        }
-        d.1
-    })
 }
 
 /// A response made here rather than from a file (a redirect, a listing, a `try_files`

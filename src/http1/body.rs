@@ -26,6 +26,15 @@ impl BodyReader {
         }
     }
 
+    /// A reader for a response body: a chunked one drops an invalid trailer field instead of
+    /// refusing it ([`ChunkedReader::lenient`]).
+    pub fn for_response(framing: Framing) -> Self {
+        match framing {
+            Framing::Chunked => BodyReader::Chunked(ChunkedReader::lenient()),
+            _ => Self::new(framing),
+        }
+    }
+
     /// True when the whole body has passed (never for [`BodyReader::UntilClose`]).
     pub fn is_done(&self) -> bool {
         match self {
@@ -39,6 +48,17 @@ impl BodyReader {
     /// Feeds bytes that follow in the stream; returns how many belong to the body.
     pub fn feed(&mut self, input: &[u8]) -> Result<usize, ChunkError> {
         self.feed_data(input, |_| {})
+    }
+
+    /// Feeds `buf[from..]`, for a caller that forwards the bytes as they are: a chunked body's
+    /// trailer fields that must not be forwarded are edited out of `buf` first
+    /// ([`ChunkedReader::feed_in_place`], whose contract about an unfinished trailer line
+    /// applies). Returns how many bytes from `from` belong to the body.
+    pub fn feed_in_place(&mut self, buf: &mut Vec<u8>, from: usize) -> Result<usize, ChunkError> {
+        match self {
+            BodyReader::Chunked(c) => c.feed_in_place(buf, from),
+            _ => self.feed(&buf[from..]),
+        }
     }
 
     /// Like [`BodyReader::feed`], also handing each run of payload (framing removed) to `on_data`.

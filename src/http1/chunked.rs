@@ -6,6 +6,14 @@
 //! byte by byte (so a line split across two reads is fine), and says how many of the bytes belong
 //! to the body. It is stricter than `httparse::parse_chunk_size`, which accepts an empty size line
 //! and a bare LF inside an extension; both are request-smuggling primitives.
+//!
+//! Trailer fields are checked like header fields (a token name right before the colon, no
+//! control bytes in the value). A request's invalid trailer field refuses the body (400); a
+//! response's is dropped, as nginx never passes an upstream's trailers on at all (its head is
+//! out by then, so a 502 is no longer possible). Fields that must not arrive after the content
+//! (framing, routing, request modifiers, authentication, response controls, content format:
+//! RFC 9110 6.5.1) are dropped on the way: [`ChunkedReader::feed_in_place`] edits them out of
+//! the caller's buffer.
 
 /// Longest chunk-size line we accept after the digits (extensions included).
 pub const MAX_EXTENSION_LEN: u32 = 4096;
@@ -85,6 +93,13 @@ pub struct ChunkedReader {
     counted: u32,
     /// Whether the current trailer line has its colon yet.
     trailer_colon: bool,
+    /// Response side: an invalid trailer field is dropped instead of refused.
+    lenient: bool,
+    /// The current trailer line is not a valid field (lenient only): it will be dropped.
+    line_bad: bool,
+    /// Bytes of the current trailer line stepped so far (the line is unfinished while the
+    /// state is `Trailer` or `TrailerLf`).
+    line_len: u32,
 }
 
 impl Default for ChunkedReader {
@@ -94,13 +109,27 @@ impl Default for ChunkedReader {
 }
 
 impl ChunkedReader {
-    /// A reader positioned at the start of a chunked body.
+    /// A reader positioned at the start of a chunked body; an invalid trailer field is an
+    /// error (a request's body).
     pub fn new() -> Self {
         ChunkedReader {
             state: State::SizeStart,
             remaining: 0,
             counted: 0,
             trailer_colon: false,
+            lenient: false,
+            line_bad: false,
+            line_len: 0,
+        }
+    }
+
+    /// A reader for a response's body: an invalid trailer field is dropped by
+    /// [`ChunkedReader::feed_in_place`] (and passes [`ChunkedReader::feed`]) instead of being
+    /// an error. Framing errors stay errors.
+    pub fn lenient() -> Self {
+        ChunkedReader {
+            lenient: true,
+            ..Self::new()
         }
     }
 
@@ -164,6 +193,72 @@ impl ChunkedReader {
         Ok(i)
     }
 
+    /// Feeds `buf[from..]` and edits the trailer section in place: invalid fields (of a
+    /// lenient reader) and forbidden ones ([`is_forbidden_trailer`]) are removed from `buf`.
+    /// Returns how many bytes from `from` belong to the body and may be sent on as they now
+    /// are. Until the body is done, the bytes after them are an unfinished trailer line the
+    /// reader has seen but not judged: the caller keeps them at the front of what it feeds
+    /// next (`from` then points at them). Once done, bytes after the body are not the body's.
+    /// A reader is fed either this way or by [`ChunkedReader::feed`], not both.
+    pub fn feed_in_place(&mut self, buf: &mut Vec<u8>, from: usize) -> Result<usize, ChunkError> {
+        // `i` reads; what is kept moves down by `gap`, the length of the lines dropped so far,
+        // and the gap is closed once at the end (one move of what follows, however many lines
+        // are dropped). On an error the buffer is left half-edited: the body is refused anyway.
+        let mut line_start = None;
+        let mut i = from;
+        let mut gap = 0;
+        if matches!(self.state, State::Trailer | State::TrailerLf) {
+            // The unfinished line of the last call is back at `from`.
+            line_start = Some(from);
+            i = (from + self.line_len as usize).min(buf.len());
+        }
+        while i < buf.len() {
+            match self.state {
+                State::Done => break,
+                State::Data => {
+                    let take = (buf.len() - i).min(self.remaining.min(usize::MAX as u64) as usize);
+                    if gap > 0 {
+                        buf.copy_within(i..i + take, i - gap);
+                    }
+                    i += take;
+                    self.skip_data(take as u64);
+                    continue;
+                }
+                State::TrailerStart if buf[i] != b'\r' => line_start = Some(i),
+                _ => {}
+            }
+            let before = self.state;
+            self.step(buf[i])?;
+            buf[i - gap] = buf[i];
+            i += 1;
+            if before == State::TrailerLf {
+                if let Some(start) = line_start.take() {
+                    if !self.keeps(&buf[start - gap..i - gap]) {
+                        gap += i - start;
+                    }
+                }
+            }
+        }
+        buf.drain(i - gap..i);
+        Ok(line_start.unwrap_or(i) - gap - from)
+    }
+
+    /// Whether a whole trailer line (CRLF included) goes on: valid and not forbidden.
+    fn keeps(&self, line: &[u8]) -> bool {
+        let name = line.split(|b| *b == b':').next().unwrap_or_default();
+        !self.line_bad && !is_forbidden_trailer(name)
+    }
+
+    /// A trailer field that is invalid: an error, or (lenient) a line to drop.
+    fn bad_field(&mut self, e: ChunkError) -> Result<(), ChunkError> {
+        if self.lenient {
+            self.line_bad = true;
+            Ok(())
+        } else {
+            Err(e)
+        }
+    }
+
     fn step(&mut self, b: u8) -> Result<(), ChunkError> {
         match self.state {
             State::SizeStart | State::Size => {
@@ -218,31 +313,7 @@ impl ChunkedReader {
                 }
                 self.state = State::SizeStart;
             }
-            State::TrailerStart => {
-                if b == b'\r' {
-                    self.state = State::EndLf;
-                } else if is_token_byte(b) {
-                    self.trailer_colon = false;
-                    self.count_trailer()?;
-                    self.state = State::Trailer;
-                } else {
-                    return Err(ChunkError::BadTrailer);
-                }
-            }
-            State::Trailer => match b {
-                b'\r' if self.trailer_colon => self.state = State::TrailerLf,
-                b'\r' => return Err(ChunkError::BadTrailer),
-                b':' => {
-                    self.trailer_colon = true;
-                    self.count_trailer()?;
-                }
-                b'\t' => self.count_trailer()?,
-                0..=0x1f | 0x7f => return Err(ChunkError::ControlByte),
-                _ if !self.trailer_colon && !is_token_byte(b) => {
-                    return Err(ChunkError::BadTrailer)
-                }
-                _ => self.count_trailer()?,
-            },
+            State::TrailerStart | State::Trailer => self.step_trailer(b)?,
             State::TrailerLf => {
                 if b != b'\n' {
                     return Err(ChunkError::BadLineEnding);
@@ -260,6 +331,48 @@ impl ChunkedReader {
         Ok(())
     }
 
+    /// One byte of a trailer line (or of the final empty line at its start).
+    fn step_trailer(&mut self, b: u8) -> Result<(), ChunkError> {
+        if self.state == State::TrailerStart {
+            if b == b'\r' {
+                self.state = State::EndLf;
+                return Ok(());
+            }
+            if b == b'\n' {
+                return Err(ChunkError::BadTrailer);
+            }
+            self.trailer_colon = false;
+            self.line_bad = false;
+            self.line_len = 0;
+            self.state = State::Trailer;
+            if !is_token_byte(b) {
+                // An empty name, whitespace before it (obs-fold), a control byte.
+                self.bad_field(ChunkError::BadTrailer)?;
+                self.trailer_colon = b == b':';
+            }
+            self.count_trailer()?;
+            return Ok(());
+        }
+        match b {
+            b'\r' => {
+                if !self.trailer_colon {
+                    self.bad_field(ChunkError::BadTrailer)?;
+                }
+                self.state = State::TrailerLf;
+            }
+            b'\n' => return Err(ChunkError::ControlByte),
+            b':' if !self.trailer_colon => self.trailer_colon = true,
+            // The value: visible bytes, obs-text, space and tab.
+            b'\t' | b' ' | 0x21..=0x7e | 0x80..=0xff if self.trailer_colon => {}
+            _ if !self.trailer_colon && is_token_byte(b) => {}
+            0..=0x1f | 0x7f => self.bad_field(ChunkError::ControlByte)?,
+            // A name byte that is not a token byte: tab, space, obs-text, separators.
+            _ => self.bad_field(ChunkError::BadTrailer)?,
+        }
+        self.count_trailer()?;
+        Ok(())
+    }
+
     fn count_ext(&mut self) -> Result<(), ChunkError> {
         self.counted += 1;
         if self.counted > MAX_EXTENSION_LEN {
@@ -270,6 +383,7 @@ impl ChunkedReader {
 
     fn count_trailer(&mut self) -> Result<(), ChunkError> {
         self.counted += 1;
+        self.line_len += 1;
         if self.counted > MAX_TRAILER_LEN {
             return Err(ChunkError::TooLong);
         }
@@ -308,6 +422,56 @@ pub fn chunk_size_line(n: usize, out: &mut [u8; 20]) -> &[u8] {
     out[..len].copy_from_slice(&digits[i..]);
     out[len..len + 2].copy_from_slice(CHUNK_END);
     &out[..len + 2]
+}
+
+/// Fields a trailer section must not carry, since their meaning is needed before the content
+/// (RFC 9110 6.5.1): framing and connection fields, routing, request modifiers (controls,
+/// conditionals, range), authentication, response controls, content format, cookies, and the
+/// X-Forwarded-* fields the proxy itself sets. They are dropped, not forwarded.
+pub fn is_forbidden_trailer(name: &[u8]) -> bool {
+    const FORBIDDEN: [&str; 38] = [
+        "age",
+        "authorization",
+        "cache-control",
+        "connection",
+        "content-encoding",
+        "content-length",
+        "content-location",
+        "content-range",
+        "content-type",
+        "cookie",
+        "date",
+        "expect",
+        "expires",
+        "host",
+        "if-match",
+        "if-modified-since",
+        "if-none-match",
+        "if-range",
+        "if-unmodified-since",
+        "keep-alive",
+        "location",
+        "max-forwards",
+        "pragma",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "range",
+        "retry-after",
+        "set-cookie",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "vary",
+        "www-authenticate",
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "x-forwarded-proto",
+    ];
+    FORBIDDEN
+        .iter()
+        .any(|f| f.as_bytes().eq_ignore_ascii_case(name))
 }
 
 /// RFC 9110 `tchar`.
@@ -392,6 +556,75 @@ mod tests {
             ChunkError::BadTrailer
         );
         assert_eq!(run(b"0\r\n\n").unwrap_err(), ChunkError::BadTrailer);
+    }
+
+    /// Feeds `input` in pieces of `step` bytes the way a relay does (what is not the body's
+    /// yet stays in front); returns what goes on and whether the body ended.
+    fn in_place(mut r: ChunkedReader, input: &[u8], step: usize) -> Result<Vec<u8>, ChunkError> {
+        let (mut buf, mut out) = (Vec::new(), Vec::new());
+        for piece in input.chunks(step) {
+            buf.extend_from_slice(piece);
+            let n = r.feed_in_place(&mut buf, 0)?;
+            out.extend_from_slice(&buf[..n]);
+            buf.drain(..n);
+            if r.is_done() {
+                break;
+            }
+        }
+        assert!(r.is_done(), "{:?}", String::from_utf8_lossy(input));
+        Ok(out)
+    }
+
+    #[test]
+    fn trailer_names_are_tokens_right_before_the_colon() {
+        // A tab or space in the name, an empty name, a control byte in the value, no colon.
+        for bad in [
+            b"0\r\nX-T\tab: v\r\n\r\n".as_slice(),
+            b"0\r\nX-Tab\t: v\r\n\r\n",
+            b"0\r\nX-T : v\r\n\r\n",
+            b"0\r\n: v\r\n\r\n",
+            b"0\r\n\tX: v\r\n\r\n",
+            b"0\r\nX-\xe9: v\r\n\r\n",
+            b"0\r\nX: a\x00b\r\n\r\n",
+            b"0\r\nX\r\n\r\n",
+        ] {
+            assert!(run(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(in_place(ChunkedReader::new(), bad, 1).is_err());
+            // A response's reader drops the field and goes on.
+            let out = in_place(ChunkedReader::lenient(), bad, 1000).unwrap();
+            assert_eq!(out, b"0\r\n\r\n", "{:?}", String::from_utf8_lossy(bad));
+            assert!(run_lenient(bad).is_ok());
+        }
+        // A bare LF stays a framing error on both sides.
+        let bare = b"0\r\nX: a\nb\r\n\r\n";
+        assert!(in_place(ChunkedReader::lenient(), bare, 1000).is_err());
+        // Values may hold tabs, colons and obs-text.
+        let ok = b"0\r\nX-Sum: a\tb:c \xe9\r\n\r\n";
+        assert_eq!(in_place(ChunkedReader::new(), ok, 1000).unwrap(), ok);
+    }
+
+    fn run_lenient(input: &[u8]) -> Result<usize, ChunkError> {
+        ChunkedReader::lenient().feed(input, |_| {})
+    }
+
+    #[test]
+    fn forbidden_trailer_fields_are_dropped_wherever_the_reads_split() {
+        let input = b"3\r\nabc\r\n0\r\nX-A: 1\r\nContent-Length: 5\r\nhost: evil\r\n\
+                      Transfer-Encoding: chunked\r\nX-B: 2\r\n\r\nGET / HTTP/1.1";
+        let want = b"3\r\nabc\r\n0\r\nX-A: 1\r\nX-B: 2\r\n\r\n";
+        for step in 1..input.len() {
+            let out = in_place(ChunkedReader::new(), input, step).unwrap();
+            assert_eq!(out, want, "pieces of {step}");
+        }
+        // What follows the body is not the body's.
+        let mut buf = input.to_vec();
+        let mut r = ChunkedReader::new();
+        let n = r.feed_in_place(&mut buf, 0).unwrap();
+        assert_eq!(
+            (&buf[..n], &buf[n..]),
+            (want.as_slice(), b"GET / HTTP/1.1".as_slice())
+        );
+        assert!(is_forbidden_trailer(b"CONTENT-TYPE") && !is_forbidden_trailer(b"grpc-status"));
     }
 
     #[test]

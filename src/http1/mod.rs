@@ -6,6 +6,7 @@
 pub mod accept;
 pub mod body;
 pub mod chunked;
+pub mod date;
 pub mod request;
 pub mod response;
 

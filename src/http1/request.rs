@@ -5,6 +5,8 @@
 //! and Transfer-Encoding semantics, Host rules, request-target forms. The upstream head is always
 //! written fresh from the parsed fields with CRLF line ends, never copied from the client's bytes.
 
+use std::borrow::Cow;
+
 use super::chunked::is_token_byte;
 use super::{is_hop_by_hop, list_elements, parse_content_length, put_field, ConnectionTokens};
 use super::{Framing, MAX_HEADERS};
@@ -37,8 +39,10 @@ pub fn header_storage<'b>() -> HeaderStorage<'b> {
 pub struct RequestHead<'h, 'b> {
     /// Request method.
     pub method: &'b str,
-    /// Target in origin form (`/path?query`), or `*` for `OPTIONS *`.
-    pub path: &'b str,
+    /// Target in origin form (`/path?query`), or `*` for `OPTIONS *`. Borrowed from the
+    /// buffer except for an absolute-form target with an empty path and a query
+    /// (`http://h?q` becomes `/?q`, RFC 9112 3.2.2), which has no `/` to borrow.
+    pub path: Cow<'b, str>,
     /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
     pub minor_version: u8,
     /// The host the request is for: the absolute-form authority, else the Host field.
@@ -201,15 +205,17 @@ fn request_framing(f: &Fields<'_>, minor_version: u8) -> Result<Framing, Request
 }
 
 /// Splits a request-target into the origin-form path and, for absolute form, the authority.
+/// An absolute form's empty path is `/` (RFC 3986 6.2.3) and its query stays: `http://h?q`
+/// is `/?q`.
 fn split_target<'b>(
     method: &str,
     target: &'b str,
-) -> Result<(&'b str, Option<&'b [u8]>), RequestError> {
+) -> Result<(Cow<'b, str>, Option<&'b [u8]>), RequestError> {
     if target.starts_with('/') {
-        return Ok((target, None));
+        return Ok((Cow::Borrowed(target), None));
     }
     if target == "*" && method == "OPTIONS" {
-        return Ok((target, None));
+        return Ok((Cow::Borrowed(target), None));
     }
     if method == "CONNECT" {
         return Err(RequestError::NotImplemented("CONNECT"));
@@ -229,8 +235,11 @@ fn split_target<'b>(
     if authority.is_empty() || !valid_host(authority.as_bytes()) {
         return Err(RequestError::Malformed("invalid authority"));
     }
-    let path = &rest[end..];
-    let path = if path.starts_with('/') { path } else { "/" };
+    let path = match &rest[end..] {
+        "" => Cow::Borrowed("/"),
+        p if p.starts_with('/') => Cow::Borrowed(p),
+        query => Cow::Owned(format!("/{query}")),
+    };
     Ok((path, Some(authority.as_bytes())))
 }
 

@@ -74,21 +74,31 @@ async fn write_one(stream: &mut Stream, mut buf: &[u8], timeout: Duration) -> io
     flush_tls(stream, timeout).await
 }
 
-/// Reads into the spare capacity of `buf`, growing it first if it has less than 4 KiB spare
-/// (never beyond `max`). `Ok(0)` is end of stream; a wait longer than `timeout` is `TimedOut`.
+/// Reads into the spare capacity of `buf`, growing it first if it has less than 4 KiB spare,
+/// and never past `max`: the buffer's length after the read is at most `max` whatever its
+/// capacity. `Ok(0)` is end of stream; a wait longer than `timeout` is `TimedOut`; a buffer
+/// already holding `max` bytes is `InvalidInput` (there is no room to read into).
 pub async fn read_some(
     stream: &mut Stream,
     buf: &mut Vec<u8>,
     max: usize,
     timeout: Duration,
 ) -> io::Result<usize> {
-    if buf.capacity() - buf.len() < 4096 {
-        let grow = buf
-            .len()
-            .max(MIN_BUFFER)
-            .min(max.saturating_sub(buf.len()))
-            .max(4096);
-        buf.reserve(grow);
+    let room = max.saturating_sub(buf.len());
+    if room == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "read buffer full",
+        ));
+    }
+    let spare = buf.capacity() - buf.len();
+    if spare < 4096 && spare < room {
+        // Exact growth: `reserve` may double the capacity, past `max`.
+        let grow = buf.len().max(MIN_BUFFER).min(room);
+        buf.reserve_exact(grow);
+    }
+    if buf.capacity() - buf.len() > room {
+        return read_bounded(stream, buf, room, timeout).await;
     }
     match stream {
         Stream::Tcp(tcp) => return recv_tcp(tcp, buf, timeout).await,
@@ -96,6 +106,39 @@ pub async fn read_some(
         _ => {}
     }
     within(timeout, stream.read_buf(buf)).await
+}
+
+/// A read of at most `room` bytes into a buffer with more spare capacity than that (a large
+/// pooled buffer reading a head, say).
+async fn read_bounded(
+    stream: &mut Stream,
+    buf: &mut Vec<u8>,
+    room: usize,
+    timeout: Duration,
+) -> io::Result<usize> {
+    match stream {
+        Stream::Tcp(tcp) => loop {
+            let mut limited = bytes::BufMut::limit(&mut *buf, room);
+            match tcp.try_read_buf(&mut limited) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    within(timeout, tcp.readable()).await?;
+                }
+                result => return result,
+            }
+        },
+        Stream::Uring(ring) => {
+            // The ring reads into all of a buffer's spare capacity: read into one of `room`
+            // (a vector's exact capacity for bytes) and copy.
+            let mut part = Vec::with_capacity(room);
+            let n = ring.recv(&mut part, timeout).await?;
+            buf.extend_from_slice(&part);
+            Ok(n)
+        }
+        _ => {
+            let mut limited = (&mut *stream).take(room as u64);
+            within(timeout, limited.read_buf(buf)).await
+        }
+    }
 }
 
 // Plain TCP sockets are read and written by direct system calls (rustix), not through glibc's
@@ -201,5 +244,74 @@ pub async fn within<T>(
     match tokio::time::timeout(timeout, op).await {
         Ok(result) => result,
         Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// The proxy's side of a connection whose peer writes 1 MiB (and stays open).
+    async fn pair() -> Stream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut peer = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (ours, _) = listener.accept().await.unwrap();
+        tokio::spawn(async move {
+            let _ = peer.write_all(&vec![b'x'; 1 << 20]).await;
+            std::future::pending::<()>().await;
+        });
+        // Wait until bytes are there to read.
+        ours.readable().await.unwrap();
+        Stream::Tcp(ours)
+    }
+
+    fn run(test: impl std::future::Future<Output = ()>) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(test);
+    }
+
+    #[test]
+    fn a_read_never_passes_the_limit() {
+        run(async {
+            let mut ours = pair().await;
+            let t = Duration::from_secs(10);
+            // A large buffer (a pooled one) reading a small head: the limit, not the capacity.
+            let mut buf = Vec::with_capacity(256 * 1024);
+            let n = read_some(&mut ours, &mut buf, 1000, t).await.unwrap();
+            assert!(n > 0 && buf.len() <= 1000, "read {} of 1000", buf.len());
+            // Growing a full buffer: exact, never past the limit (a doubling would reach 384 KiB).
+            let max = 256 * 1024;
+            let mut buf = vec![0u8; 192 * 1024];
+            buf.shrink_to_fit();
+            while buf.len() < max {
+                read_some(&mut ours, &mut buf, max, t).await.unwrap();
+                assert!(
+                    buf.len() <= max && buf.capacity() <= max,
+                    "{}",
+                    buf.capacity()
+                );
+            }
+            let full = read_some(&mut ours, &mut buf, max, t).await.unwrap_err();
+            assert_eq!(full.kind(), io::ErrorKind::InvalidInput);
+        });
+    }
+
+    #[test]
+    fn a_read_on_other_streams_never_passes_the_limit() {
+        run(async {
+            let (a, mut b) = tokio::net::UnixStream::pair().unwrap();
+            b.write_all(&[b'y'; 64 * 1024]).await.unwrap();
+            let mut ours = Stream::Unix(a);
+            let mut buf = Vec::with_capacity(64 * 1024);
+            let t = Duration::from_secs(10);
+            let n = read_some(&mut ours, &mut buf, 100, t).await.unwrap();
+            assert!(n > 0 && buf.len() <= 100, "read {}", buf.len());
+        });
     }
 }

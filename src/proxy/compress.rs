@@ -214,7 +214,7 @@ impl Streamed {
     ) -> Result<bool, Error> {
         let counters = &cx.worker.counters;
         let max = cx.config().limits.max_buffer;
-        let mut reader = BodyReader::new(r.framing);
+        let mut reader = BodyReader::for_response(r.framing);
         let mut start = r.head_len;
         let (mut eof, mut extra) = (false, false);
         loop {

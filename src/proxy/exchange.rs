@@ -46,7 +46,7 @@ pub(super) async fn exchange(
     let p = cx.request;
     let mut body = BodyReader::new(p.framing);
     let buffered = body
-        .feed(&buf[p.head_len..])
+        .feed_in_place(buf, p.head_len)
         .map_err(|_| Error::new(Kind::BadRequest("invalid chunked body")))?;
     let initial_end = p.head_len + buffered;
     // The whole body is in the buffer: the request can be sent again if a connection fails.

@@ -112,6 +112,11 @@ pub(super) async fn relay_response(
                 clean_end: !at.extra && !at.eof,
             });
         }
+        // What was scanned is out; an unfinished trailer line stays for the next scan.
+        r.buf.drain(..at.scanned);
+        at.decoded.clear();
+        at.out_start = 0;
+        at.scanned = 0;
         if let Some(pool) = pipes {
             match splice_response(&mut r, pool, &mut at).await? {
                 Spliced::Ended(done) => return Ok(done),
@@ -119,31 +124,29 @@ pub(super) async fn relay_response(
                 Spliced::More => {}
             }
         }
-        r.buf.clear();
-        at.decoded.clear();
-        at.out_start = 0;
-        at.scanned = 0;
     }
 }
 
-/// Feeds the bytes read since the last call to the framing tracker.
+/// Feeds the bytes read since the last call to the framing tracker. Passed through as they
+/// are, a chunked body's trailer section is edited first (invalid and forbidden fields out);
+/// an unfinished trailer line stays after `scanned` for the next call.
 fn scan(r: &mut ResponseBody<'_>, at: &mut Cursor) -> Result<(), Error> {
     if at.scanned >= r.buf.len() {
         return Ok(());
     }
-    let input = &r.buf[at.scanned..];
     let taken = if r.relay == Relay::DecodeChunked {
         let decoded = &mut at.decoded;
-        r.reader.feed_data(input, |d| decoded.extend_from_slice(d))
+        r.reader
+            .feed_data(&r.buf[at.scanned..], |d| decoded.extend_from_slice(d))
     } else {
-        r.reader.feed(input)
+        r.reader.feed_in_place(r.buf, at.scanned)
     }
     .map_err(|_| Error::new(Kind::BadResponse("invalid chunked framing")))?;
-    if taken < input.len() {
-        at.extra = true;
-        r.buf.truncate(at.scanned + taken);
-    }
     at.scanned += taken;
+    if at.scanned < r.buf.len() && r.reader.is_done() {
+        at.extra = true;
+        r.buf.truncate(at.scanned);
+    }
     Ok(())
 }
 
@@ -251,11 +254,11 @@ pub(super) async fn read_whole(
     if framing == Framing::UntilClose {
         return Ok(None);
     }
-    let mut reader = BodyReader::new(framing);
+    let mut reader = BodyReader::for_response(framing);
     let mut scanned = head_len;
     loop {
         let taken = reader
-            .feed(&buf[scanned..])
+            .feed_in_place(buf, scanned)
             .map_err(|_| Error::new(Kind::BadResponse("invalid chunked framing")))?;
         scanned += taken;
         if reader.is_done() {
@@ -288,7 +291,8 @@ pub(super) struct RequestBody<'a> {
     pub(super) client: &'a mut Stream,
     /// Upstream connection.
     pub(super) upstream: &'a mut Stream,
-    /// Client read buffer, empty on entry; holds pipelined bytes after the body on return.
+    /// Client read buffer: empty on entry, or an unfinished trailer line its body reader has
+    /// seen; holds pipelined bytes after the body on return.
     pub(super) buf: &'a mut Vec<u8>,
     /// Framing tracker for the body.
     pub(super) reader: &'a mut BodyReader,
@@ -343,9 +347,11 @@ pub(super) async fn relay_request_body(r: RequestBody<'_>) -> Result<(), Error> 
             Ok(_) => {}
             Err(e) => return Err(Error::client_read(&e)),
         }
+        // What follows the body's bytes: the next request, or an unfinished trailer line that
+        // stays in front for the next read.
         let body = r
             .reader
-            .feed(r.buf)
+            .feed_in_place(r.buf, 0)
             .map_err(|_| Error::new(Kind::BadRequest("invalid chunked body")))?;
         write_all(r.upstream, &[&r.buf[..body]], r.send_timeout)
             .await

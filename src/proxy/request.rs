@@ -110,7 +110,7 @@ impl Prepared {
         log: bool,
         https: bool,
     ) -> Prepared {
-        let routed = config.router.route_request(head.host, head.path);
+        let routed = config.router.route_request(head.host, &head.path);
         let route = routed.target;
         let log = log && config.access_log_for(routed.site).is_some();
         // The upstream a request may go to: its route's, or a static route's fallback.

@@ -380,7 +380,7 @@ async fn relay_body(
         buf: ubuf,
         head_len: head.head_len,
         head_out: &head.out,
-        reader: crate::http1::BodyReader::new(head.framing),
+        reader: crate::http1::BodyReader::for_response(head.framing),
         relay: head.relay,
         wait_whole,
         max_buffer: limits.max_buffer,

@@ -179,11 +179,15 @@ pub async fn redirect_to_https(worker: Rc<Worker>, stream: Stream) {
             Err(_) => break None,
         }
     };
+    let date = crate::http1::date::http_date_now();
+    let date = String::from_utf8_lossy(&date);
     let response = match location {
         Some(url) => format!(
-            "HTTP/1.1 308 Permanent Redirect\r\nLocation: {url}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            "HTTP/1.1 308 Permanent Redirect\r\nDate: {date}\r\nLocation: {url}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         ),
-        None => "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(),
+        None => format!(
+            "HTTP/1.1 400 Bad Request\r\nDate: {date}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
     };
     let _ = write_all(
         &mut stream,
@@ -209,7 +213,7 @@ fn https_location(
         return None;
     }
     let target = if head.path.starts_with('/') {
-        head.path
+        &head.path
     } else {
         "/"
     };

@@ -12,8 +12,11 @@ use tokio_rustls::server::TlsStream;
 
 use crate::observe::metrics::{Counter, Shard};
 
-/// The answer to plain HTTP on a TLS port.
-const PLAIN_HTTP: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 48\r\nConnection: close\r\n\r\nThis port speaks HTTPS: use https:// to reach it\n";
+/// The answer to plain HTTP on a TLS port, around its `Date` field.
+const PLAIN_HTTP: [&[u8]; 2] = [
+    b"HTTP/1.1 400 Bad Request\r\nDate: ",
+    b"\r\nContent-Type: text/plain\r\nContent-Length: 48\r\nConnection: close\r\n\r\nThis port speaks HTTPS: use https:// to reach it\n",
+];
 
 /// Runs the handshake; `None` when it failed (counted).
 pub async fn handshake(
@@ -29,7 +32,13 @@ pub async fn handshake(
         Ok(Ok(1..)) if first[0].is_ascii_uppercase() => {
             counters.inc(Counter::TlsPlainHttp);
             let mut tcp = tcp;
-            let _ = tokio::time::timeout_at(deadline, tcp.write_all(PLAIN_HTTP)).await;
+            let answer = [
+                PLAIN_HTTP[0],
+                &crate::http1::date::http_date_now(),
+                PLAIN_HTTP[1],
+            ]
+            .concat();
+            let _ = tokio::time::timeout_at(deadline, tcp.write_all(&answer)).await;
             return None;
         }
         Ok(Ok(1..)) => {}

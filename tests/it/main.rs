@@ -3,8 +3,10 @@
 
 mod added_fields;
 mod balancing;
+mod codec;
 mod compression;
 mod control;
+mod dates;
 mod fastcgi;
 mod fastcgi_proxy;
 mod files;

@@ -112,6 +112,31 @@ fn host_rules() {
 }
 
 #[test]
+fn absolute_form_with_an_empty_path_keeps_its_query() {
+    let line = |raw: &[u8]| {
+        let (_, _, out) = parse(raw).unwrap().unwrap();
+        let end = out.iter().position(|b| *b == b'\r').unwrap();
+        String::from_utf8(out[..end].to_vec()).unwrap()
+    };
+    assert_eq!(
+        line(b"GET http://h?x=1 HTTP/1.1\r\nHost: h\r\n\r\n"),
+        "GET /?x=1 HTTP/1.1"
+    );
+    assert_eq!(
+        line(b"GET http://h HTTP/1.1\r\nHost: h\r\n\r\n"),
+        "GET / HTTP/1.1"
+    );
+    assert_eq!(
+        line(b"GET http://h:8080?x HTTP/1.1\r\nHost: h\r\n\r\n"),
+        "GET /?x HTTP/1.1"
+    );
+    assert_eq!(
+        line(b"GET HTTPS://h/a?b HTTP/1.1\r\nHost: h\r\n\r\n"),
+        "GET /a?b HTTP/1.1"
+    );
+}
+
+#[test]
 fn limits_and_targets() {
     let long_line = [b"GET /".as_slice(), &[b'a'; 9000]].concat();
     assert_eq!(status(&long_line), 414);

@@ -180,7 +180,7 @@ fn build(
         now: Instant::now(),
         counters: &cx.worker.counters,
     };
-    let script = scripts.find(head.path).map_err(script_error)?;
+    let script = scripts.find(&head.path).map_err(script_error)?;
     let (in_hand, content_length): (&[u8], Option<u64>) = match (chunked, head.framing) {
         (Some((body, _)), _) => (body, Some(body.len() as u64)),
         (None, Framing::Length(n)) => {
@@ -208,7 +208,7 @@ fn build(
             script_name: &script.script_name,
             path_info: &script.path_info,
         },
-        request_uri: head.path,
+        request_uri: &head.path,
         method: head.method,
         protocol: super::serve::protocol_name(&client.stream, head.minor_version),
         content_length,
