@@ -484,6 +484,117 @@ routes = [{{ path = "/", upstream = "app" }}, {{ path = "/dead/", upstream = "de
     proxy.shutdown();
 }
 
+/// `/metrics` of a proxy that has served requests (so the per-server, per-route, pool and
+/// histogram families all have samples) passes `promtool check metrics`: HELP and TYPE once
+/// per family, well-formed histograms, counters named `_total`, no lint.
+#[test]
+fn metrics_pass_promtool() {
+    let upstream = Upstream::start(|req| match req.path() {
+        "/fail" => Reply::Bytes(response(500, b"fail")),
+        _ => Reply::Bytes(response(200, b"fine")),
+    });
+    let proxy = proxy(&format!(
+        r#"
+workers = 2
+admin = "127.0.0.1:0"
+[[listen]]
+address = "127.0.0.1:0"
+[upstreams.app]
+servers = ["{}"]
+[upstreams.app.health]
+path = "/health"
+interval = "50ms"
+[upstreams.dead]
+servers = ["127.0.0.1:1"]
+retries = 0
+[[sites]]
+name = "shop \"quoted\" \\ site"
+hosts = ["shop.test"]
+routes = [{{ path = "/", upstream = "app" }}, {{ path = "/dead/", upstream = "dead" }}]
+[[sites]]
+name = "other"
+hosts = ["other.test"]
+routes = [{{ path = "/", upstream = "app" }}]
+"#,
+        upstream.addr
+    ));
+    let addr = proxy.local_addrs()[0];
+    for (path, host) in [
+        ("/ok", "shop.test"),
+        ("/fail", "shop.test"),
+        ("/dead/x", "shop.test"),
+        ("/ok", "other.test"),
+    ] {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        assert_ne!(
+            status_of(&exchange_until_close(addr, request.as_bytes())),
+            0
+        );
+    }
+    let admin = proxy.admin_addr().unwrap();
+    // Wait for an active check's result, so the check families are there too.
+    assert!(eventually(
+        || admin_get(admin, "/metrics").contains("slipstream_upstream_server_checks_total{")
+    ));
+    let text = admin_get(admin, "/metrics");
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package; .ci/test-tools installs it)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{report}\n{text}");
+    assert_eq!(report.trim(), "", "{text}");
+    // promtool's parser merges a family whose samples are split by another's; the format
+    // does not allow it.
+    families_are_whole(&text);
+    proxy.shutdown();
+}
+
+/// Each family's HELP and TYPE come once, before its samples, and its samples are not
+/// interleaved with another family's.
+fn families_are_whole(text: &str) {
+    let mut done = std::collections::HashSet::new();
+    let (mut current, mut kind, mut helped) = (String::new(), String::new(), false);
+    for line in text.lines() {
+        let words: Vec<&str> = line.splitn(4, ' ').collect();
+        match words[..] {
+            ["#", "HELP", name, _] => {
+                assert!(done.insert(name.to_string()), "{name} twice in\n{text}");
+                (current, helped) = (name.to_string(), true);
+            }
+            ["#", "TYPE", name, t] => {
+                assert!(helped && name == current, "TYPE without HELP: {line}");
+                (kind, helped) = (t.to_string(), false);
+            }
+            _ => {
+                let name = line.split(['{', ' ']).next().unwrap();
+                let family = match kind.as_str() {
+                    "histogram" => ["_bucket", "_sum", "_count"]
+                        .iter()
+                        .find_map(|s| name.strip_suffix(s))
+                        .unwrap_or(name),
+                    _ => name,
+                };
+                assert_eq!(family, current, "{line} outside its family in\n{text}");
+            }
+        }
+    }
+}
+
 /// The one sample of `name` with `labels` in a scrape.
 fn sample(
     scrape: &prometheus_parse::Scrape,
