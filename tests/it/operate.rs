@@ -1,7 +1,7 @@
 //! First contact, as a new operator meets it: an address another process listens on is
 //! refused with one line naming it (unless the listener says `shared = true`); `--workers` is
 //! checked like the config key; a one-site config without `default` serves; a missing config
-//! file is named without a line number.
+//! file is named without a line number; a misspelt key is met with the nearest key of its table.
 
 use std::net::{SocketAddr, TcpListener};
 use std::process::Command;
@@ -93,6 +93,26 @@ fn a_missing_config_is_named_without_a_line() {
         err.trim(),
         "/nonexistent/slipstream.toml: cannot read the config: No such file or directory (os error 2)"
     );
+}
+
+/// nginx's word for a route's path is met with the nearest key of the route table, and nothing
+/// more is said of that route (its value read under a wrong key once added a second error).
+#[test]
+fn a_misspelt_route_key_suggests_the_route_key_and_says_it_once() {
+    let path = temp_path("prefix.toml");
+    let toml =
+        "[[listen]]\naddress = \"127.0.0.1:0\"\n[upstreams.app]\nservers = [\"127.0.0.1:9\"]\n\
+                [[sites]]\nroutes = [{ prefix = \"/\", upstream = \"app\" }]\n";
+    std::fs::write(&path, toml).unwrap();
+    let err = fails(&["check", "--config", path.to_str().unwrap()]);
+    let want = format!(
+        "{}:6:13: unknown key `prefix`; did you mean `path`? (valid keys: path, upstream, \
+         buffer_response, params, compress, root, alias, index, try_files, cache_control, \
+         precompressed, dotfiles, symlinks_out_of_root, list_directories)\n  |\n\
+         6 | routes = [{{ prefix = \"/\", upstream = \"app\" }}]\n  |             ^",
+        path.display()
+    );
+    assert_eq!(err.trim_end(), want);
 }
 
 #[test]
