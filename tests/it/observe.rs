@@ -775,6 +775,50 @@ fn doctor_finds_each_trap_in_injected_proc_files() {
     );
 }
 
+/// The port-range finding says what the upstream pools keep, and what none means: never
+/// "keep up to 0 connections".
+#[test]
+fn doctor_says_what_no_pooled_connections_means() {
+    let root = fake_proc("doctor-pools", &[]);
+    let evidence = |extra: &[&str]| {
+        let (_, findings) = doctor(&root, extra);
+        let f = findings
+            .iter()
+            .find(|f| f["check"] == "port_range")
+            .unwrap();
+        f["evidence"].as_str().unwrap().to_string()
+    };
+    let config = |name: &str, extra: &str| {
+        let path = temp_path(name);
+        std::fs::write(&path, simple_config("127.0.0.1:9".parse().unwrap(), extra)).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let none = evidence(&[]);
+    assert!(
+        none.contains("no upstream connections are kept (no upstreams"),
+        "{none}"
+    );
+    let off = evidence(&[
+        "--config",
+        &config("doctor-keepalive-off.toml", "keepalive = 0"),
+    ]);
+    assert!(
+        off.contains("upstream keep-alive is off (keepalive = 0): no connection is kept"),
+        "{off}"
+    );
+    let on = evidence(&[
+        "--config",
+        &config("doctor-keepalive-on.toml", "keepalive = 16"),
+    ]);
+    assert!(
+        on.contains("pools keep up to 16 idle connections per server"),
+        "{on}"
+    );
+    for text in [none, off, on] {
+        assert!(!text.contains("up to 0"), "{text}");
+    }
+}
+
 #[test]
 fn doctor_sees_counters_move_during_the_sample() {
     let root = fake_proc("doctor-sample", &[]);
