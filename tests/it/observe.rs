@@ -819,21 +819,86 @@ fn doctor_says_what_no_pooled_connections_means() {
     }
 }
 
+/// Opens the FIFO `path` for writing once a reader has it open (panics after a minute).
+fn open_when_read(path: &Path) -> std::fs::File {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path);
+        match opened {
+            Ok(f) => return f,
+            // ENXIO: nobody reads it yet.
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "nobody opened {path:?}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(e) => panic!("{}: {e}", path.display()),
+        }
+    }
+}
+
+/// Waits until `cond` holds (panics after a minute, naming `what`).
+fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not after a minute"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Whether the process `pid` has `path` open.
+fn has_open(pid: u32, path: &Path) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
+    })
+}
+
 #[test]
 fn doctor_sees_counters_move_during_the_sample() {
     let root = fake_proc("doctor-sample", &[]);
+    // net/netstat is a FIFO: the test hands doctor each of its two reads of it (before and
+    // after the sample), so the counters move between them.
     let netstat = root.join("net/netstat");
-    let writer = std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let moved = "TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPMemoryPressures\nTcpExt: 0 5 5 0\n";
-        std::fs::write(netstat, moved).unwrap();
-    });
-    let out = Command::new(env!("CARGO_BIN_EXE_slipstream"))
+    std::fs::remove_file(&netstat).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(&netstat)
+        .status()
+        .unwrap()
+        .success());
+    let netstat = netstat.canonicalize().unwrap();
+    let doctor = Command::new(env!("CARGO_BIN_EXE_slipstream"))
         .args(["doctor", "--sample", "1", "--proc-root"])
         .arg(&root)
-        .output()
+        .stdout(Stdio::piped())
+        .spawn()
         .unwrap();
-    writer.join().unwrap();
+    let head = "TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPMemoryPressures\n";
+    let mut first = open_when_read(&netstat);
+    first
+        .write_all(format!("{head}TcpExt: 0 0 0 0\n").as_bytes())
+        .unwrap();
+    // Doctor's open returns (its descriptor shows) and its read waits for the end, which
+    // comes when this writer closes; the first read is over when doctor closes the FIFO, and
+    // only then is the next writer's text the second read's.
+    let pid = doctor.id();
+    until("doctor opens net/netstat", || has_open(pid, &netstat));
+    drop(first);
+    until("doctor closes net/netstat", || !has_open(pid, &netstat));
+    open_when_read(&netstat)
+        .write_all(format!("{head}TcpExt: 0 5 5 0\n").as_bytes())
+        .unwrap();
+    let mut doctor = doctor;
+    until("doctor exits", || doctor.try_wait().unwrap().is_some());
+    let out = doctor.wait_with_output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(1), "{text}");
     let first = text.lines().next().unwrap();

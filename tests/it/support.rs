@@ -542,6 +542,8 @@ pub(crate) struct Running {
     /// The config file it runs from, for `run`.
     pub config: Option<PathBuf>,
     log: Arc<Mutex<Vec<String>>>,
+    /// Its standard error reached its end (the process exited, mostly).
+    log_ended: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Running {
@@ -567,7 +569,11 @@ impl Running {
     /// Runs `slipstream run` on `toml` written to the file `name`; `{listen}` and `{admin}` in
     /// it become addresses the harness picks.
     pub(crate) fn config(name: &str, toml: &str) -> Running {
-        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        Running::config_on(name, toml, ([127, 0, 0, 1], free_port()).into())
+    }
+
+    /// [`Running::config`] with `{listen}` set to `addr` (one another instance may share).
+    pub(crate) fn config_on(name: &str, toml: &str, addr: SocketAddr) -> Running {
         let admin: Option<SocketAddr> = toml
             .contains("{admin}")
             .then(|| ([127, 0, 0, 1], free_port()).into());
@@ -585,8 +591,11 @@ impl Running {
         admin: Option<SocketAddr>,
         config: Option<PathBuf>,
     ) -> Running {
-        // Each instance keeps its default pid file in a folder of its own.
-        let runtime = temp_path(&format!("run-{}", addr.port()));
+        // Each instance keeps its default pid file in a folder of its own (two may share a
+        // port).
+        static STARTED: AtomicUsize = AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, Ordering::SeqCst);
+        let runtime = temp_path(&format!("run-{}-{n}", addr.port()));
         let mut child = Command::new(BIN)
             .args(args)
             .env("RUNTIME_DIRECTORY", runtime)
@@ -598,11 +607,14 @@ impl Running {
         let log = Arc::new(Mutex::new(Vec::new()));
         let stderr = child.stderr.take().unwrap();
         let sink = log.clone();
+        let log_ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ended = log_ended.clone();
         thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 sink.lock().unwrap().push(line);
             }
+            ended.store(true, Ordering::SeqCst);
         });
         let running = Running {
             child,
@@ -610,6 +622,7 @@ impl Running {
             admin,
             config,
             log,
+            log_ended,
         };
         // Ready when every listener accepts.
         let up = |a: SocketAddr| eventually(|| TcpStream::connect(a).is_ok());
@@ -634,6 +647,23 @@ impl Running {
     /// Whether a line of its log so far contains `needle`.
     pub(crate) fn logged(&self, needle: &str) -> bool {
         self.log.lock().unwrap().iter().any(|l| l.contains(needle))
+    }
+
+    /// Waits until a line of its log contains `needle` (false after a minute, or when the
+    /// process has exited without logging it).
+    pub(crate) fn wait_logged(&mut self, needle: &str) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if self.logged(needle) {
+                return true;
+            }
+            if self.log_ended.load(Ordering::SeqCst) {
+                // Its standard error is closed: every line it wrote is in.
+                return self.logged(needle);
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        false
     }
 
     /// A GET on a fresh connection, read until the proxy closes it.
