@@ -431,9 +431,7 @@ routes = [{{ path = "/", upstream = "app" }}, {{ path = "/dead/", upstream = "de
     assert_eq!(statuses, [200, 200, 200, 500, 502, 200]);
     let bad = exchange_until_close(addr, b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
     assert_eq!(status_of(&bad), 400);
-    let text = admin_get(proxy.admin_addr().unwrap(), "/metrics");
-    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
-        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let (scrape, text) = read_metrics(proxy.admin_addr().unwrap());
     let value = |name: &str, labels: &[(&str, &str)]| sample(&scrape, &text, name, labels);
     assert_eq!(value("slipstream_requests_total", &[]), 6.0);
     assert_eq!(value("slipstream_bad_requests_total", &[]), 1.0);
@@ -482,15 +480,9 @@ routes = [{{ path = "/", upstream = "app" }}, {{ path = "/dead/", upstream = "de
     // The worker counts a connection closed just after the client sees it close: wait for
     // the last one to leave the gauge.
     let waiting = || {
-        let text = admin_get(proxy.admin_addr().unwrap(), "/metrics");
-        let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
-            .unwrap_or_else(|e| panic!("{e}\n{text}"));
-        sample(
-            &scrape,
-            &text,
-            "slipstream_connections",
-            &[("state", "waiting")],
-        )
+        let (scrape, text) = read_metrics(proxy.admin_addr().unwrap());
+        let state = [("state", "waiting")];
+        sample(&scrape, &text, "slipstream_connections", &state)
     };
     assert!(eventually(|| waiting() == 0.0), "{}", waiting());
     proxy.shutdown();
@@ -605,6 +597,14 @@ fn families_are_whole(text: &str) {
             }
         }
     }
+}
+
+/// `/metrics` read through a Prometheus text parser, and its text.
+fn read_metrics(admin: SocketAddr) -> (prometheus_parse::Scrape, String) {
+    let text = admin_get(admin, "/metrics");
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    (scrape, text)
 }
 
 /// The one sample of `name` with `labels` in a scrape.
