@@ -21,11 +21,12 @@ pub mod fastcgi;
 pub mod files;
 pub mod http2;
 pub mod logs;
+mod read;
 mod routes;
 use routes::Built;
 pub mod shared;
 mod text;
-use text::{line_column, nearest, suggest_nearest, unknown_key};
+use text::{line_column, nearest};
 pub use text::{parse_duration, parse_size};
 pub mod tls;
 pub mod upstream;
@@ -319,42 +320,8 @@ impl Config {
             quiet: Vec::new(),
             edits: Vec::new(),
         };
-        // A misspelt key stops the TOML reader: it is reported, read as the key it is nearest
-        // to, and the file read again, so one run reports every problem.
-        let mut renamed = Vec::new();
-        let raw: FileConfig = loop {
-            match toml::from_str(&v.text) {
-                Ok(r) => break r,
-                Err(e) => {
-                    let span = e.span().unwrap_or(0..0);
-                    if renamed.contains(&span.start) {
-                        // The renamed key clashes with one already there: stop here.
-                        return Err(ConfigErrors(v.errors));
-                    }
-                    v.error(span.start, suggest_nearest(e.message()));
-                    let written = v.text.get(span.clone()).map(|t| t.trim_matches('"'));
-                    match unknown_key(e.message()) {
-                        Some((unknown, nearest))
-                            if renamed.len() < 50 && written == Some(unknown.as_str()) =>
-                        {
-                            v.edit(span.clone(), &nearest);
-                            renamed.push(span.start);
-                        }
-                        // A number or word where a string belongs (`drain_timeout = 30`): read
-                        // on with it quoted; what validation then says of it is not repeated.
-                        _ if e.message().ends_with("expected a string")
-                            && renamed.len() < 50
-                            && written.is_some_and(|w| !w.is_empty() && !w.contains('\n')) =>
-                        {
-                            let quoted = format!("{:?}", written.unwrap_or_default());
-                            v.edit(span.clone(), &quoted);
-                            renamed.push(span.start);
-                            v.quiet.push(span.start);
-                        }
-                        _ => return Err(ConfigErrors(v.errors)),
-                    }
-                }
-            }
+        let Some(raw) = read::read(&mut v) else {
+            return Err(ConfigErrors(v.errors));
         };
         let config = v.build(raw);
         if v.errors.is_empty() {

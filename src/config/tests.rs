@@ -45,6 +45,35 @@ fn unknown_key_names_nearest() {
     );
 }
 
+/// A misspelt key is read as the nearest key of its table whose type its value fits; the value
+/// is never reported as the wrong type for a key it was only guessed to be.
+#[test]
+fn a_misspelt_key_is_read_as_a_near_key_its_value_fits() {
+    let route = "routes = [{ path = \"/\", upstream = \"app\" }]";
+    // `path` and `index` are equally near: the string is a path, the list an index.
+    let text = GOOD.replace(route, "routes = [{ prefix = \"/\", upstream = \"app\" }]");
+    let e = Config::parse(&text, "t.toml").unwrap_err();
+    assert_errors(&e, &[(10, "unknown key `prefix`; did you mean `path`?")]);
+    let text = GOOD.replace(
+        route,
+        "routes = [{ root = \"/srv\", prefix = [\"home.html\"] }]",
+    );
+    let e = Config::parse(&text, "t.toml").unwrap_err();
+    assert_errors(
+        &e,
+        &[
+            (10, "unknown key `prefix`; did you mean `index`?"),
+            (10, "missing field `path`"),
+        ],
+    );
+    // No near key takes a string: the key is named, its value not (reading stops there).
+    let text = GOOD
+        .replace("servers =", "servrs =")
+        .replace("[\"127.0.0.1:9000\"]", "\"127.0.0.1:9000\"");
+    let e = Config::parse(&text, "t.toml").unwrap_err();
+    assert_errors(&e, &[(6, "unknown key `servrs`; did you mean `servers`?")]);
+}
+
 #[test]
 fn semantic_errors_are_all_reported_with_lines() {
     let text = GOOD

@@ -46,7 +46,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
 }
 
 /// Turns serde's "unknown field `x`, expected one of `a`, `b`" into a message naming the
-/// nearest valid key.
+/// nearest valid key, and a value of the wrong type into advice on writing it.
 pub(super) fn suggest_nearest(message: &str) -> String {
     let message = message.trim();
     if message.starts_with("invalid type") && message.ends_with("expected a string") {
@@ -55,41 +55,52 @@ pub(super) fn suggest_nearest(message: &str) -> String {
              \"127.0.0.1:8080\" for an address"
         );
     }
-    if !message.starts_with("unknown field") {
-        return message.to_string();
-    }
-    let names: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
-    match names.split_first() {
-        Some((unknown, valid)) if !valid.is_empty() => match nearest(unknown, valid) {
-            Some(n) => format!(
-                "unknown key `{unknown}`; did you mean `{n}`? (valid keys: {})",
-                valid.join(", ")
-            ),
-            None => format!("unknown key `{unknown}` (valid keys: {})", valid.join(", ")),
-        },
+    match unknown_field(message) {
+        Some((unknown, valid)) if !valid.is_empty() => {
+            unknown_key_message(unknown, nearest(unknown, &valid), &valid)
+        }
         _ => message.to_string(),
     }
 }
 
-/// For serde's "unknown field `x`, expected one of `a`, `b`": `x` and the valid key nearest
-/// to it.
-pub(super) fn unknown_key(message: &str) -> Option<(String, String)> {
+/// "unknown key `x`; did you mean `n`? (valid keys: ...)".
+pub(super) fn unknown_key_message(unknown: &str, nearest: Option<&str>, valid: &[&str]) -> String {
+    let valid = valid.join(", ");
+    match nearest {
+        Some(n) => format!("unknown key `{unknown}`; did you mean `{n}`? (valid keys: {valid})"),
+        None => format!("unknown key `{unknown}` (valid keys: {valid})"),
+    }
+}
+
+/// For serde's "unknown field `x`, expected one of `a`, `b`": `x` and the table's valid keys,
+/// in the order the table declares them.
+pub(super) fn unknown_field(message: &str) -> Option<(&str, Vec<&str>)> {
     if !message.trim().starts_with("unknown field") {
         return None;
     }
     let names: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
     let (unknown, valid) = names.split_first()?;
-    let nearest = nearest(unknown, valid)?;
-    Some(((*unknown).to_string(), nearest.to_string()))
+    Some((unknown, valid.to_vec()))
 }
 
-/// The candidate closest to `word` by edit distance.
+/// The candidate closest to `word` by edit distance; of equally near ones, the first (a
+/// table declares its main keys first: `prefix` in a route is nearer `path` than `index`).
 pub(super) fn nearest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    equally_nearest(word, candidates).first().copied()
+}
+
+/// Every candidate at the least edit distance from `word`, in their order.
+pub(super) fn equally_nearest<'a>(word: &str, candidates: &[&'a str]) -> Vec<&'a str> {
+    let distances: Vec<usize> = candidates.iter().map(|c| edit_distance(word, c)).collect();
+    let Some(least) = distances.iter().min() else {
+        return Vec::new();
+    };
     candidates
         .iter()
-        .map(|c| (edit_distance(word, c), *c))
-        .min()
-        .map(|(_, c)| c)
+        .zip(&distances)
+        .filter(|(_, d)| *d == least)
+        .map(|(c, _)| *c)
+        .collect()
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use strum::{EnumCount, IntoEnumIterator};
 
+use super::exposition::{family, Type};
 use super::histogram::{Histogram, Totals};
 use super::routes::RouteRegistry;
 
@@ -241,6 +242,79 @@ impl Counter {
             Counter::UringUnavailable => "slipstream_uring_unavailable_workers_total",
         }
     }
+
+    /// The exposition's `# HELP` text: what the counter counts (its doc comment).
+    pub fn help(self) -> &'static str {
+        match self {
+            Counter::ConnectionsAccepted => "Client connections accepted.",
+            Counter::ConnectionsClosed => "Client connections closed.",
+            Counter::AcceptPaused => "Times a worker stopped accepting because it was at its connection limit.",
+            Counter::AcceptErrors => "accept(2) failures (EMFILE and friends).",
+            Counter::Requests => "Requests whose head was read.",
+            Counter::BadRequests => "Requests refused as malformed or too large (4xx from the proxy itself).",
+            Counter::NoRoute => "Requests matching no route (404).",
+            Counter::ResponsesOk => "Responses sent with a 2xx/3xx status.",
+            Counter::Responses4xx => "Responses sent with a 4xx status.",
+            Counter::Responses5xx => "Responses sent with a 5xx status.",
+            Counter::Responses5xxGenerated => "5xx responses made by slipstream itself (502, 503, 504, 500...).",
+            Counter::Responses5xxUpstream => "5xx responses passed on from an upstream server.",
+            Counter::ClientBytesIn => "Bytes received from clients: request heads and bodies.",
+            Counter::ClientBytesOut => "Response body bytes sent to clients.",
+            Counter::AccessLogLines => "Access-log lines written to the worker's buffer.",
+            Counter::AccessLogLinesDropped => "Access-log lines dropped because the log writer fell behind by more than its bound.",
+            Counter::BadGateway => "Upstream could not be reached or answered badly (502).",
+            Counter::GatewayTimeout => "Upstream did not answer in time (504).",
+            Counter::ClientClosed => "Client closed before its response was complete (logged as 499).",
+            Counter::ClientTimeouts => "Client timed out sending a head or body.",
+            Counter::UpstreamConnects => "New upstream connections opened.",
+            Counter::UpstreamReused => "Requests sent on a pooled keep-alive upstream connection.",
+            Counter::UpstreamConnectErrors => "Upstream connection attempts that failed.",
+            Counter::UpstreamPortsExhausted => "Connects that failed with EADDRNOTAVAIL: ephemeral ports exhausted.",
+            Counter::UpstreamStaleRetries => "Requests sent again on a fresh connection after a pooled one failed.",
+            Counter::UpstreamRetries => "Requests retried on another server after one failed.",
+            Counter::UpstreamRetryBudgetExhausted => "Retries not made because the group's retry budget was spent.",
+            Counter::UpstreamNoLiveServers => "Requests answered 503 because no server of the group was up.",
+            Counter::UpstreamEjections => "Servers ejected by a worker after failures (passive health).",
+            Counter::UpstreamStaleDiscarded => "Pooled connections found closed by the upstream and discarded.",
+            Counter::UpstreamQueued => "Requests that waited for a connection because their server was at `max_conns`.",
+            Counter::UpstreamQueueTimeouts => "Requests answered 503 after waiting `queue_timeout` for a connection.",
+            Counter::FastcgiStderrLines => "Lines a FastCGI application wrote on STDERR (PHP warnings and errors).",
+            Counter::FastcgiStderrNotLogged => "STDERR lines not written to the error log because more than the rate limit came.",
+            Counter::SplicedBytes => "Body bytes moved with splice(2), never entering user space.",
+            Counter::BufferedResponses => "Responses read whole under `buffer_response`, freeing the upstream connection early.",
+            Counter::FilesCacheHits => "Static files found in the worker's open-file cache (no open or stat).",
+            Counter::FilesCacheMisses => "Static files opened because they were not cached or were due for a check.",
+            Counter::FilesNotFound => "Static-file requests answered 404.",
+            Counter::FilesForbidden => "Static-file requests refused with 403: a dotfile, a symlink out of the directory, a special file, no permission, or a directory without index or listing.",
+            Counter::FilesTruncated => "Files that became shorter while being sent: the connection was closed rather than send fewer bytes than announced.",
+            Counter::FilesErrors => "File system errors opening or reading a static file (500).",
+            Counter::SendfileBytes => "Static-file body bytes sent with sendfile(2).",
+            Counter::CompressedResponses => "Responses compressed on the fly (or served from the compressed static cache).",
+            Counter::CompressBytesIn => "Body bytes that went into compression.",
+            Counter::CompressBytesOut => "Compressed body bytes that came out.",
+            Counter::CompressCacheHits => "Compressed static files served from the worker's compressed-file cache.",
+            Counter::CompressCacheMisses => "Static files compressed and stored in the cache (a miss).",
+            Counter::CompressCacheEvictions => "Compressed copies dropped from the cache to stay within `static_cache`.",
+            Counter::CompressFailures => "Responses that failed to compress (500, or a closed connection mid-body).",
+            Counter::TlsHandshakes => "TLS handshakes completed.",
+            Counter::TlsResumed => "TLS handshakes that resumed a session (ticket or cache): no full handshake.",
+            Counter::TlsHandshakeTimeouts => "TLS handshakes not finished within `handshake_timeout`.",
+            Counter::TlsPlainHttp => "Plain HTTP sent to a TLS port (answered 400).",
+            Counter::TlsTruncated => "Connections closed before their handshake finished.",
+            Counter::TlsBadHello => "Handshakes refused as malformed (garbage ClientHellos, out-of-order messages).",
+            Counter::TlsIncompatible => "Handshakes with nothing in common (versions, ciphers, no certificate for the name).",
+            Counter::TlsAlertReceived => "Handshakes the client ended with an alert (it did not trust the certificate, mostly).",
+            Counter::TlsOtherFailures => "Other handshake failures.",
+            Counter::TlsHandshakesBusy => "Connections closed at once because the worker had `max_handshakes` in progress.",
+            Counter::Http2Connections => "Client connections that spoke HTTP/2 (ALPN `h2` or h2c).",
+            Counter::Http2Streams => "HTTP/2 request streams accepted.",
+            Counter::Http2BadPreface => "HTTP/2 connections whose preface was missing or wrong (answered GOAWAY).",
+            Counter::Http2Floods => "HTTP/2 connections closed with GOAWAY(ENHANCE_YOUR_CALM) for flooding cheap frames.",
+            Counter::Http2ConnectionErrors => "HTTP/2 connections ended by a protocol or I/O error.",
+            Counter::Http2Malformed => "HTTP/2 requests reset as malformed (nothing forwarded).",
+            Counter::UringUnavailable => "Workers asked for io_uring (`io = \"uring\"`) that the kernel refused a ring: they run on epoll.",
+        }
+    }
 }
 
 /// Client connections by state, as nginx's stub_status counts them; set by their worker only.
@@ -378,20 +452,16 @@ impl Metrics {
     }
 
     /// Prometheus text exposition of every counter, the connection gauges, the request
-    /// duration histogram and the process figures.
+    /// duration histogram and the process figures, each family opened by its HELP and TYPE.
     pub fn render(&self) -> String {
         let mut out = String::new();
         for c in Counter::iter() {
-            let _ = writeln!(
-                out,
-                "# TYPE {} counter\n{} {}",
-                c.name(),
-                c.name(),
-                self.total(c)
-            );
+            family(&mut out, c.name(), Type::Counter, c.help());
+            let _ = writeln!(out, "{} {}", c.name(), self.total(c));
         }
         let c = self.connections();
-        let _ = writeln!(out, "# TYPE slipstream_connections gauge");
+        let help = "Open client connections by state (stub_status's reading, writing, waiting).";
+        family(&mut out, "slipstream_connections", Type::Gauge, help);
         for (state, n) in [
             ("reading", c.reading),
             ("writing", c.writing),
@@ -400,20 +470,24 @@ impl Metrics {
             let _ = writeln!(out, "slipstream_connections{{state=\"{state}\"}} {n}");
         }
         let name = "slipstream_request_duration_seconds";
-        let _ = writeln!(out, "# TYPE {name} histogram");
+        let help = "Time from a request's head to its response's end, every request.";
+        family(&mut out, name, Type::Histogram, help);
         self.durations().render(&mut out, name, "");
         let p = &self.process;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let name = "slipstream_config_reloads_total";
+        let help = "Config reloads, by result (failed: refused, the running config kept serving).";
+        family(&mut out, name, Type::Counter, help);
         let _ = writeln!(
             out,
-            "# TYPE slipstream_config_reloads_total counter\n\
-             slipstream_config_reloads_total{{result=\"ok\"}} {}\n\
-             slipstream_config_reloads_total{{result=\"failed\"}} {}\n\
-             # TYPE slipstream_config_generation gauge\nslipstream_config_generation {}",
+            "{name}{{result=\"ok\"}} {}\n{name}{{result=\"failed\"}} {}",
             load(&p.reloads_ok),
             load(&p.reloads_failed),
-            load(&p.generation),
         );
+        let name = "slipstream_config_generation";
+        let help = "The config generation in force (0 at start, one more per reload).";
+        family(&mut out, name, Type::Gauge, help);
+        let _ = writeln!(out, "{name} {}", load(&p.generation));
         self.routes.render(&mut out);
         out
     }

@@ -1,13 +1,14 @@
 //! Seeing what the proxy does: named counters for every trap and the connection gauges
 //! ([`metrics`]), latency histograms ([`histogram`]), per-route figures ([`routes`]), the
-//! buffered access log ([`access_log`], lines by [`log_format`]), the error log
-//! ([`error_log`]), the admin listener ([`admin`], with nginx's stub_status in [`status`]) and
-//! the host checks of `slipstream doctor` ([`doctor`]).
+//! Prometheus text format's rules ([`exposition`]), the buffered access log ([`access_log`],
+//! lines by [`log_format`]), the error log ([`error_log`]), the admin listener ([`admin`], with
+//! nginx's stub_status in [`status`]) and the host checks of `slipstream doctor` ([`doctor`]).
 
 pub mod access_log;
 pub mod admin;
 pub mod doctor;
 pub mod error_log;
+pub mod exposition;
 pub mod histogram;
 pub mod log_format;
 pub mod metrics;

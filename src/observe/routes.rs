@@ -7,6 +7,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::exposition::{escape_label, family, Type};
 use super::histogram::{Histogram, Totals};
 
 /// One worker's figures for one route.
@@ -59,10 +60,12 @@ impl RouteRegistry {
             .collect()
     }
 
-    /// Appends the per-route lines to a Prometheus exposition.
+    /// Appends the per-route families to a Prometheus exposition.
     pub fn render(&self, out: &mut String) {
         let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        let _ = writeln!(out, "# TYPE slipstream_route_responses_total counter");
+        let name = "slipstream_route_responses_total";
+        let help = "Responses by site, route and status class (499 counts as 4xx).";
+        family(out, name, Type::Counter, help);
         for ((site, route), workers) in entries.iter() {
             let labels = labels(site, route);
             for (i, class) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
@@ -70,14 +73,12 @@ impl RouteRegistry {
                     .iter()
                     .map(|(_, s)| s.classes[i].load(Ordering::Relaxed))
                     .sum();
-                let _ = writeln!(
-                    out,
-                    "slipstream_route_responses_total{{{labels},class=\"{class}\"}} {n}"
-                );
+                let _ = writeln!(out, "{name}{{{labels},class=\"{class}\"}} {n}");
             }
         }
         let name = "slipstream_route_request_duration_seconds";
-        let _ = writeln!(out, "# TYPE {name} histogram");
+        let help = "Time from a request's head to its response's end, by site and route.";
+        family(out, name, Type::Histogram, help);
         for ((site, route), workers) in entries.iter() {
             let mut t = Totals::default();
             for (_, s) in workers {
@@ -95,11 +96,4 @@ fn labels(site: &str, route: &str) -> String {
         escape_label(site),
         escape_label(route)
     )
-}
-
-/// Escapes a Prometheus label value (`\`, `"` and newlines).
-pub fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }

@@ -9,9 +9,11 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::fleet::CheckRecord;
 use super::Fleet;
 use crate::config::Config;
 use crate::error::Kind;
+use crate::observe::exposition::{escape_label, family, Type};
 use crate::observe::histogram::{Histogram, Totals};
 
 /// Why a request on a server failed, as the metrics name it.
@@ -185,19 +187,177 @@ impl StatsRegistry {
     }
 }
 
-/// Appends the per-server lines to a Prometheus exposition: state, requests, in flight,
-/// failures by kind, ejections and active-check results, by group and server.
+/// One server's figures, summed over the workers at scrape time.
+struct Row {
+    /// `group="...",server="..."`, escaped.
+    labels: String,
+    state: &'static str,
+    requests: u64,
+    in_flight: u64,
+    ejections: u64,
+    connects: u64,
+    reused: u64,
+    connect_errors: Vec<u64>,
+    failures: Vec<u64>,
+    response_time: Totals,
+    check: Option<CheckRecord>,
+}
+
+/// The states a server's `slipstream_upstream_server_state` has a sample for.
+const STATES: [&str; 5] = ["up", "down", "ejected", "draining", "removed"];
+
+/// A family with one sample per server: name, type, help and the value.
+type PerServer = (&'static str, Type, &'static str, fn(&Row) -> f64);
+
+/// The families with one sample per server and no further label.
+const PER_SERVER: [PerServer; 6] = [
+    (
+        "slipstream_upstream_server_requests_total",
+        Type::Counter,
+        "Requests sent to a server (tries, retries included).",
+        |r| r.requests as f64,
+    ),
+    (
+        "slipstream_upstream_server_in_flight",
+        Type::Gauge,
+        "Requests in flight on a server now.",
+        |r| r.in_flight as f64,
+    ),
+    (
+        "slipstream_upstream_server_ejections_total",
+        Type::Counter,
+        "Times a worker ejected a server after failures (passive health).",
+        |r| r.ejections as f64,
+    ),
+    (
+        "slipstream_upstream_server_connects_total",
+        Type::Counter,
+        "New connections opened to a server.",
+        |r| r.connects as f64,
+    ),
+    (
+        "slipstream_upstream_server_reused_total",
+        Type::Counter,
+        "Requests sent to a server on a pooled keep-alive connection.",
+        |r| r.reused as f64,
+    ),
+    (
+        "slipstream_upstream_server_reuse_ratio",
+        Type::Gauge,
+        "Share of a server's requests sent on a pooled connection: reused / (connects + reused).",
+        |r| match r.connects + r.reused {
+            0 => 0.0,
+            all => r.reused as f64 / all as f64,
+        },
+    ),
+];
+
+/// Appends the per-server families to a Prometheus exposition: state, requests, in flight,
+/// connects and reuse, connect errors by errno, response times, failures by kind, ejections
+/// and active-check results, by group and server. Each family is written whole, server by
+/// server, before the next one starts.
 pub fn render(fleet: &Fleet, config: &Config, out: &mut String) {
     fleet.pools.render(out);
+    let rows = rows(fleet, config);
+    let name = "slipstream_upstream_server_state";
+    let help = "A server's state: 1 for the one it is in (up, down by active checks, ejected by \
+                a worker's passive health, draining after removal, removed), 0 for the others.";
+    family(out, name, Type::Gauge, help);
+    for r in &rows {
+        for s in STATES {
+            let v = u8::from(s == r.state);
+            let _ = writeln!(out, "{name}{{{},state=\"{s}\"}} {v}", r.labels);
+        }
+    }
+    for (name, kind, help, value) in PER_SERVER {
+        family(out, name, kind, help);
+        for r in &rows {
+            let _ = writeln!(out, "{name}{{{}}} {}", r.labels, value(r));
+        }
+    }
+    render_by_label(out, &rows);
+    let name = "slipstream_upstream_server_response_seconds";
+    let help = "Time from sending a request to a server to its response's end (successful \
+                responses).";
+    family(out, name, Type::Histogram, help);
+    for r in &rows {
+        r.response_time.render(out, name, &r.labels);
+    }
+    render_checks(out, &rows);
+}
+
+/// The families with a second label: connect errors by errno, failures by kind.
+fn render_by_label(out: &mut String, rows: &[Row]) {
+    let name = "slipstream_upstream_server_connect_errors_total";
+    let help = "Failed connects to a server, by errno.";
+    family(out, name, Type::Counter, help);
+    for r in rows {
+        for e in <ConnectErrno as strum::IntoEnumIterator>::iter() {
+            let (errno, n) = (e.label(), r.connect_errors[e as usize]);
+            let _ = writeln!(out, "{name}{{{},errno=\"{errno}\"}} {n}", r.labels);
+        }
+    }
+    let name = "slipstream_upstream_server_failures_total";
+    let help = "Failed requests on a server, by kind (5xx counted only with fail_on_5xx).";
+    family(out, name, Type::Counter, help);
+    for r in rows {
+        for f in <Failure as strum::IntoEnumIterator>::iter() {
+            let (kind, n) = (f.label(), r.failures[f as usize]);
+            let _ = writeln!(out, "{name}{{{},kind=\"{kind}\"}} {n}", r.labels);
+        }
+    }
+}
+
+/// An active-check family: name, type, help and the value.
+type Check = (&'static str, Type, &'static str, fn(&CheckRecord) -> u64);
+
+/// The active-check families, for the servers a check has run on.
+fn render_checks(out: &mut String, rows: &[Row]) {
+    let checked: Vec<(&Row, &CheckRecord)> = rows
+        .iter()
+        .filter_map(|r| r.check.as_ref().map(|c| (r, c)))
+        .collect();
+    if checked.is_empty() {
+        return;
+    }
+    let families: [Check; 3] = [
+        (
+            "slipstream_upstream_server_check_ok",
+            Type::Gauge,
+            "Whether a server's last active health check passed (1) or failed (0).",
+            |c| u64::from(c.last_ok),
+        ),
+        (
+            "slipstream_upstream_server_checks_total",
+            Type::Counter,
+            "Active health checks run on a server.",
+            |c| c.checks,
+        ),
+        (
+            "slipstream_upstream_server_check_failures_total",
+            Type::Counter,
+            "Active health checks of a server that failed.",
+            |c| c.failures,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        family(out, name, kind, help);
+        for (r, c) in &checked {
+            let _ = writeln!(out, "{name}{{{}}} {}", r.labels, value(c));
+        }
+    }
+}
+
+/// Every server's figures, summed over its workers.
+fn rows(fleet: &Fleet, config: &Config) -> Vec<Row> {
     let table = fleet.table();
     let checks = fleet
         .checks
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
-    let _ = writeln!(out, "# TYPE slipstream_upstream_server_state gauge");
+    let mut rows = Vec::new();
     fleet.stats.for_each(|(group, addr), workers| {
-        let labels = format!("group=\"{group}\",server=\"{addr}\"");
         let sum =
             |f: &dyn Fn(&ServerStats) -> u64| -> u64 { workers.iter().map(|(_, s)| f(s)).sum() };
         let in_flight = sum(&|s| s.in_flight.load(Ordering::Relaxed));
@@ -217,89 +377,33 @@ pub fn render(fleet: &Fleet, config: &Config, out: &mut String) {
             Some(_) if ejected => "ejected",
             Some(_) => "up",
         };
-        for s in ["up", "down", "ejected", "draining", "removed"] {
-            let v = u8::from(s == state);
-            let _ = writeln!(
-                out,
-                "slipstream_upstream_server_state{{{labels},state=\"{s}\"}} {v}"
-            );
+        let mut response_time = Totals::default();
+        for (_, s) in workers {
+            response_time.add(&s.response_time);
         }
-        let requests = sum(&|s| s.requests.load(Ordering::Relaxed));
-        let ejections = sum(&|s| s.ejections.load(Ordering::Relaxed));
-        let _ = writeln!(
-            out,
-            "slipstream_upstream_server_requests_total{{{labels}}} {requests}"
-        );
-        let _ = writeln!(
-            out,
-            "slipstream_upstream_server_in_flight{{{labels}}} {in_flight}"
-        );
-        let _ = writeln!(
-            out,
-            "slipstream_upstream_server_ejections_total{{{labels}}} {ejections}"
-        );
-        render_connections(out, &labels, workers);
-        for f in <Failure as strum::IntoEnumIterator>::iter() {
-            let n = sum(&|s| s.failures[f as usize].load(Ordering::Relaxed));
-            let kind = f.label();
-            let _ = writeln!(
-                out,
-                "slipstream_upstream_server_failures_total{{{labels},kind=\"{kind}\"}} {n}"
-            );
-        }
-        if let Some(c) = checks.get(&(group.clone(), addr.clone())) {
-            let ok = u8::from(c.last_ok);
-            let _ = writeln!(out, "slipstream_upstream_server_check_ok{{{labels}}} {ok}");
-            let _ = writeln!(
-                out,
-                "slipstream_upstream_server_checks_total{{{labels}}} {}",
-                c.checks
-            );
-            let _ = writeln!(
-                out,
-                "slipstream_upstream_server_check_failures_total{{{labels}}} {}",
-                c.failures
-            );
-        }
+        rows.push(Row {
+            labels: format!(
+                "group=\"{}\",server=\"{}\"",
+                escape_label(group),
+                escape_label(&addr.to_string())
+            ),
+            state,
+            requests: sum(&|s| s.requests.load(Ordering::Relaxed)),
+            in_flight,
+            ejections: sum(&|s| s.ejections.load(Ordering::Relaxed)),
+            connects: sum(&|s| s.connects.load(Ordering::Relaxed)),
+            reused: sum(&|s| s.reused.load(Ordering::Relaxed)),
+            connect_errors: (0..<ConnectErrno as strum::EnumCount>::COUNT)
+                .map(|i| sum(&|s| s.connect_errors[i].load(Ordering::Relaxed)))
+                .collect(),
+            failures: (0..<Failure as strum::EnumCount>::COUNT)
+                .map(|i| sum(&|s| s.failures[i].load(Ordering::Relaxed)))
+                .collect(),
+            response_time,
+            check: checks.get(&(group.clone(), addr.clone())).cloned(),
+        });
     });
-}
-
-/// Connects, reuse, connect errors by errno, pool idle and the response-time histogram of one
-/// server.
-fn render_connections(out: &mut String, labels: &str, workers: &[(usize, Arc<ServerStats>)]) {
-    let sum = |f: &dyn Fn(&ServerStats) -> u64| -> u64 { workers.iter().map(|(_, s)| f(s)).sum() };
-    let connects = sum(&|s| s.connects.load(Ordering::Relaxed));
-    let reused = sum(&|s| s.reused.load(Ordering::Relaxed));
-    let _ = writeln!(
-        out,
-        "slipstream_upstream_server_connects_total{{{labels}}} {connects}"
-    );
-    let _ = writeln!(
-        out,
-        "slipstream_upstream_server_reused_total{{{labels}}} {reused}"
-    );
-    let ratio = if connects + reused == 0 {
-        0.0
-    } else {
-        reused as f64 / (connects + reused) as f64
-    };
-    let _ = writeln!(
-        out,
-        "slipstream_upstream_server_reuse_ratio{{{labels}}} {ratio}"
-    );
-    for e in <ConnectErrno as strum::IntoEnumIterator>::iter() {
-        let n = sum(&|s| s.connect_errors[e as usize].load(Ordering::Relaxed));
-        let errno = e.label();
-        let _ = writeln!(
-            out,
-            "slipstream_upstream_server_connect_errors_total{{{labels},errno=\"{errno}\"}} {n}"
-        );
-    }
-    let mut t = Totals::default();
-    for (_, s) in workers {
-        t.add(&s.response_time);
-    }
-    t.render(out, "slipstream_upstream_server_response_seconds", labels);
+    rows
 }
 
 /// Each worker's idle pooled connections per server address, published once a second by the
@@ -335,16 +439,13 @@ impl PoolRegistry {
             .entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _ = writeln!(
-            out,
-            "# TYPE slipstream_upstream_pool_idle_connections gauge"
-        );
+        let name = "slipstream_upstream_pool_idle_connections";
+        let help = "Idle pooled connections to a server address, over the workers.";
+        family(out, name, Type::Gauge, help);
         for (addr, list) in entries.iter() {
             let n: u64 = list.iter().map(|(_, g)| g.load(Ordering::Relaxed)).sum();
-            let _ = writeln!(
-                out,
-                "slipstream_upstream_pool_idle_connections{{server=\"{addr}\"}} {n}"
-            );
+            let server = escape_label(&addr.to_string());
+            let _ = writeln!(out, "{name}{{server=\"{server}\"}} {n}");
         }
     }
 }

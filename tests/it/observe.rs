@@ -431,9 +431,7 @@ routes = [{{ path = "/", upstream = "app" }}, {{ path = "/dead/", upstream = "de
     assert_eq!(statuses, [200, 200, 200, 500, 502, 200]);
     let bad = exchange_until_close(addr, b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
     assert_eq!(status_of(&bad), 400);
-    let text = admin_get(proxy.admin_addr().unwrap(), "/metrics");
-    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
-        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let (scrape, text) = read_metrics(proxy.admin_addr().unwrap());
     let value = |name: &str, labels: &[(&str, &str)]| sample(&scrape, &text, name, labels);
     assert_eq!(value("slipstream_requests_total", &[]), 6.0);
     assert_eq!(value("slipstream_bad_requests_total", &[]), 1.0);
@@ -479,9 +477,134 @@ routes = [{{ path = "/", upstream = "app" }}, {{ path = "/dead/", upstream = "de
         }
         other => panic!("{other:?}"),
     }
-    let connections = [("state", "waiting")];
-    assert_eq!(value("slipstream_connections", &connections), 0.0);
+    // The worker counts a connection closed just after the client sees it close: wait for
+    // the last one to leave the gauge.
+    let waiting = || {
+        let (scrape, text) = read_metrics(proxy.admin_addr().unwrap());
+        let state = [("state", "waiting")];
+        sample(&scrape, &text, "slipstream_connections", &state)
+    };
+    assert!(eventually(|| waiting() == 0.0), "{}", waiting());
     proxy.shutdown();
+}
+
+/// `/metrics` of a proxy that has served requests (so the per-server, per-route, pool and
+/// histogram families all have samples) passes `promtool check metrics`: HELP and TYPE once
+/// per family, well-formed histograms, counters named `_total`, no lint.
+#[test]
+fn metrics_pass_promtool() {
+    let upstream = Upstream::start(|req| match req.path() {
+        "/fail" => Reply::Bytes(response(500, b"fail")),
+        _ => Reply::Bytes(response(200, b"fine")),
+    });
+    let proxy = proxy(&format!(
+        r#"
+workers = 2
+admin = "127.0.0.1:0"
+[[listen]]
+address = "127.0.0.1:0"
+[upstreams.app]
+servers = ["{}"]
+[upstreams.app.health]
+path = "/health"
+interval = "50ms"
+[upstreams.dead]
+servers = ["127.0.0.1:1"]
+retries = 0
+[[sites]]
+name = "shop \"quoted\" \\ site"
+hosts = ["shop.test"]
+routes = [{{ path = "/", upstream = "app" }}, {{ path = "/dead/", upstream = "dead" }}]
+[[sites]]
+name = "other"
+hosts = ["other.test"]
+routes = [{{ path = "/", upstream = "app" }}]
+"#,
+        upstream.addr
+    ));
+    let addr = proxy.local_addrs()[0];
+    for (path, host) in [
+        ("/ok", "shop.test"),
+        ("/fail", "shop.test"),
+        ("/dead/x", "shop.test"),
+        ("/ok", "other.test"),
+    ] {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        assert_ne!(
+            status_of(&exchange_until_close(addr, request.as_bytes())),
+            0
+        );
+    }
+    let admin = proxy.admin_addr().unwrap();
+    // Wait for an active check's result, so the check families are there too.
+    assert!(eventually(
+        || admin_get(admin, "/metrics").contains("slipstream_upstream_server_checks_total{")
+    ));
+    let text = admin_get(admin, "/metrics");
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package; .ci/test-tools installs it)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{report}\n{text}");
+    assert_eq!(report.trim(), "", "{text}");
+    // promtool's parser merges a family whose samples are split by another's; the format
+    // does not allow it.
+    families_are_whole(&text);
+    proxy.shutdown();
+}
+
+/// Each family's HELP and TYPE come once, before its samples, and its samples are not
+/// interleaved with another family's.
+fn families_are_whole(text: &str) {
+    let mut done = std::collections::HashSet::new();
+    let (mut current, mut kind, mut helped) = (String::new(), String::new(), false);
+    for line in text.lines() {
+        let words: Vec<&str> = line.splitn(4, ' ').collect();
+        match words[..] {
+            ["#", "HELP", name, _] => {
+                assert!(done.insert(name.to_string()), "{name} twice in\n{text}");
+                (current, helped) = (name.to_string(), true);
+            }
+            ["#", "TYPE", name, t] => {
+                assert!(helped && name == current, "TYPE without HELP: {line}");
+                (kind, helped) = (t.to_string(), false);
+            }
+            _ => {
+                let name = line.split(['{', ' ']).next().unwrap();
+                let family = match kind.as_str() {
+                    "histogram" => ["_bucket", "_sum", "_count"]
+                        .iter()
+                        .find_map(|s| name.strip_suffix(s))
+                        .unwrap_or(name),
+                    _ => name,
+                };
+                assert_eq!(family, current, "{line} outside its family in\n{text}");
+            }
+        }
+    }
+}
+
+/// `/metrics` read through a Prometheus text parser, and its text.
+fn read_metrics(admin: SocketAddr) -> (prometheus_parse::Scrape, String) {
+    let text = admin_get(admin, "/metrics");
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    (scrape, text)
 }
 
 /// The one sample of `name` with `labels` in a scrape.
@@ -664,21 +787,130 @@ fn doctor_finds_each_trap_in_injected_proc_files() {
     );
 }
 
+/// The port-range finding says what the upstream pools keep, and what none means: never
+/// "keep up to 0 connections".
+#[test]
+fn doctor_says_what_no_pooled_connections_means() {
+    let root = fake_proc("doctor-pools", &[]);
+    let evidence = |extra: &[&str]| {
+        let (_, findings) = doctor(&root, extra);
+        let f = findings
+            .iter()
+            .find(|f| f["check"] == "port_range")
+            .unwrap();
+        f["evidence"].as_str().unwrap().to_string()
+    };
+    let config = |name: &str, extra: &str| {
+        let path = temp_path(name);
+        std::fs::write(&path, simple_config("127.0.0.1:9".parse().unwrap(), extra)).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let none = evidence(&[]);
+    assert!(
+        none.contains("no upstream connections are kept (no upstreams"),
+        "{none}"
+    );
+    let off = evidence(&[
+        "--config",
+        &config("doctor-keepalive-off.toml", "keepalive = 0"),
+    ]);
+    assert!(
+        off.contains("upstream keep-alive is off (keepalive = 0): no connection is kept"),
+        "{off}"
+    );
+    let on = evidence(&[
+        "--config",
+        &config("doctor-keepalive-on.toml", "keepalive = 16"),
+    ]);
+    assert!(
+        on.contains("pools keep up to 16 idle connections per server"),
+        "{on}"
+    );
+    for text in [none, off, on] {
+        assert!(!text.contains("up to 0"), "{text}");
+    }
+}
+
+/// Opens the FIFO `path` for writing once a reader has it open (panics after a minute).
+fn open_when_read(path: &Path) -> std::fs::File {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path);
+        match opened {
+            Ok(f) => return f,
+            // ENXIO: nobody reads it yet.
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "nobody opened {path:?}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(e) => panic!("{}: {e}", path.display()),
+        }
+    }
+}
+
+/// Waits until `cond` holds (panics after a minute, naming `what`).
+fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not after a minute"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Whether the process `pid` has `path` open.
+fn has_open(pid: u32, path: &Path) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
+    })
+}
+
 #[test]
 fn doctor_sees_counters_move_during_the_sample() {
     let root = fake_proc("doctor-sample", &[]);
+    // net/netstat is a FIFO: the test hands doctor each of its two reads of it (before and
+    // after the sample), so the counters move between them.
     let netstat = root.join("net/netstat");
-    let writer = std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let moved = "TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPMemoryPressures\nTcpExt: 0 5 5 0\n";
-        std::fs::write(netstat, moved).unwrap();
-    });
-    let out = Command::new(env!("CARGO_BIN_EXE_slipstream"))
+    std::fs::remove_file(&netstat).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(&netstat)
+        .status()
+        .unwrap()
+        .success());
+    let netstat = netstat.canonicalize().unwrap();
+    let doctor = Command::new(env!("CARGO_BIN_EXE_slipstream"))
         .args(["doctor", "--sample", "1", "--proc-root"])
         .arg(&root)
-        .output()
+        .stdout(Stdio::piped())
+        .spawn()
         .unwrap();
-    writer.join().unwrap();
+    let head = "TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPMemoryPressures\n";
+    let mut first = open_when_read(&netstat);
+    first
+        .write_all(format!("{head}TcpExt: 0 0 0 0\n").as_bytes())
+        .unwrap();
+    // Doctor's open returns (its descriptor shows) and its read waits for the end, which
+    // comes when this writer closes; the first read is over when doctor closes the FIFO, and
+    // only then is the next writer's text the second read's.
+    let pid = doctor.id();
+    until("doctor opens net/netstat", || has_open(pid, &netstat));
+    drop(first);
+    until("doctor closes net/netstat", || !has_open(pid, &netstat));
+    open_when_read(&netstat)
+        .write_all(format!("{head}TcpExt: 0 5 5 0\n").as_bytes())
+        .unwrap();
+    let mut doctor = doctor;
+    until("doctor exits", || doctor.try_wait().unwrap().is_some());
+    let out = doctor.wait_with_output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(1), "{text}");
     let first = text.lines().next().unwrap();

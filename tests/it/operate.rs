@@ -1,7 +1,7 @@
 //! First contact, as a new operator meets it: an address another process listens on is
 //! refused with one line naming it (unless the listener says `shared = true`); `--workers` is
 //! checked like the config key; a one-site config without `default` serves; a missing config
-//! file is named without a line number.
+//! file is named without a line number; a misspelt key is met with the nearest key of its table.
 
 use std::net::{SocketAddr, TcpListener};
 use std::process::Command;
@@ -36,20 +36,17 @@ fn an_address_in_use_is_refused_with_one_line_naming_the_holder() {
     let toml = "[[listen]]\naddress = \"{listen}\"\nshared = true\n[upstreams.app]\n\
                 servers = [\"127.0.0.1:9\"]\n[[sites]]\nroutes = [{ path = \"/\", upstream = \"app\" }]\n";
     let a = Running::config("shared-a.toml", toml);
-    let path = temp_path("shared-b.toml");
-    std::fs::write(&path, toml.replace("{listen}", &a.addr.to_string())).unwrap();
-    let mut b = Command::new(BIN)
-        .args(["run", "--config", path.to_str().unwrap()])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // The second instance binds the same address: it says it listens, and keeps running.
+    let mut b = Running::config_on("shared-b.toml", toml, a.addr);
     assert!(
-        b.try_wait().unwrap().is_none(),
+        b.wait_logged("listening on"),
+        "the sharing instance did not start: {:?}",
+        b.child.try_wait()
+    );
+    assert!(
+        b.child.try_wait().unwrap().is_none(),
         "the sharing instance exited"
     );
-    let _ = b.kill();
-    let _ = b.wait();
 }
 
 #[test]
@@ -93,6 +90,26 @@ fn a_missing_config_is_named_without_a_line() {
         err.trim(),
         "/nonexistent/slipstream.toml: cannot read the config: No such file or directory (os error 2)"
     );
+}
+
+/// nginx's word for a route's path is met with the nearest key of the route table, and nothing
+/// more is said of that route (its value read under a wrong key once added a second error).
+#[test]
+fn a_misspelt_route_key_suggests_the_route_key_and_says_it_once() {
+    let path = temp_path("prefix.toml");
+    let toml =
+        "[[listen]]\naddress = \"127.0.0.1:0\"\n[upstreams.app]\nservers = [\"127.0.0.1:9\"]\n\
+                [[sites]]\nroutes = [{ prefix = \"/\", upstream = \"app\" }]\n";
+    std::fs::write(&path, toml).unwrap();
+    let err = fails(&["check", "--config", path.to_str().unwrap()]);
+    let want = format!(
+        "{}:6:13: unknown key `prefix`; did you mean `path`? (valid keys: path, upstream, \
+         buffer_response, params, compress, root, alias, index, try_files, cache_control, \
+         precompressed, dotfiles, symlinks_out_of_root, list_directories)\n  |\n\
+         6 | routes = [{{ prefix = \"/\", upstream = \"app\" }}]\n  |             ^",
+        path.display()
+    );
+    assert_eq!(err.trim_end(), want);
 }
 
 #[test]

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+use slipstream::config::IoMode;
 use slipstream::{Config, Server};
 
 /// A request as the mock upstream saw it.
@@ -372,7 +373,53 @@ pub(crate) fn read_request(reader: &mut BufReader<TcpStream>, connection: usize)
 /// Starts the proxy from TOML text; `{upstream}` is replaced by the mock's address.
 pub(crate) fn proxy(toml: &str) -> Server {
     let config = Config::parse(toml, "test.toml").unwrap_or_else(|e| panic!("{e}"));
+    if config.io == IoMode::Uring {
+        require_uring();
+    }
     Server::start(config).unwrap()
+}
+
+/// Why this kernel refuses an io_uring (`None`: it gives one), asked once per test run the
+/// way a worker asks when it starts.
+pub(crate) fn ring_refused() -> Option<String> {
+    static REFUSED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let probe = || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async {
+            slipstream::uring::start().err().map(|e| e.to_string())
+        })
+    };
+    REFUSED
+        .get_or_init(|| thread::spawn(probe).join().unwrap())
+        .clone()
+}
+
+/// A proxy asked for io_uring on a kernel that refuses rings would run on epoll, logging and
+/// counting it, and an io_uring pass would test epoll without a word: the test fails instead,
+/// unless `SLIPSTREAM_SKIP_URING=1`, when the skip is printed and it runs on epoll.
+pub(crate) fn require_uring() {
+    if let Some(why) = ring_refused() {
+        without_uring(&format!("the kernel refuses an io_uring ({why})"));
+    }
+}
+
+/// Fails the test for `why` (io_uring is missing), unless `SLIPSTREAM_SKIP_URING=1`: then
+/// prints the skip (past the test harness's capture, so it shows) and returns.
+pub(crate) fn without_uring(why: &str) {
+    let skip = std::env::var("SLIPSTREAM_SKIP_URING").is_ok_and(|v| v == "1");
+    assert!(
+        skip,
+        "{why}: the io_uring path cannot be tested here; set SLIPSTREAM_SKIP_URING=1 to skip it"
+    );
+    let test = thread::current().name().unwrap_or("?").to_string();
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped io_uring in {test}: {why} (SLIPSTREAM_SKIP_URING=1): it runs on epoll"
+    );
 }
 
 /// A one-worker proxy with one listener and a single route to `upstream`.
@@ -542,6 +589,8 @@ pub(crate) struct Running {
     /// The config file it runs from, for `run`.
     pub config: Option<PathBuf>,
     log: Arc<Mutex<Vec<String>>>,
+    /// Its standard error reached its end (the process exited, mostly).
+    log_ended: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Running {
@@ -567,7 +616,11 @@ impl Running {
     /// Runs `slipstream run` on `toml` written to the file `name`; `{listen}` and `{admin}` in
     /// it become addresses the harness picks.
     pub(crate) fn config(name: &str, toml: &str) -> Running {
-        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        Running::config_on(name, toml, ([127, 0, 0, 1], free_port()).into())
+    }
+
+    /// [`Running::config`] with `{listen}` set to `addr` (one another instance may share).
+    pub(crate) fn config_on(name: &str, toml: &str, addr: SocketAddr) -> Running {
         let admin: Option<SocketAddr> = toml
             .contains("{admin}")
             .then(|| ([127, 0, 0, 1], free_port()).into());
@@ -585,8 +638,14 @@ impl Running {
         admin: Option<SocketAddr>,
         config: Option<PathBuf>,
     ) -> Running {
-        // Each instance keeps its default pid file in a folder of its own.
-        let runtime = temp_path(&format!("run-{}", addr.port()));
+        if asks_for_uring(args, config.as_deref()) {
+            require_uring();
+        }
+        // Each instance keeps its default pid file in a folder of its own (two may share a
+        // port).
+        static STARTED: AtomicUsize = AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, Ordering::SeqCst);
+        let runtime = temp_path(&format!("run-{}-{n}", addr.port()));
         let mut child = Command::new(BIN)
             .args(args)
             .env("RUNTIME_DIRECTORY", runtime)
@@ -598,11 +657,14 @@ impl Running {
         let log = Arc::new(Mutex::new(Vec::new()));
         let stderr = child.stderr.take().unwrap();
         let sink = log.clone();
+        let log_ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ended = log_ended.clone();
         thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 sink.lock().unwrap().push(line);
             }
+            ended.store(true, Ordering::SeqCst);
         });
         let running = Running {
             child,
@@ -610,6 +672,7 @@ impl Running {
             admin,
             config,
             log,
+            log_ended,
         };
         // Ready when every listener accepts.
         let up = |a: SocketAddr| eventually(|| TcpStream::connect(a).is_ok());
@@ -636,6 +699,23 @@ impl Running {
         self.log.lock().unwrap().iter().any(|l| l.contains(needle))
     }
 
+    /// Waits until a line of its log contains `needle` (false after a minute, or when the
+    /// process has exited without logging it).
+    pub(crate) fn wait_logged(&mut self, needle: &str) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if self.logged(needle) {
+                return true;
+            }
+            if self.log_ended.load(Ordering::SeqCst) {
+                // Its standard error is closed: every line it wrote is in.
+                return self.logged(needle);
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
     /// A GET on a fresh connection, read until the proxy closes it.
     pub(crate) fn get(&self, host: &str, path: &str) -> Vec<u8> {
         exchange_until_close(
@@ -643,6 +723,23 @@ impl Running {
             format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
         )
     }
+}
+
+/// Whether the binary run with `args` (and the config file `config`) asks for io_uring: by
+/// `--io`, else the config's `io`, else `SLIPSTREAM_IO`.
+fn asks_for_uring(args: &[&str], config: Option<&std::path::Path>) -> bool {
+    if let Some(i) = args.iter().position(|a| *a == "--io") {
+        return args.get(i + 1) == Some(&"uring");
+    }
+    let text = config
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_default();
+    let io = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("io = ").map(|v| v.trim_matches('"')))
+        .map(str::to_string)
+        .or_else(|| std::env::var("SLIPSTREAM_IO").ok());
+    io.as_deref() == Some("uring")
 }
 
 impl Drop for Running {

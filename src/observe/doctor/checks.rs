@@ -113,6 +113,18 @@ fn listen_queue(root: &Path, d: &Demand) -> Vec<Finding> {
     out
 }
 
+/// What the upstream pools keep, in words: a count, or why there is none.
+fn pools(d: &Demand) -> String {
+    match d.pool_per_server {
+        0 if d.upstreams => "upstream keep-alive is off (keepalive = 0): no connection is kept, \
+                             each request opens one"
+            .to_string(),
+        0 => "no upstream connections are kept (no upstreams: none configured, or no --config)"
+            .to_string(),
+        n => format!("pools keep up to {n} idle connections per server"),
+    }
+}
+
 fn ports(root: &Path, d: &Demand) -> Vec<Finding> {
     let mut out = Vec::new();
     let range = read(root, "sys/net/ipv4/ip_local_port_range").and_then(|t| procfs::port_range(&t));
@@ -128,8 +140,8 @@ fn ports(root: &Path, d: &Demand) -> Vec<Finding> {
         };
         let title = format!("{size} ephemeral ports per upstream address ({lo}-{hi})");
         let evidence = format!(
-            "sys/net/ipv4/ip_local_port_range = {lo} {hi}; pools keep up to {} connections per server; every closed upstream connection holds its port 60 s in TIME_WAIT",
-            d.pool_per_server
+            "sys/net/ipv4/ip_local_port_range = {lo} {hi}; {}; every closed upstream connection holds its port 60 s in TIME_WAIT",
+            pools(d)
         );
         let fix = "sysctl -w net.ipv4.ip_local_port_range=\"10240 65535\"; keep upstream keep-alive on (the default) so ports are reused";
         out.push(finding(severity, "port_range", title, evidence, fix));
