@@ -265,6 +265,7 @@ impl Counter {
             Counter::BadGateway => "Upstream could not be reached or answered badly (502).",
             Counter::GatewayTimeout => "Upstream did not answer in time (504).",
             Counter::ClientClosed => "Client closed before its response was complete (logged as 499).",
+            Counter::TunnelIdleTimeouts => "Tunnels (WebSocket, any upgrade) closed after tunnel_idle_timeout without a byte either way.",
             Counter::ClientTimeouts => "Client timed out sending a head or body.",
             Counter::UpstreamConnects => "New upstream connections opened.",
             Counter::UpstreamReused => "Requests sent on a pooled keep-alive upstream connection.",
