@@ -5,7 +5,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -174,52 +173,15 @@ fn a_post_on_a_reused_connection_that_closes_unanswered_is_sent_again() {
     proxy.shutdown();
 }
 
-/// A real nginx answering every request itself, closing idle keep-alive connections after 1 s.
-struct Nginx {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Nginx {
-    fn start() -> Nginx {
-        let dir = temp_path("nginx-keepalive");
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("logs")).unwrap();
-        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-        let d = dir.display();
-        let conf = format!(
-            "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/logs/error.log;\n\
-             events {{ worker_connections 64; }}\n\
-             http {{ access_log off; client_body_temp_path {d}/cb; proxy_temp_path {d}/pt;\n\
-               fastcgi_temp_path {d}/ft; uwsgi_temp_path {d}/ut; scgi_temp_path {d}/st;\n\
-               keepalive_timeout 1s;\n\
-               server {{ listen {addr}; location / {{ return 200 \"nginx\"; }} }} }}\n"
-        );
-        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let nginx = ["/usr/sbin/nginx", "nginx"]
-            .into_iter()
-            .find(|n| Command::new(n).arg("-v").output().is_ok())
-            .expect("nginx is installed (.ci/test-tools installs it)");
-        let child = Command::new(nginx)
-            .args(["-p", &d.to_string(), "-c", &format!("{d}/nginx.conf")])
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        assert!(eventually(|| TcpStream::connect(addr).is_ok()));
-        Nginx { child, addr }
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn nginx_closing_idle_keepalive_connections_costs_no_502() {
-    let nginx = Nginx::start();
+    // A real nginx answering every request itself, closing idle keep-alive connections after
+    // 1 s.
+    let nginx = Nginx::start(
+        "nginx-keepalive",
+        "access_log off; keepalive_timeout 1s;",
+        "location / { return 200 \"nginx\"; }",
+    );
     let proxy = simple_proxy(nginx.addr);
     let s = connect(proxy.local_addrs()[0]);
     let mut w = s.try_clone().unwrap();

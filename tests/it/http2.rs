@@ -220,6 +220,24 @@ fn trailers_pass_both_ways() {
     );
 }
 
+/// Accepts one upstream connection and reads its request head: the connection's writer, and
+/// its reader at the body.
+fn accept_past_head(
+    listener: &std::net::TcpListener,
+) -> (std::net::TcpStream, std::io::BufReader<std::net::TcpStream>) {
+    use std::io::BufRead;
+    let (s, _) = listener.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let w = s.try_clone().unwrap();
+    let mut r = std::io::BufReader::new(s);
+    let mut line = String::new();
+    while line != "\r\n" {
+        line.clear();
+        assert!(r.read_line(&mut line).unwrap() > 0, "no request head");
+    }
+    (w, r)
+}
+
 /// An upstream that answers (a chunked response head, and the body so far) as soon as it has
 /// 10 request body bytes, then echoes each chunk of the request body as it comes, and ends
 /// its response when the request body ends; returns the request body it got.
@@ -228,15 +246,8 @@ fn echo_as_it_comes() -> (SocketAddr, std::thread::JoinHandle<Vec<u8>>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let thread = std::thread::spawn(move || {
-        let (s, _) = listener.accept().unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut w = s.try_clone().unwrap();
-        let mut r = std::io::BufReader::new(s);
+        let (mut w, mut r) = accept_past_head(&listener);
         let mut line = String::new();
-        while line != "\r\n" {
-            line.clear();
-            assert!(r.read_line(&mut line).unwrap() > 0, "no request head");
-        }
         let (mut got, mut answered) = (Vec::new(), 0);
         loop {
             line.clear();
@@ -326,19 +337,11 @@ fn a_bidirectional_stream_is_echoed_frame_by_frame() {
 /// head only): the client gets it without ending its body.
 #[test]
 fn a_response_that_comes_before_the_body_ends_is_not_held_back() {
-    use std::io::{BufRead, Read, Write};
+    use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let up = listener.local_addr().unwrap();
     let upstream = std::thread::spawn(move || {
-        let (s, _) = listener.accept().unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut w = s.try_clone().unwrap();
-        let mut r = std::io::BufReader::new(s);
-        let mut line = String::new();
-        while line != "\r\n" {
-            line.clear();
-            assert!(r.read_line(&mut line).unwrap() > 0, "no request head");
-        }
+        let (mut w, mut r) = accept_past_head(&listener);
         w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly")
             .unwrap();
         // Until the proxy lets go of the connection.

@@ -6,58 +6,23 @@
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use slipstream::observe::metrics::Counter;
 
 use crate::support::*;
 
-/// A real nginx in the foreground, proxying to `upstream` with the `combined` access log and
-/// stub_status at `/nginx_status`.
-struct Nginx {
-    child: Child,
-    addr: SocketAddr,
-    log: PathBuf,
-}
-
-impl Nginx {
-    fn start(upstream: SocketAddr) -> Nginx {
-        let dir = temp_path("nginx-observe");
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("logs")).unwrap();
-        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-        let log = dir.join("logs/access.log");
-        let d = dir.display();
-        let conf = format!(
-            "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/logs/error.log;\n\
-             events {{ worker_connections 64; }}\n\
-             http {{\n  access_log {}; \n  client_body_temp_path {d}/cb; proxy_temp_path {d}/pt;\n\
-               fastcgi_temp_path {d}/ft; uwsgi_temp_path {d}/ut; scgi_temp_path {d}/st;\n\
-               server {{ listen {addr};\n\
-                 location = /nginx_status {{ stub_status; }}\n\
-                 location / {{ proxy_pass http://{upstream}; proxy_http_version 1.1; }} }} }}\n",
-            log.display()
-        );
-        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let nginx = ["/usr/sbin/nginx", "nginx"]
-            .into_iter()
-            .find(|n| Command::new(n).arg("-v").output().is_ok())
-            .expect("nginx is installed (.ci/run installs it)");
-        let child = Command::new(nginx)
-            .args(["-p", &d.to_string(), "-c", &format!("{d}/nginx.conf")])
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        assert!(eventually(|| std::net::TcpStream::connect(addr).is_ok()));
-        Nginx { child, addr, log }
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A real nginx proxying to `upstream` with the `combined` access log (in `logs/access.log`)
+/// and stub_status at `/nginx_status`.
+fn nginx_proxy(upstream: SocketAddr) -> Nginx {
+    Nginx::start(
+        "nginx-observe",
+        "access_log logs/access.log;",
+        &format!(
+            "location = /nginx_status {{ stub_status; }}\n\
+             location / {{ proxy_pass http://{upstream}; proxy_http_version 1.1; }}"
+        ),
+    )
 }
 
 /// Requests whose lines exercise every combined field: escaping, missing headers, HEAD, 404.
@@ -95,7 +60,7 @@ fn combined_lines_match_nginx_field_by_field() {
         "/missing" => Reply::Bytes(response(404, b"nope")),
         _ => Reply::Bytes(response(200, b"hello")),
     });
-    let nginx = Nginx::start(upstream.addr);
+    let nginx = nginx_proxy(upstream.addr);
     let log = temp_path("combined.log");
     let _ = std::fs::remove_file(&log);
     let text = simple_config(upstream.addr, "").replace(
@@ -109,11 +74,12 @@ fn combined_lines_match_nginx_field_by_field() {
         assert_eq!(status_of(&ours), status_of(&theirs));
     }
     proxy.shutdown();
-    assert!(eventually(
-        || std::fs::read_to_string(&nginx.log).is_ok_and(|t| t.lines().count() == REQUESTS.len())
-    ));
+    assert!(eventually(|| std::fs::read_to_string(
+        nginx.dir.join("logs/access.log")
+    )
+    .is_ok_and(|t| t.lines().count() == REQUESTS.len())));
     let ours = std::fs::read_to_string(&log).unwrap();
-    let theirs = std::fs::read_to_string(&nginx.log).unwrap();
+    let theirs = std::fs::read_to_string(nginx.dir.join("logs/access.log")).unwrap();
     assert_eq!(ours.lines().count(), REQUESTS.len(), "{ours}");
     for (a, b) in ours.lines().zip(theirs.lines()) {
         let ((fa, ta), (fb, tb)) = (combined_fields(a), combined_fields(b));
@@ -126,7 +92,7 @@ fn combined_lines_match_nginx_field_by_field() {
 #[test]
 fn stub_status_matches_nginx_format() {
     let upstream = Upstream::ok(b"ok");
-    let nginx = Nginx::start(upstream.addr);
+    let nginx = nginx_proxy(upstream.addr);
     let proxy = proxy(&format!(
         "admin = \"127.0.0.1:0\"\n{}",
         simple_config(upstream.addr, "")

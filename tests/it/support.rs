@@ -764,3 +764,50 @@ impl Running {
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
     }
 }
+
+/// A real nginx in the foreground on a free port, stopped when dropped.
+pub(crate) struct Nginx {
+    child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its prefix folder (`logs/` inside).
+    pub dir: PathBuf,
+}
+
+impl Nginx {
+    /// Starts nginx with `http` inside its `http` block (beside the temp paths) and `server`
+    /// inside its one `server` block.
+    pub(crate) fn start(name: &str, http: &str, server: &str) -> Nginx {
+        let dir = temp_path(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("logs")).unwrap();
+        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let d = dir.display();
+        let conf = format!(
+            "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/logs/error.log;\n\
+             events {{ worker_connections 64; }}\n\
+             http {{ {http}\n  client_body_temp_path {d}/cb; proxy_temp_path {d}/pt;\n\
+               fastcgi_temp_path {d}/ft; uwsgi_temp_path {d}/ut; scgi_temp_path {d}/st;\n\
+               server {{ listen {addr}; {server} }} }}\n"
+        );
+        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+        let nginx = ["/usr/sbin/nginx", "nginx"]
+            .into_iter()
+            .find(|n| Command::new(n).arg("-v").output().is_ok())
+            .expect("nginx is installed (.ci/test-tools installs it)");
+        let child = Command::new(nginx)
+            .args(["-p", &d.to_string(), "-c", &format!("{d}/nginx.conf")])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(eventually(|| TcpStream::connect(addr).is_ok()));
+        Nginx { child, addr, dir }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
