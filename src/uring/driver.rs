@@ -604,6 +604,11 @@ impl Driver {
             .count()
     }
 
+    /// Whether the operation in slot `index` has completed, without taking its result.
+    pub(super) fn fired(&self, index: usize) -> bool {
+        matches!(self.slots.borrow().get(index), Some(Slot::Done(_)))
+    }
+
     /// Whether the wait in slot `index` has fired (the slot is then freed).
     pub(super) fn poll_wait(&self, index: usize, cx: &mut Context<'_>) -> Poll<()> {
         self.poll_slot(index, cx).map(|_| ())

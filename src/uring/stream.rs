@@ -37,6 +37,12 @@ pub struct UringTcp {
     /// Readiness waits in flight for the poll-style interface (read, write): ring slots.
     wait_read: Cell<Option<usize>>,
     wait_write: Cell<Option<usize>>,
+    /// The watch over an idle pooled connection ([`UringTcp::watch_idle`]): its ring slot,
+    /// left in the kernel until it fires.
+    wait_idle: Cell<Option<usize>>,
+    /// Nothing has been read since the idle watch was armed: while so, its firing means the
+    /// peer closed the connection or sent something ([`UringTcp::ready_now`]).
+    idle_unread: Cell<bool>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -62,6 +68,8 @@ impl UringTcp {
             eof: Cell::new(false),
             wait_read: Cell::new(None),
             wait_write: Cell::new(None),
+            wait_idle: Cell::new(None),
+            idle_unread: Cell::new(false),
         }
     }
 
@@ -87,6 +95,7 @@ impl UringTcp {
     /// Reads once into the spare capacity of `buf` (which has some); `Ok(0)` is end of
     /// stream; `TimedOut` when nothing comes for `timeout`.
     pub async fn recv(&self, buf: &mut Vec<u8>, timeout: Duration) -> io::Result<usize> {
+        self.idle_unread.set(false);
         let len = buf.len();
         if self.pending.get().is_some() {
             let spare = buf.spare_capacity_mut();
@@ -150,6 +159,7 @@ impl UringTcp {
     /// buffer while it waits: the bytes land in a provided buffer and are kept for the next
     /// read. When every provided buffer is in use it waits for readiness instead.
     pub async fn readable(&self) -> io::Result<()> {
+        self.idle_unread.set(false);
         if self.pending.get().is_some() || self.eof.get() {
             return Ok(());
         }
@@ -176,13 +186,45 @@ impl UringTcp {
         }
     }
 
-    /// True if bytes (or the end of the stream) are in hand, so a read now would not block.
+    /// True if bytes (or the end of the stream) are in hand, so a read now would not block,
+    /// or if the idle watch ([`UringTcp::watch_idle`]) has fired with nothing read since it
+    /// was armed (the peer closed, reset or sent something). Costs no system call.
     pub fn ready_now(&self) -> bool {
-        self.pending.get().is_some() || self.eof.get()
+        self.pending.get().is_some()
+            || self.eof.get()
+            || (self.idle_unread.get()
+                && self
+                    .wait_idle
+                    .get()
+                    .is_some_and(|index| self.driver.fired(index)))
+    }
+
+    /// Watches an idle (pooled) connection for the peer closing, resetting or sending
+    /// anything, so that [`UringTcp::ready_now`] can tell without a system call. Arms a
+    /// readiness wait on the ring unless one is still in flight: a watch left armed when the
+    /// connection was taken back into use fires once when its response arrives (one
+    /// completion, no cancel), and is replaced here only once it has fired.
+    pub fn watch_idle(&self) {
+        match self.wait_idle.get() {
+            Some(index) if self.driver.fired(index) => {
+                self.driver.forget(index);
+                self.arm_idle_watch();
+            }
+            Some(_) => {}
+            None => self.arm_idle_watch(),
+        }
+        self.idle_unread.set(true);
+    }
+
+    fn arm_idle_watch(&self) {
+        let events = (libc::POLLIN | libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) as u32;
+        let index = self.driver.queue_wait(self.fd(), events);
+        self.wait_idle.set(Some(index));
     }
 
     /// Reads without waiting: `WouldBlock` when nothing is there.
     pub fn try_read(&self, out: &mut [u8]) -> io::Result<usize> {
+        self.idle_unread.set(false);
         if self.pending.get().is_some() {
             return Ok(self.take_pending(out));
         }
@@ -192,8 +234,9 @@ impl UringTcp {
         Ok(rustix::net::recv(&*self.socket, out, RecvFlags::DONTWAIT)?.0)
     }
 
-    /// Resolves when the peer has closed its sending side. Bytes waiting to be read
-    /// (pipelined requests) are not a hang-up: then this never resolves.
+    /// Resolves when the peer has closed its sending side or reset the connection (any
+    /// error but `EAGAIN`/`EINTR` on a peek). Bytes waiting to be read (pipelined requests)
+    /// are not a hang-up: then this never resolves.
     pub async fn hangup(&self) {
         if self.pending.get().is_none() && !self.eof.get() {
             // Most responses come within milliseconds, so the watch starts after a pause that
@@ -203,17 +246,29 @@ impl UringTcp {
             // Given up if the response still comes first: the wait is then cancelled
             // without waiting for the kernel (it lends no memory).
             Wait::readiness(&self.driver, self.fd(), events).await;
-            let mut probe = [0u8; 1];
+            if self.peer_gone() {
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
+    }
+
+    /// One peek: whether the peer closed its side (0) or the connection failed (a reset).
+    fn peer_gone(&self) -> bool {
+        let mut probe = [0u8; 1];
+        loop {
             let peeked = rustix::net::recv(
                 &*self.socket,
                 &mut probe[..],
                 RecvFlags::PEEK | RecvFlags::DONTWAIT,
             );
-            if matches!(peeked, Ok((0, _))) {
-                return;
-            }
+            return match peeked {
+                Ok((n, _)) => n == 0,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(rustix::io::Errno::AGAIN) => false,
+                Err(_) => true,
+            };
         }
-        std::future::pending::<()>().await;
     }
 
     /// The socket itself, for the calls that need no waiting (the addresses, shutdown).
@@ -285,7 +340,7 @@ impl UringTcp {
 impl Drop for UringTcp {
     fn drop(&mut self) {
         // A wait in flight holds the socket open: cancel it so the close reaches the peer.
-        for slot in [&self.wait_read, &self.wait_write] {
+        for slot in [&self.wait_read, &self.wait_write, &self.wait_idle] {
             if let Some(index) = slot.take() {
                 self.driver.forget(index);
             }

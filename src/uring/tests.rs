@@ -323,3 +323,65 @@ fn read_end(peer: &mut TcpStream) -> usize {
         }
     }
 }
+
+/// Resets the connection from `peer`'s side (RST, not FIN).
+fn reset(peer: TcpStream) {
+    socket2::SockRef::from(&peer)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(peer);
+}
+
+#[test]
+fn a_hangup_watch_fires_when_the_peer_resets_the_connection() {
+    on_ring(|driver| async move {
+        let (peer, socket) = pair();
+        let conn = UringTcp::new(socket, driver).unwrap();
+        let watch = conn.hangup();
+        let mut watch = std::pin::pin!(watch);
+        // The watch is armed (past its pause) before the reset arrives.
+        let before = tokio::time::timeout(Duration::from_millis(50), watch.as_mut()).await;
+        assert!(before.is_err(), "fired with the peer still there");
+        reset(peer);
+        tokio::time::timeout(LONG, watch)
+            .await
+            .expect("a reset peer was never seen as gone");
+    });
+}
+
+#[test]
+fn an_idle_watch_sees_the_peer_close_without_a_system_call() {
+    on_ring(|driver| async move {
+        let (peer, socket) = pair();
+        let conn = UringTcp::new(socket, driver.clone()).unwrap();
+        conn.watch_idle();
+        conn.watch_idle();
+        assert_eq!(driver.in_kernel(), 1, "one watch, armed once");
+        assert!(!conn.ready_now());
+        drop(peer);
+        until(|| conn.ready_now()).await;
+        let mut probe = [0u8; 1];
+        assert_eq!(conn.try_read(&mut probe).unwrap(), 0);
+    });
+}
+
+#[test]
+fn an_idle_watch_left_armed_by_a_reused_connection_fires_once_and_is_not_a_close() {
+    on_ring(|driver| async move {
+        let (mut peer, socket) = pair();
+        let conn = UringTcp::new(socket, driver.clone()).unwrap();
+        conn.watch_idle();
+        // Taken back into use with the watch armed: the response fires it.
+        peer.write_all(b"response").unwrap();
+        let mut buf = Vec::with_capacity(64);
+        assert_eq!(conn.recv(&mut buf, LONG).await.unwrap(), 8);
+        until(|| driver.in_kernel() == 0).await;
+        assert!(!conn.ready_now(), "a read answer counted as a close");
+        // Back in the pool: the fired watch is replaced; an idle reset is seen.
+        conn.watch_idle();
+        assert_eq!(driver.in_kernel(), 1);
+        reset(peer);
+        until(|| conn.ready_now()).await;
+        assert!(conn.try_read(&mut [0u8; 1]).is_err());
+    });
+}
