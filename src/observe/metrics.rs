@@ -152,6 +152,9 @@ pub enum Counter {
     /// Workers asked for io_uring (`io = "uring"`) that the kernel refused a ring: they run
     /// on epoll.
     UringUnavailable,
+    /// Workers whose ring failed for good (a fatal `io_uring_enter` error): they went on
+    /// with epoll.
+    UringFailed,
 }
 
 impl Counter {
@@ -236,6 +239,7 @@ impl Counter {
             Counter::Http2ConnectionErrors => "slipstream_http2_connection_errors_total",
             Counter::Http2Malformed => "slipstream_http2_malformed_requests_total",
             Counter::UringUnavailable => "slipstream_uring_unavailable_workers_total",
+            Counter::UringFailed => "slipstream_uring_failed_workers_total",
         }
     }
 }
