@@ -130,8 +130,9 @@ impl Stream {
         }
     }
 
-    /// Resolves when the peer has closed its sending side (EOF). Bytes waiting to be read
-    /// (pipelined requests) are not a hang-up; this never resolves on a stream that cannot tell.
+    /// Resolves when the peer has closed its sending side (EOF) or reset the connection (a
+    /// failed peek). Bytes waiting to be read (pipelined requests) are not a hang-up; this
+    /// never resolves on a stream that cannot tell.
     pub async fn hangup(&self) {
         if let Stream::H2(s) = self {
             // An HTTP/2 client leaves a request by resetting its stream.
@@ -143,8 +144,10 @@ impl Stream {
         if let Some(s) = self.tcp() {
             if s.readable().await.is_ok() {
                 let mut probe = [0u8; 1];
-                if let Ok(0) = s.peek(&mut probe).await {
-                    return;
+                match s.peek(&mut probe).await {
+                    Ok(0) => return,
+                    Err(e) if e.kind() != io::ErrorKind::Interrupted => return,
+                    _ => {}
                 }
             }
         }
