@@ -510,8 +510,8 @@ impl Driver {
             .build()
             .flags(squeue::Flags::BUFFER_SELECT);
         // SAFETY: the kernel writes into a provided buffer, which lives as long as the ring
-        // (or is leaked with it).
-        let index = unsafe { self.queue(entry, Some(Lent::Nothing)) };
+        // (or is leaked with it while such a read may be in the kernel).
+        let index = unsafe { self.queue(entry, Some(Lent::Provided)) };
         let op = Op {
             driver: self,
             index: Some(index),
@@ -757,7 +757,7 @@ impl Drop for Driver {
         // Closing the ring does not wait for the kernel to drop what it still holds: memory
         // lent to operations it has not completed is leaked rather than freed under it.
         let lent = self.book.get_mut().take_lent();
-        let provided_in_use = self.failed() || self.book.get_mut().in_kernel() > 0;
+        let provided_in_use = lent.iter().any(|l| matches!(l, Lent::Provided));
         lent.into_iter().for_each(std::mem::forget);
         if provided_in_use || self.ring.submitter().unregister_buf_ring(GROUP).is_err() {
             std::mem::forget(std::mem::take(&mut self.provided));
@@ -768,12 +768,13 @@ impl Drop for Driver {
 
 impl Driver {
     /// Waits a little (at most a few hundred milliseconds in all) for the operations still
-    /// in the kernel, cancelled by their futures' drops, to complete.
+    /// in the kernel that may write into memory, cancelled by their futures' drops, to
+    /// complete. Waits and accepts lend nothing and are not waited for.
     fn drain(&mut self) {
         let wait = io_uring::types::Timespec::new().nsec(50_000_000);
         let args = io_uring::types::SubmitArgs::new().timespec(&wait);
         for _ in 0..6 {
-            if self.book.get_mut().in_kernel() == 0 {
+            if !self.book.get_mut().lends_memory() {
                 return;
             }
             let entered = self.ring.submitter().submit_with_args(1, &args);

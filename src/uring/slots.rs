@@ -48,13 +48,16 @@ pub const CANCELED: Completion = Completion {
 /// Memory an operation lends the kernel, owned by its slot while the kernel may use it.
 #[derive(Debug, Default)]
 pub enum Lent {
-    /// Nothing (a wait, a cancel, a close, a read into a provided buffer).
+    /// Nothing (a wait, a cancel, a close).
     #[default]
     Nothing,
     /// A read into this buffer's spare capacity; handed back with the count.
     Read(Vec<u8>),
     /// A send of this buffer's bytes; recycled by the driver after the completion.
     Write(Vec<u8>),
+    /// A read into one of the ring's provided buffers (which the ring owns): the ring must
+    /// not free them while this is in the kernel.
+    Provided,
 }
 
 /// The state of one slot.
@@ -380,14 +383,18 @@ impl Slots {
         for slot in &mut self.slots {
             match std::mem::replace(slot, Slot::Free) {
                 Slot::Waiting(waker, lent) => {
-                    self.stranded.push(lent);
+                    if !matches!(lent, Lent::Nothing) {
+                        self.stranded.push(lent);
+                    }
                     *slot = Slot::Done(CANCELED, Lent::Nothing);
                     if let Some(w) = waker {
                         w.wake();
                     }
                 }
                 Slot::Orphan(lent) => {
-                    self.stranded.push(lent);
+                    if !matches!(lent, Lent::Nothing) {
+                        self.stranded.push(lent);
+                    }
                     *slot = Slot::Orphan(Lent::Nothing);
                 }
                 Slot::Napping(waker) => {
@@ -418,6 +425,15 @@ impl Slots {
                 Slot::Free | Slot::Done(..) | Slot::Napping(_) => false,
             })
             .count()
+    }
+
+    /// Whether an operation still in the kernel may write into memory (its own or the ring's
+    /// provided buffers).
+    pub fn lends_memory(&self) -> bool {
+        !self.stranded.is_empty()
+            || self.slots.iter().any(|s| {
+                matches!(s, Slot::Waiting(_, l) | Slot::Orphan(l) if !matches!(l, Lent::Nothing))
+            })
     }
 
     /// Moves out every buffer the kernel may still use (to leak when the ring cannot be
@@ -511,9 +527,27 @@ mod tests {
     }
 
     #[test]
+    fn only_operations_that_lend_memory_hold_the_ring_back() {
+        let mut slots = Slots::default();
+        let wait = slots.start(Lent::Nothing);
+        slots.start_accepting();
+        assert!(!slots.lends_memory());
+        let read = slots.start(Lent::Provided);
+        assert!(slots.lends_memory());
+        slots.give_up(read);
+        assert!(
+            slots.lends_memory(),
+            "an orphaned read may still fill a provided buffer"
+        );
+        slots.complete(read, CANCELED);
+        slots.give_up(wait);
+        assert!(!slots.lends_memory());
+    }
+
+    #[test]
     fn an_orphaned_read_into_a_provided_buffer_gives_the_buffer_back() {
         let mut slots = Slots::default();
-        let index = slots.start(Lent::Nothing);
+        let index = slots.start(Lent::Provided);
         slots.give_up(index);
         let filled = Completion {
             result: 5,
@@ -521,7 +555,7 @@ mod tests {
         };
         assert_eq!(slots.complete(index, filled).provided, Some(9));
         // Given up after it completed: freed at once, the buffer returned too.
-        let index = slots.start(Lent::Nothing);
+        let index = slots.start(Lent::Provided);
         slots.complete(index, filled);
         let (give_up, after) = slots.give_up(index);
         assert_eq!(give_up, GiveUp::Nothing);

@@ -2,9 +2,12 @@
 //!
 //! The socket is not registered with tokio's epoll. Waiting for a request is a read into a
 //! provided buffer (an idle connection holds no buffer of its own); the bytes it brings are
-//! kept until the next read copies them out. Other reads and writes are ring operations whose
-//! futures borrow their buffers (see [`super::driver`] for why that is sound when they are
-//! dropped early). The poll-style `AsyncRead`/`AsyncWrite` (tunnels, compression) wait for
+//! kept until the next read copies them out. Other reads are ring operations that take the
+//! caller's buffer for as long as the kernel may write into it and hand it back with the
+//! count; small writes are copied into a buffer of the ring's, large ones sent directly (see
+//! [`super::driver`]: no future lends the kernel memory, so dropping or leaking one early is
+//! sound). An idle pooled connection can be watched for its peer leaving without a system
+//! call ([`UringTcp::watch_idle`]). The poll-style `AsyncRead`/`AsyncWrite` (tunnels, compression) wait for
 //! readiness on the ring and then call the kernel directly, without waiting.
 
 use std::cell::Cell;
