@@ -75,3 +75,45 @@ impl BufferPool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_given_back_buffer_is_reused_from_its_own_size_class() {
+        let pool = BufferPool::default();
+        let mut small = pool.take(MIN_BUFFER);
+        small.extend_from_slice(b"request");
+        let small_at = small.as_ptr();
+        let large = pool.take(SMALL + 1);
+        assert!(is_large(large.capacity()));
+        let large_at = large.as_ptr();
+        pool.give(small, SMALL);
+        pool.give(large, 4 * SMALL);
+        let again = pool.take(MIN_BUFFER);
+        assert_eq!(again.as_ptr(), small_at, "the small buffer was not reused");
+        assert!(again.is_empty(), "a reused buffer kept its bytes");
+        let large_again = pool.take(SMALL + 1);
+        assert_eq!(large_again.as_ptr(), large_at);
+    }
+
+    #[test]
+    fn buffers_beyond_the_limit_or_the_surplus_are_freed() {
+        let pool = BufferPool::default();
+        let big = pool.take(SMALL * 4);
+        pool.give(big, SMALL * 2);
+        assert!(
+            pool.large.borrow().is_empty(),
+            "kept a buffer past max_capacity"
+        );
+        let many: Vec<Vec<u8>> = (0..MAX_POOLED + 8).map(|_| pool.take(64)).collect();
+        for buf in many {
+            pool.give(buf, SMALL);
+        }
+        // Given back as the lent count falls: the surplus goes at once.
+        assert_eq!(pool.small.borrow().len(), MAX_POOLED);
+        pool.trim();
+        assert_eq!(pool.small.borrow().len(), MAX_POOLED);
+    }
+}

@@ -130,8 +130,9 @@ impl Stream {
         }
     }
 
-    /// Resolves when the peer has closed its sending side (EOF). Bytes waiting to be read
-    /// (pipelined requests) are not a hang-up; this never resolves on a stream that cannot tell.
+    /// Resolves when the peer has closed its sending side (EOF) or reset the connection (a
+    /// failed peek). Bytes waiting to be read (pipelined requests) are not a hang-up; this
+    /// never resolves on a stream that cannot tell.
     pub async fn hangup(&self) {
         if let Stream::H2(s) = self {
             // An HTTP/2 client leaves a request by resetting its stream.
@@ -168,7 +169,13 @@ impl Stream {
 /// wait is tokio's readiness, so it costs no system call until the socket has an event.
 async fn peer_gone(s: &TcpStream) -> bool {
     let mut probe = [0u8; 1];
-    !matches!(s.peek(&mut probe).await, Ok(n) if n > 0)
+    loop {
+        match s.peek(&mut probe).await {
+            Ok(n) => return n == 0,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return true,
+        }
+    }
 }
 
 impl From<TcpStream> for Stream {

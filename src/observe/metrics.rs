@@ -155,6 +155,9 @@ pub enum Counter {
     /// Workers asked for io_uring (`io = "uring"`) that the kernel refused a ring: they run
     /// on epoll.
     UringUnavailable,
+    /// Workers whose ring failed for good (a fatal `io_uring_enter` error): they went on
+    /// with epoll.
+    UringFailed,
 }
 
 impl Counter {
@@ -240,6 +243,7 @@ impl Counter {
             Counter::Http2Malformed => "slipstream_http2_malformed_requests_total",
             Counter::TunnelIdleTimeouts => "slipstream_tunnel_idle_timeouts_total",
             Counter::UringUnavailable => "slipstream_uring_unavailable_workers_total",
+            Counter::UringFailed => "slipstream_uring_failed_workers_total",
         }
     }
 
@@ -314,6 +318,7 @@ impl Counter {
             Counter::Http2ConnectionErrors => "HTTP/2 connections ended by a protocol or I/O error.",
             Counter::Http2Malformed => "HTTP/2 requests reset as malformed (nothing forwarded).",
             Counter::UringUnavailable => "Workers asked for io_uring (`io = \"uring\"`) that the kernel refused a ring: they run on epoll.",
+            Counter::UringFailed => "Workers whose io_uring failed with an error that cannot be retried: they went on on epoll.",
         }
     }
 }

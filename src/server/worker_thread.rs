@@ -37,7 +37,9 @@ pub(super) fn run(worker: Worker, listeners: Vec<Listening>) {
     let local = LocalSet::new();
     local.block_on(&rt, async move {
         if worker.snapshot().config.io == crate::config::IoMode::Uring {
-            if let Err(e) = crate::uring::start() {
+            let counters = worker.counters.clone();
+            let failed = move |_: &std::io::Error| counters.inc(Counter::UringFailed);
+            if let Err(e) = crate::uring::start(failed) {
                 worker.counters.inc(Counter::UringUnavailable);
                 tracing::warn!(
                     "worker {}: io = \"uring\" but the kernel refused a ring ({e}); using epoll",

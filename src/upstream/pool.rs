@@ -274,7 +274,13 @@ fn is_quiet(stream: &Stream) -> bool {
         return true;
     }
     let mut probe = [0u8; 1];
-    matches!(stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    let quiet =
+        matches!(stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+    if quiet {
+        // A spurious wake-up: the probe spent the ring's idle watch, so it is armed again.
+        stream.watch_idle();
+    }
+    quiet
 }
 
 #[cfg(test)]

@@ -22,6 +22,9 @@ pub struct UringListener {
     /// It has been asked to end (the connection limit): what it took is still handed out,
     /// and the next `accept` after that starts another.
     stopping: bool,
+    /// Once the ring has failed: the same socket on tokio's epoll, whose connections stay on
+    /// epoll.
+    epoll: Option<tokio::net::TcpListener>,
 }
 
 impl UringListener {
@@ -32,13 +35,19 @@ impl UringListener {
             driver,
             accepting: None,
             stopping: false,
+            epoll: None,
         }
     }
 
     /// The next connection, on the ring, and its peer. An error is the listener's (out of descriptors, for one): the caller pauses and
     /// calls again, which starts a new multishot accept.
+    /// Once the ring has failed, connections come through tokio's epoll instead (those the
+    /// ring took before are handed out first).
     pub async fn accept(&mut self) -> io::Result<(crate::net::Stream, SocketAddr)> {
         loop {
+            if self.accepting.is_none() && self.driver.failed() {
+                return self.accept_on_epoll().await;
+            }
             let index = match self.accepting {
                 Some(index) => index,
                 None => {
@@ -77,6 +86,21 @@ impl UringListener {
                 return Ok((crate::net::Stream::Uring(Box::new(socket)), peer));
             }
         }
+    }
+
+    /// The next connection through tokio's epoll (the ring has failed).
+    async fn accept_on_epoll(&mut self) -> io::Result<(crate::net::Stream, SocketAddr)> {
+        let listener = match &self.epoll {
+            Some(listener) => listener,
+            None => {
+                let socket = self.socket.try_clone()?;
+                socket.set_nonblocking(true)?;
+                self.epoll
+                    .insert(tokio::net::TcpListener::from_std(socket)?)
+            }
+        };
+        let (tcp, peer) = listener.accept().await?;
+        Ok((crate::net::Stream::Tcp(tcp), peer))
     }
 
     /// Stops taking connections (they wait in the kernel's backlog) until the next

@@ -8,13 +8,19 @@
 //!   edge-triggered and every signal is a new edge.
 //! - Operations queue their entries and wake the driver task, which runs after the tasks
 //!   already woken: one `io_uring_enter` submits a whole tick's entries and reaps completions.
+//! - An `io_uring_enter` that fails with `EINTR`, `EAGAIN` or `EBUSY` is tried again on the
+//!   next turn. Any other error cuts the ring off for good ([`Driver::failed`]): every waiting
+//!   operation ends with `ECANCELED`, later ones fail at once, and the worker carries on with
+//!   epoll (see [`super::start`]).
 //!
-//! Soundness: an entry points at memory the caller lends for the operation. [`Op`] borrows it
-//! for as long as the future lives; if the future is dropped before its completion arrives (a
-//! timeout, a client gone), its drop cancels the operation and waits, on this thread, until the
-//! kernel has let go of it. So lent memory is never freed while the kernel may touch it.
+//! Soundness: memory the kernel reads or writes for an operation is owned by its slot
+//! ([`super::slots::Lent`]): a read's buffer is moved in and handed back with the completion;
+//! a send's bytes are copied into a buffer of the driver's. A future dropped early leaves the
+//! memory there until the operation's own completion (its cancel is queued, not waited for),
+//! and a future leaked with `mem::forget` leaves it for good, so no future can free memory the
+//! kernel still uses. Memory the kernel may hold when the ring goes is leaked, not freed.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, RefCell, UnsafeCell};
 use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -25,49 +31,14 @@ use std::task::{Context, Poll, Waker};
 use io_uring::{opcode, squeue, IoUring};
 use tokio::io::unix::AsyncFd;
 
+pub use super::slots::Completion;
+use super::slots::{Aftermath, GiveUp, Lent, Slots};
+
 /// Entries in a ring's submission queue.
 const ENTRIES: u32 = 4096;
 
 /// `IORING_ENTER_GETEVENTS`: also run deferred completions.
 const GETEVENTS: u32 = 1;
-
-/// How an operation ended: its result (a count, or a negated errno) and the completion's
-/// flags (which provided buffer a read filled).
-#[derive(Debug, Clone, Copy)]
-pub struct Completion {
-    /// A count, or a negated errno.
-    pub result: i32,
-    /// `IORING_CQE_F_*` bits; for a read into a provided buffer, also its id.
-    pub flags: u32,
-}
-
-/// The state of one operation.
-enum Slot {
-    Free,
-    /// In flight; the waker of the task awaiting it.
-    Waiting(Option<Waker>),
-    /// Completed.
-    Done(Completion),
-    /// In flight with nobody waiting (a cancel request): freed when it completes.
-    Detached,
-    /// Not in the kernel at all: a pause that ends at its deadline ([`Driver::nap`]).
-    Napping(Option<Waker>),
-    /// A multishot accept: each completion is a new connection (or an error); it stays in
-    /// the kernel until a completion without `IORING_CQE_F_MORE`.
-    Accepting(Box<Accepting>),
-    /// A multishot accept whose listener let go of it: connections it still brings are
-    /// closed, and the slot is freed with its last completion.
-    AcceptGivenUp,
-}
-
-/// What a multishot accept has brought that its listener has not taken yet.
-#[derive(Default)]
-struct Accepting {
-    got: std::collections::VecDeque<Completion>,
-    waker: Option<Waker>,
-    /// Its last completion has arrived: it is no longer in the kernel.
-    ended: bool,
-}
 
 /// Buffers the kernel picks from when a waiting read completes (`IOSQE_BUFFER_SELECT`): an
 /// idle connection holds none; bytes land in one only when they arrive, and the connection
@@ -79,35 +50,15 @@ const PROVIDED_COUNT: u16 = 256;
 /// The provided buffers' group id.
 const GROUP: u16 = 0;
 
-/// A worker thread's ring and the operations in flight on it.
-pub struct Driver {
-    /// Declared first so that it is dropped first: the ring is closed before the provided
-    /// buffers are freed.
-    ring: IoUring,
-    /// The provided buffers, `PROVIDED_COUNT` of `PROVIDED_SIZE` bytes.
-    provided: Box<[std::cell::UnsafeCell<u8>]>,
-    /// The buffer ring registered with the kernel (`PROVIDED_COUNT` entries, page-aligned):
-    /// giving a buffer back is a write here, no operation.
-    buf_ring: BufRing,
-    slots: RefCell<Vec<Slot>>,
-    free: RefCell<Vec<usize>>,
-    /// Entries are queued that have not been submitted.
-    queued: Cell<bool>,
-    /// The driver task's waker.
-    waker: RefCell<Option<Waker>>,
-    /// Per slot: when its operation times out, in [`Driver::clock`] milliseconds; 0 for
-    /// none, [`TIMED_OUT`] once it has been cancelled for it.
-    deadlines: RefCell<Vec<u64>>,
-    /// Operations in flight with a deadline.
-    timed: Cell<usize>,
-    /// Milliseconds since `started`, read once per turn of the driver loop: the time
-    /// deadlines are set from, so an operation reads no clock.
-    now_ms: Cell<u64>,
-    started: std::time::Instant,
-}
+/// Sends of up to this many bytes (a head and a small body: about a microsecond of copying)
+/// are copied into a buffer the driver owns and go out with the turn's submission; larger
+/// ones are sent directly (copying them would cost more than the system call the ring saves),
+/// waiting on the ring only when the socket is full. The kernel copies every byte sent either
+/// way.
+pub const SEND_COPY_MAX: usize = 16 * 1024;
+/// Send buffers kept for reuse.
+const SPARE_SENDS: usize = 64;
 
-/// A deadline whose operation has been cancelled for passing it.
-const TIMED_OUT: u64 = u64::MAX;
 /// How often in-flight operations are checked against their deadlines while any has one: a
 /// timeout fires up to this late.
 const SWEEP_MS: u64 = 10;
@@ -115,6 +66,51 @@ const SWEEP_MS: u64 = 10;
 /// since 6.10): a turn that hands out this many may have left some behind, which signal no
 /// eventfd, so the loop enters again at once.
 const KERNEL_BATCH: usize = 20;
+/// `io_uring_enter` failing with a retryable error this many times in a row cuts the ring off.
+const MAX_RETRIES: u32 = 10_000;
+
+/// Whether an `io_uring_enter` error is worth another try: interrupted by a signal
+/// (`EINTR`), short of memory for requests for now (`EAGAIN`), or the completion queue full
+/// with overflowed entries waiting (`EBUSY`: the turn reaps them, making room).
+pub fn retryable(errno: i32) -> bool {
+    matches!(errno, libc::EINTR | libc::EAGAIN | libc::EBUSY)
+}
+
+/// A worker thread's ring and the operations in flight on it.
+pub struct Driver {
+    /// Declared first so that it is dropped first: the ring is closed before the provided
+    /// buffers are freed.
+    ring: IoUring,
+    /// The provided buffers, `PROVIDED_COUNT` of `PROVIDED_SIZE` bytes.
+    provided: Box<[UnsafeCell<u8>]>,
+    /// The buffer ring registered with the kernel (`PROVIDED_COUNT` entries, page-aligned):
+    /// giving a buffer back is a write here, no operation.
+    buf_ring: BufRing,
+    book: RefCell<Slots>,
+    /// Entries are queued that have not been submitted.
+    queued: Cell<bool>,
+    /// The driver task's waker.
+    waker: RefCell<Option<Waker>>,
+    /// Milliseconds since `started`, read once per turn of the driver loop: the time
+    /// deadlines are set from, so an operation reads no clock.
+    now_ms: Cell<u64>,
+    started: std::time::Instant,
+    /// Send buffers for reuse.
+    spare: RefCell<Vec<Vec<u8>>>,
+    /// Why the ring was cut off, once it was: nothing is submitted after that.
+    failure: RefCell<Option<io::Error>>,
+    /// Retryable `io_uring_enter` errors in a row.
+    retries: Cell<u32>,
+    /// Errors the next `io_uring_enter` calls return instead of entering (tests).
+    #[cfg(test)]
+    pub(super) inject: RefCell<std::collections::VecDeque<i32>>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Driver")
+    }
+}
 
 impl Driver {
     /// A ring for this thread, or why the kernel refused one (too old, or io_uring disabled
@@ -125,10 +121,10 @@ impl Driver {
             .setup_defer_taskrun()
             .build(ENTRIES)?;
         let size = PROVIDED_SIZE * usize::from(PROVIDED_COUNT);
-        let provided = (0..size).map(|_| std::cell::UnsafeCell::new(0)).collect();
+        let provided = (0..size).map(|_| UnsafeCell::new(0)).collect();
         let buf_ring = BufRing::new()?;
         // SAFETY: the ring memory is page-aligned, zeroed, `PROVIDED_COUNT` entries long, and
-        // lives until it is unregistered (in `Driver::drop`).
+        // lives until it is unregistered (in `Driver::drop`) or is leaked.
         unsafe {
             ring.submitter().register_buf_ring_with_flags(
                 buf_ring.base as u64,
@@ -141,14 +137,16 @@ impl Driver {
             ring,
             provided,
             buf_ring,
-            slots: RefCell::new(Vec::new()),
-            free: RefCell::new(Vec::new()),
+            book: RefCell::new(Slots::default()),
             queued: Cell::new(false),
             waker: RefCell::new(None),
-            deadlines: RefCell::new(Vec::new()),
-            timed: Cell::new(0),
             now_ms: Cell::new(0),
             started: std::time::Instant::now(),
+            spare: RefCell::new(Vec::new()),
+            failure: RefCell::new(None),
+            retries: Cell::new(0),
+            #[cfg(test)]
+            inject: RefCell::default(),
         });
         for id in 0..PROVIDED_COUNT {
             driver.give_back(id);
@@ -157,15 +155,11 @@ impl Driver {
     }
 
     /// Submits queued entries and hands out completions, then waits until more entries are
-    /// queued or the ring signals; runs for the life of the worker.
+    /// queued or the ring signals; runs for the life of the worker. Returns the error that cut
+    /// the ring off, if one does.
     pub async fn drive(self: Rc<Driver>) -> io::Result<()> {
-        // SAFETY: eventfd(2) takes no memory; the descriptor is owned from here on.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if efd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `efd` is a fresh descriptor nothing else owns.
-        let efd = unsafe { OwnedFd::from_raw_fd(efd) };
+        use rustix::event::EventfdFlags;
+        let efd = rustix::event::eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
         self.ring.submitter().register_eventfd(efd.as_raw_fd())?;
         // SAFETY: the eventfd is owned by the registration and closed only with it.
         let signal = unsafe { AsyncFd::register_with_interest(efd, tokio::io::Interest::READABLE) }
@@ -174,22 +168,25 @@ impl Driver {
         let mut next_sweep = 0;
         loop {
             self.queued.set(false);
-            let handed_out = self.enter(0)?;
+            let handed_out = self.enter(0);
+            if let Some(e) = self.failure.borrow().as_ref() {
+                return Err(io::Error::new(e.kind(), e.to_string()));
+            }
             let now = self.started.elapsed().as_millis() as u64;
             self.now_ms.set(now);
-            if self.timed.get() > 0 && now >= next_sweep {
+            if self.book.borrow().timed() > 0 && now >= next_sweep {
                 self.cancel_overdue(now);
                 next_sweep = now + SWEEP_MS;
                 let at = tokio::time::Instant::from_std(self.started)
                     + std::time::Duration::from_millis(next_sweep);
                 sweep.as_mut().reset(at);
             }
-            if handed_out >= KERNEL_BATCH {
+            if handed_out >= KERNEL_BATCH || self.retries.get() > 0 {
                 tokio::task::yield_now().await;
                 continue;
             }
             std::future::poll_fn(|cx| {
-                if self.timed.get() > 0 && sweep.as_mut().poll(cx).is_ready() {
+                if self.book.borrow().timed() > 0 && sweep.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(());
                 }
                 self.wait(cx, &signal)
@@ -198,156 +195,132 @@ impl Driver {
         }
     }
 
+    /// Whether the ring has been cut off by a fatal `io_uring_enter` error.
+    pub fn failed(&self) -> bool {
+        self.failure.borrow().is_some()
+    }
+
     /// Cancels every operation in flight past its deadline: it completes with `ETIMEDOUT`.
     fn cancel_overdue(&self, now: u64) {
-        let overdue: Vec<usize> = {
-            let mut deadlines = self.deadlines.borrow_mut();
-            let mut slots = self.slots.borrow_mut();
-            let mut found = Vec::new();
-            for (index, deadline) in deadlines.iter_mut().enumerate() {
-                if *deadline == 0 || *deadline == TIMED_OUT || *deadline > now {
-                    continue;
-                }
-                match slots.get_mut(index) {
-                    Some(Slot::Waiting(_)) => {
-                        *deadline = TIMED_OUT;
-                        found.push(index);
-                    }
-                    Some(slot @ Slot::Napping(_)) => {
-                        *deadline = TIMED_OUT;
-                        let woke = Slot::Done(Completion {
-                            result: -libc::ETIMEDOUT,
-                            flags: 0,
-                        });
-                        if let Slot::Napping(Some(w)) = std::mem::replace(slot, woke) {
-                            w.wake();
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            found
-        };
+        let overdue = self.book.borrow_mut().overdue(now);
         for index in overdue {
-            let cancel = opcode::AsyncCancel::new(index as u64).build();
-            // SAFETY: a cancel entry points at no memory.
-            let cancel_slot = unsafe { self.queue(cancel) };
-            self.slots.borrow_mut()[cancel_slot] = Slot::Detached;
+            self.cancel(index);
         }
+    }
+
+    /// Queues a cancel of the operation in slot `index`; its own completion is an orphan's.
+    fn cancel(&self, index: usize) {
+        let cancel = opcode::AsyncCancel::new(index as u64).build();
+        // SAFETY: a cancel entry points at no memory.
+        unsafe { self.queue(cancel, None) };
     }
 
     /// Gives slot `index` a deadline `timeout` from now.
     fn set_deadline(&self, index: usize, timeout: std::time::Duration) {
-        if self.timed.get() == 0 {
+        if self.book.borrow().timed() == 0 {
             // No sweep has been running, so the loop may not have turned (nor read the
             // clock) for a long while: a deadline counted from then could be past already.
             self.now_ms.set(self.started.elapsed().as_millis() as u64);
         }
-        let mut deadlines = self.deadlines.borrow_mut();
-        if deadlines.len() <= index {
-            deadlines.resize(index + 1, 0);
-        }
         let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX / 2);
-        deadlines[index] = self
-            .now_ms
-            .get()
-            .saturating_add(ms.max(1))
-            .min(TIMED_OUT - 1);
-        self.timed.set(self.timed.get() + 1);
+        let first = self
+            .book
+            .borrow_mut()
+            .set_deadline(index, self.now_ms.get(), ms);
         // A sweep must be scheduled: wake the loop if no deadline was pending.
-        if self.timed.get() == 1 {
+        if first {
             if let Some(w) = self.waker.borrow().as_ref() {
                 w.wake_by_ref();
             }
         }
     }
 
-    /// Clears slot `index`'s deadline as it is freed; whether the operation was cancelled for
-    /// passing it.
-    fn clear_deadline(&self, index: usize) -> bool {
-        let mut deadlines = self.deadlines.borrow_mut();
-        match deadlines.get_mut(index) {
-            Some(d) if *d != 0 => {
-                let timed_out = *d == TIMED_OUT;
-                *d = 0;
-                self.timed.set(self.timed.get() - 1);
-                timed_out
-            }
-            _ => false,
+    /// One `io_uring_enter`, or the error injected in its place (tests).
+    fn enter_kernel(&self, queued: u32, want: u32) -> io::Result<usize> {
+        #[cfg(test)]
+        if let Some(errno) = self.inject.borrow_mut().pop_front() {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        // SAFETY: no signal mask argument; every entry queued points at memory its slot owns.
+        unsafe {
+            self.ring
+                .submitter()
+                .enter::<libc::sigset_t>(queued, want, GETEVENTS, None)
         }
     }
 
     /// Submits what is queued, waits for `want` completions, and hands out every completion;
-    /// how many.
-    fn enter(&self, want: u32) -> io::Result<usize> {
+    /// how many. A retryable error leaves the entries queued for the next turn; a fatal one
+    /// cuts the ring off ([`Driver::fail`]).
+    fn enter(&self, want: u32) -> usize {
+        if self.failed() {
+            return 0;
+        }
         // SAFETY: this thread is the ring's only user (`SINGLE_ISSUER`), and no other borrow
         // of its queues is alive.
         let queued = unsafe { self.ring.submission_shared() }.len() as u32;
-        // SAFETY: no signal mask argument.
-        let entered = unsafe {
-            self.ring
-                .submitter()
-                .enter::<libc::sigset_t>(queued, want, GETEVENTS, None)
-        };
-        match entered {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-            Err(e) => return Err(e),
+        match self.enter_kernel(queued, want) {
+            Ok(_) => self.retries.set(0),
+            Err(e) if e.raw_os_error().is_some_and(retryable) => {
+                let retries = self.retries.get() + 1;
+                self.retries.set(retries);
+                if retries >= MAX_RETRIES {
+                    self.fail(e);
+                    return 0;
+                }
+                tracing::debug!("io_uring_enter: {e}; tried again next turn");
+                // What was not submitted is still queued: the loop turns again for it.
+                self.queued.set(true);
+            }
+            Err(e) => {
+                self.fail(e);
+                return 0;
+            }
         }
-        let mut slots = self.slots.borrow_mut();
         let mut handed_out = 0;
         // SAFETY: as above.
         for cqe in unsafe { self.ring.completion_shared() } {
             handed_out += 1;
-            let index = cqe.user_data() as usize;
-            let Some(slot) = slots.get_mut(index) else {
-                continue;
-            };
             let done = Completion {
                 result: cqe.result(),
                 flags: cqe.flags(),
             };
-            let more = io_uring::cqueue::more(done.flags);
-            match slot {
-                Slot::Accepting(accepting) => {
-                    accepting.ended = !more;
-                    accepting.got.push_back(done);
-                    if let Some(w) = accepting.waker.take() {
-                        w.wake();
-                    }
-                    continue;
-                }
-                Slot::AcceptGivenUp => {
-                    close_accepted(done);
-                    if !more {
-                        *slot = Slot::Free;
-                        self.free.borrow_mut().push(index);
-                    }
-                    continue;
-                }
-                _ => {}
-            }
-            match std::mem::replace(slot, Slot::Done(done)) {
-                Slot::Waiting(Some(w)) => w.wake(),
-                Slot::Waiting(None) => {}
-                Slot::Detached => {
-                    *slot = Slot::Free;
-                    self.free.borrow_mut().push(index);
-                    self.clear_deadline(index);
-                }
-                // Not in flight: a stray completion changes nothing.
-                old @ (Slot::Done(_) | Slot::Free | Slot::Napping(_)) => *slot = old,
-                Slot::Accepting(_) | Slot::AcceptGivenUp => unreachable!("handled above"),
-            }
+            let after = self
+                .book
+                .borrow_mut()
+                .complete(cqe.user_data() as usize, done);
+            self.settle(after);
         }
-        Ok(handed_out)
+        handed_out
+    }
+
+    /// Cuts the ring off after a fatal error: every waiter ends with `ECANCELED`, and the
+    /// memory of operations still in the kernel stays owned (see [`Slots::fail_all`]).
+    fn fail(&self, e: io::Error) {
+        self.book.borrow_mut().fail_all();
+        *self.failure.borrow_mut() = Some(e);
+        if let Some(w) = self.waker.borrow().as_ref() {
+            w.wake_by_ref();
+        }
+    }
+
+    /// Does what a completion or a given-up operation leaves to do.
+    fn settle(&self, after: Aftermath) {
+        if let Some(id) = after.provided {
+            self.give_back(id);
+        }
+        if let Lent::Write(buf) = after.released {
+            self.recycle(buf);
+        }
+        if let Some(fd) = after.close {
+            close_accepted(fd);
+        }
     }
 
     /// Ready when entries are queued or the ring has signalled.
     fn wait(&self, cx: &mut Context<'_>, signal: &AsyncFd<OwnedFd>) -> Poll<()> {
         *self.waker.borrow_mut() = Some(cx.waker().clone());
-        if self.queued.get() {
+        if self.queued.get() || self.failed() {
             return Poll::Ready(());
         }
         match signal.poll_read_ready(cx) {
@@ -361,33 +334,39 @@ impl Driver {
         }
     }
 
-    /// A free slot (or a new one) set to `state`; its index.
-    fn take_slot(&self, state: Slot) -> usize {
-        let mut slots = self.slots.borrow_mut();
-        match self.free.borrow_mut().pop() {
-            Some(i) => {
-                slots[i] = state;
-                i
-            }
-            None => {
-                slots.push(state);
-                slots.len() - 1
-            }
-        }
-    }
-
-    /// Queues `entry` under a new slot; its index.
+    /// Queues `entry` under a new slot that owns `lent` (an orphan's when `lent` is `None`);
+    /// its index. On a failed ring nothing is queued and the slot is already done
+    /// (`ECANCELED`, the memory handed back).
     ///
     /// # Safety
-    /// Memory the entry points at must stay valid until the slot completes: keep it borrowed
-    /// by the [`Op`] that owns the slot (whose drop waits for the kernel to let go).
-    unsafe fn queue(&self, entry: squeue::Entry) -> usize {
-        let index = self.take_slot(Slot::Waiting(None));
+    /// Memory the entry points at must be `lent`'s (which the slot keeps until the entry's
+    /// completion) or memory that lives as long as the ring.
+    unsafe fn queue(&self, entry: squeue::Entry, lent: Option<Lent>) -> usize {
+        let failed = self.failed();
+        let index = {
+            let mut book = self.book.borrow_mut();
+            match lent {
+                Some(lent) => book.start(lent),
+                None => book.start_orphan(),
+            }
+        };
+        if failed {
+            self.book
+                .borrow_mut()
+                .complete(index, super::slots::CANCELED);
+            return index;
+        }
         let entry = entry.user_data(index as u64);
         // SAFETY: the caller keeps the entry's memory valid; this thread is the only user.
         while unsafe { self.ring.submission_shared().push(&entry) }.is_err() {
             // The queue is full: submit what it holds (completions are handed out too).
-            let _ = self.enter(0);
+            self.enter(0);
+            if self.failed() {
+                self.book
+                    .borrow_mut()
+                    .complete(index, super::slots::CANCELED);
+                return index;
+            }
         }
         if !self.queued.replace(true) {
             if let Some(w) = self.waker.borrow().as_ref() {
@@ -397,85 +376,33 @@ impl Driver {
         index
     }
 
-    /// The result of slot `index` if it completed (and the slot is freed), else registers
-    /// the waker.
-    fn poll_slot(&self, index: usize, cx: &mut Context<'_>) -> Poll<Completion> {
-        let mut slots = self.slots.borrow_mut();
-        match &mut slots[index] {
-            Slot::Done(done) => {
-                let mut done = *done;
-                slots[index] = Slot::Free;
-                self.free.borrow_mut().push(index);
-                if self.clear_deadline(index) && done.result == -libc::ECANCELED {
-                    done.result = -libc::ETIMEDOUT;
-                }
-                Poll::Ready(done)
-            }
-            Slot::Waiting(w) | Slot::Napping(w) => {
-                if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    *w = Some(cx.waker().clone());
-                }
-                Poll::Pending
-            }
-            Slot::Free | Slot::Detached | Slot::Accepting(_) | Slot::AcceptGivenUp => {
-                Poll::Ready(CANCELED)
-            }
+    /// Gives up the operation in slot `index` (its future is gone): a completed one is freed
+    /// now; one in the kernel keeps its memory until its own completion, and is cancelled.
+    fn give_up(&self, index: usize) {
+        let (give_up, after) = self.book.borrow_mut().give_up(index);
+        self.settle(after);
+        if give_up == GiveUp::Cancel {
+            self.cancel(index);
         }
-    }
-
-    /// Cancels slot `index` and waits, on this thread, until the kernel has finished with it.
-    fn cancel_and_wait(&self, index: usize) {
-        let cancel = opcode::AsyncCancel::new(index as u64).build();
-        // The cancel's own completion lands in a slot nobody waits on.
-        // SAFETY: a cancel entry points at no memory.
-        let cancel_slot = unsafe { self.queue(cancel) };
-        self.slots.borrow_mut()[cancel_slot] = Slot::Detached;
-        loop {
-            if matches!(self.slots.borrow()[index], Slot::Done(_)) {
-                break;
-            }
-            if self.enter(1).is_err() {
-                break;
-            }
-        }
-        let mut slots = self.slots.borrow_mut();
-        if let Slot::Done(done) = slots[index] {
-            // A read that completed as it was given up: its bytes are dropped with it.
-            if let Some(id) = io_uring::cqueue::buffer_select(done.flags) {
-                drop(slots);
-                self.give_back(id);
-                slots = self.slots.borrow_mut();
-            }
-        }
-        slots[index] = Slot::Free;
-        self.free.borrow_mut().push(index);
-        drop(slots);
-        self.clear_deadline(index);
     }
 }
 
-/// One operation in flight: a future of its result, which borrows what the kernel uses for
-/// `'a`. Dropped early, it cancels the operation and waits for the kernel to let go.
+/// One operation in flight: a future of its completion and the memory it lent. It borrows
+/// nothing the kernel uses; dropped early, it queues a cancel and its slot keeps the memory
+/// until the operation completes.
 pub struct Op<'a> {
     driver: &'a Driver,
     index: Option<usize>,
-    _lent: std::marker::PhantomData<&'a mut [u8]>,
 }
 
-/// What an operation that was never queued, or lost its slot, completes with.
-const CANCELED: Completion = Completion {
-    result: -libc::ECANCELED,
-    flags: 0,
-};
-
 impl Future for Op<'_> {
-    type Output = Completion;
+    type Output = (Completion, Lent);
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Completion> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<(Completion, Lent)> {
         let Some(index) = self.index else {
-            return Poll::Ready(CANCELED);
+            return Poll::Ready((super::slots::CANCELED, Lent::Nothing));
         };
-        let result = std::task::ready!(self.driver.poll_slot(index, cx));
+        let result = std::task::ready!(self.driver.book.borrow_mut().poll(index, cx));
         self.index = None;
         Poll::Ready(result)
     }
@@ -484,46 +411,114 @@ impl Future for Op<'_> {
 impl Drop for Op<'_> {
     fn drop(&mut self) {
         if let Some(index) = self.index.take() {
-            self.driver.cancel_and_wait(index);
+            self.driver.give_up(index);
         }
     }
 }
 
 impl Driver {
-    /// Queues `entry` as an [`Op`] that fails with `ETIMEDOUT` if it has not completed
-    /// within `timeout` (checked every 10 ms by the driver loop; no clock read or timer here).
+    /// Queues `entry`, whose memory is `lent`'s, as an [`Op`] that fails with `ETIMEDOUT` if
+    /// it has not completed within `timeout` (checked every 10 ms by the driver loop; no
+    /// clock read or timer here).
     ///
     /// # Safety
-    /// Everything the entry points at must be borrowed for `'a`.
-    pub(super) unsafe fn op_within<'a>(
-        &'a self,
+    /// Everything the entry points at must be `lent`'s memory (or the ring's own).
+    unsafe fn op_within(
+        &self,
         entry: squeue::Entry,
+        lent: Lent,
         timeout: std::time::Duration,
-    ) -> Op<'a> {
-        // SAFETY: as for `op`.
-        let op = unsafe { self.op(entry) };
-        if let Some(index) = op.index {
-            self.set_deadline(index, timeout);
-        }
-        op
-    }
-
-    /// Queues `entry`, whose memory `'a` covers, as an [`Op`].
-    ///
-    /// # Safety
-    /// Everything the entry points at must be borrowed for `'a`.
-    pub(super) unsafe fn op<'a>(&'a self, entry: squeue::Entry) -> Op<'a> {
-        // SAFETY: the caller lends the memory for `'a`, which the `Op` holds.
-        let index = unsafe { self.queue(entry) };
+    ) -> Op<'_> {
+        // SAFETY: the caller's promise, passed on.
+        let index = unsafe { self.queue(entry, Some(lent)) };
+        self.set_deadline(index, timeout);
         Op {
             driver: self,
             index: Some(index),
-            _lent: std::marker::PhantomData,
         }
     }
-}
 
-impl Driver {
+    /// A read from `fd` into the spare capacity of `buf`, which the operation owns until it
+    /// completes: the future hands it back, `len` grown by the count read.
+    pub(super) async fn recv_owned(
+        &self,
+        fd: io_uring::types::Fd,
+        mut buf: Vec<u8>,
+        timeout: std::time::Duration,
+    ) -> (io::Result<usize>, Option<Vec<u8>>) {
+        let spare = buf.spare_capacity_mut();
+        let room = u32::try_from(spare.len()).unwrap_or(u32::MAX);
+        let entry = opcode::Recv::new(fd, spare.as_mut_ptr().cast(), room).build();
+        // SAFETY: the entry points at `buf`'s heap memory, which does not move when `buf`
+        // moves into the slot, and which the slot owns until the read completes.
+        let op = unsafe { self.op_within(entry, Lent::Read(buf), timeout) };
+        let (done, lent) = op.await;
+        let Lent::Read(mut buf) = lent else {
+            return (result(done), None);
+        };
+        if let Ok(n) = result(done) {
+            let n = n.min(buf.capacity() - buf.len());
+            // SAFETY: the kernel initialized the first `n` bytes of the spare capacity (it
+            // writes no more than the `room` it was given).
+            unsafe { buf.set_len(buf.len() + n) };
+        }
+        (result(done), Some(buf))
+    }
+
+    /// A send of `parts` (together at most [`SEND_COPY_MAX`] bytes) on `fd`, copied into a
+    /// buffer the operation owns; how many bytes the socket took.
+    pub(super) async fn send_copied(
+        &self,
+        fd: io_uring::types::Fd,
+        parts: &[std::io::IoSlice<'_>],
+        timeout: std::time::Duration,
+    ) -> io::Result<usize> {
+        let mut buf = self.spare.borrow_mut().pop().unwrap_or_default();
+        buf.clear();
+        for part in parts {
+            buf.extend_from_slice(part);
+        }
+        let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
+        let entry = opcode::Send::new(fd, buf.as_ptr(), len)
+            .flags(libc::MSG_NOSIGNAL)
+            .build();
+        // SAFETY: the entry points at `buf`'s heap memory, owned by the slot until the send
+        // completes.
+        let op = unsafe { self.op_within(entry, Lent::Write(buf), timeout) };
+        let (done, lent) = op.await;
+        if let Lent::Write(buf) = lent {
+            self.recycle(buf);
+        }
+        result(done)
+    }
+
+    /// Keeps a send buffer for reuse.
+    fn recycle(&self, buf: Vec<u8>) {
+        let mut spare = self.spare.borrow_mut();
+        if spare.len() < SPARE_SENDS && buf.capacity() <= SEND_COPY_MAX {
+            spare.push(buf);
+        }
+    }
+
+    /// A read of up to [`PROVIDED_SIZE`] bytes from `fd` into a provided buffer, waiting for
+    /// bytes without holding any memory of its own. Completes with `-ENOBUFS` when every
+    /// provided buffer is in use. A filled buffer given up with the future goes back to the
+    /// kernel.
+    pub(super) async fn recv_provided(&self, fd: io_uring::types::Fd) -> Completion {
+        let entry = opcode::Recv::new(fd, std::ptr::null_mut(), PROVIDED_SIZE as u32)
+            .buf_group(GROUP)
+            .build()
+            .flags(squeue::Flags::BUFFER_SELECT);
+        // SAFETY: the kernel writes into a provided buffer, which lives as long as the ring
+        // (or is leaked with it while such a read may be in the kernel).
+        let index = unsafe { self.queue(entry, Some(Lent::Provided)) };
+        let op = Op {
+            driver: self,
+            index: Some(index),
+        };
+        op.await.0
+    }
+
     /// Gives provided buffer `id` to the kernel (again, once its bytes have been copied
     /// out): an entry at the buffer ring's tail, then the tail moved past it.
     pub(super) fn give_back(&self, id: u16) {
@@ -531,8 +526,8 @@ impl Driver {
         let addr = self.provided[usize::from(id) * PROVIDED_SIZE].get();
         let tail = self.buf_ring.tail.get();
         let index = usize::from(tail & (PROVIDED_COUNT - 1));
-        // SAFETY: `index` is within the ring; the kernel reads only entries before the
-        // published tail, and this one is past it until the store below.
+        // SAFETY: `index` is within the ring's `PROVIDED_COUNT` entries; the kernel reads only
+        // entries before the published tail, and this one is past it until the store below.
         unsafe {
             let entry = &mut *self.buf_ring.base.add(index);
             entry.set_addr(addr as u64);
@@ -550,17 +545,31 @@ impl Driver {
         }
     }
 
-    /// Copies bytes of provided buffer `id`, from `from` on, into `out`; how many.
-    pub(super) fn copy_out(&self, id: u16, from: usize, to: usize, out: &mut [u8]) -> usize {
-        assert!(from <= to && to <= PROVIDED_SIZE && id < PROVIDED_COUNT);
-        let n = (to - from).min(out.len());
-        let start = usize::from(id) * PROVIDED_SIZE + from;
-        let cells = &self.provided[start..start + n];
-        // SAFETY: the kernel wrote this buffer's bytes before the read completed and does not
-        // touch it again until it is given back; `UnsafeCell<u8>` has `u8`'s layout.
-        let bytes = unsafe { std::slice::from_raw_parts(cells.as_ptr().cast::<u8>(), n) };
-        out[..n].copy_from_slice(bytes);
+    /// Appends bytes `from..to` of provided buffer `id` to `out`, as many as its spare
+    /// capacity holds; how many.
+    pub(super) fn copy_out(&self, id: u16, from: usize, to: usize, out: &mut Vec<u8>) -> usize {
+        let n = (to - from).min(out.capacity() - out.len());
+        out.extend_from_slice(self.provided_bytes(id, from, from + n));
         n
+    }
+
+    /// Copies bytes `from..to` of provided buffer `id` into `out`; how many.
+    pub(super) fn copy_into(&self, id: u16, from: usize, to: usize, out: &mut [u8]) -> usize {
+        let n = (to - from).min(out.len());
+        out[..n].copy_from_slice(self.provided_bytes(id, from, from + n));
+        n
+    }
+
+    /// Bytes `from..to` of provided buffer `id`, which a completed read filled.
+    fn provided_bytes(&self, id: u16, from: usize, to: usize) -> &[u8] {
+        assert!(from <= to && to <= PROVIDED_SIZE && id < PROVIDED_COUNT);
+        let start = usize::from(id) * PROVIDED_SIZE + from;
+        let cells = &self.provided[start..start + (to - from)];
+        // SAFETY: the kernel wrote these bytes before the read completed (the buffer was
+        // zeroed before that, so they are initialized either way) and does not touch the
+        // buffer again until it is given back, which its holder does only after copying;
+        // `UnsafeCell<u8>` has `u8`'s layout.
+        unsafe { std::slice::from_raw_parts(cells.as_ptr().cast::<u8>(), cells.len()) }
     }
 
     /// Queues a wait for `events` on `fd` that lends no memory, so it may be left behind
@@ -568,86 +577,69 @@ impl Driver {
     pub(super) fn queue_wait(&self, fd: io_uring::types::Fd, events: u32) -> usize {
         let entry = opcode::PollAdd::new(fd, events).build();
         // SAFETY: a poll entry points at no memory.
-        unsafe { self.queue(entry) }
+        unsafe { self.queue(entry, Some(Lent::Nothing)) }
     }
 
     /// A pause of about `length` (rounded up to the next sweep) that asks nothing of the
     /// kernel: given up before it ends ([`Driver::forget`]), it has cost a slot and no
     /// system call. Its slot, to poll with [`Driver::poll_wait`].
     pub(super) fn nap(&self, length: std::time::Duration) -> usize {
-        let index = self.take_slot(Slot::Napping(None));
+        let index = self.book.borrow_mut().start_nap();
+        if self.failed() {
+            // No loop turns to end it: it ends at once.
+            self.book.borrow_mut().fail_all();
+            return index;
+        }
         self.set_deadline(index, length);
         index
     }
 
     /// Closes `fd` with the next turn's submission rather than a system call of its own. The
-    /// descriptor stays open (its number taken) until the kernel runs the close.
+    /// descriptor stays open (its number taken) until the kernel runs the close. On a failed
+    /// ring it is closed at once.
     pub(super) fn close(&self, fd: OwnedFd) {
+        if self.failed() {
+            return drop(fd);
+        }
         use std::os::fd::IntoRawFd;
         let entry = opcode::Close::new(io_uring::types::Fd(fd.into_raw_fd())).build();
         // SAFETY: a close entry points at no memory; the descriptor is the entry's to close.
-        let index = unsafe { self.queue(entry) };
-        self.slots.borrow_mut()[index] = Slot::Detached;
+        unsafe { self.queue(entry, None) };
     }
 
     /// How many operations the kernel holds (for tests: what a future left behind).
     #[cfg(test)]
     pub(super) fn in_kernel(&self) -> usize {
-        let slots = self.slots.borrow();
-        slots
-            .iter()
-            .filter(|s| match s {
-                Slot::Waiting(_) | Slot::Detached | Slot::AcceptGivenUp => true,
-                Slot::Accepting(accepting) => !accepting.ended,
-                Slot::Free | Slot::Done(_) | Slot::Napping(_) => false,
-            })
-            .count()
+        self.book.borrow().in_kernel()
     }
 
     /// Whether the operation in slot `index` has completed, without taking its result.
     pub(super) fn fired(&self, index: usize) -> bool {
-        matches!(self.slots.borrow().get(index), Some(Slot::Done(_)))
+        self.book.borrow().is_done(index)
     }
 
-    /// Whether the wait in slot `index` has fired (the slot is then freed).
-    pub(super) fn poll_wait(&self, index: usize, cx: &mut Context<'_>) -> Poll<()> {
-        self.poll_slot(index, cx).map(|_| ())
+    /// The completion of the wait in slot `index` once it has fired (the slot is then freed).
+    pub(super) fn poll_wait(&self, index: usize, cx: &mut Context<'_>) -> Poll<Completion> {
+        self.book.borrow_mut().poll(index, cx).map(|(done, _)| done)
     }
 
     /// Gives up the wait in slot `index`: cancelled, and its slot freed when the kernel says
     /// so (a wait holds the socket open until then).
     pub(super) fn forget(&self, index: usize) {
-        {
-            let mut slots = self.slots.borrow_mut();
-            match slots[index] {
-                Slot::Done(_) | Slot::Napping(_) => {
-                    slots[index] = Slot::Free;
-                    self.free.borrow_mut().push(index);
-                    drop(slots);
-                    self.clear_deadline(index);
-                    return;
-                }
-                Slot::Waiting(_) => slots[index] = Slot::Detached,
-                Slot::Free | Slot::Detached | Slot::Accepting(_) | Slot::AcceptGivenUp => return,
-            }
-        }
-        let cancel = opcode::AsyncCancel::new(index as u64).build();
-        // SAFETY: a cancel entry points at no memory.
-        let cancel_slot = unsafe { self.queue(cancel) };
-        self.slots.borrow_mut()[cancel_slot] = Slot::Detached;
+        self.give_up(index);
     }
 
-    /// A read of up to [`PROVIDED_SIZE`] bytes from `fd` into a provided buffer, waiting for
-    /// bytes without holding any memory of its own. Completes with `-ENOBUFS` when every
-    /// provided buffer is in use.
-    pub(super) fn recv_provided(&self, fd: io_uring::types::Fd) -> Op<'_> {
-        let entry = opcode::Recv::new(fd, std::ptr::null_mut(), PROVIDED_SIZE as u32)
-            .buf_group(GROUP)
-            .build()
-            .flags(squeue::Flags::BUFFER_SELECT);
-        // SAFETY: the kernel writes into a provided buffer, which the driver owns for as long
-        // as the `Op` borrows it.
-        unsafe { self.op(entry) }
+    /// A readiness wait for `events` on `fd` that ends with `ETIMEDOUT` after `timeout`.
+    pub(super) async fn wait_within(
+        &self,
+        fd: io_uring::types::Fd,
+        events: u32,
+        timeout: std::time::Duration,
+    ) -> io::Result<()> {
+        let entry = opcode::PollAdd::new(fd, events).build();
+        // SAFETY: a poll entry points at no memory.
+        let op = unsafe { self.op_within(entry, Lent::Nothing, timeout) };
+        result(op.await.0).map(|_| ())
     }
 }
 
@@ -656,12 +648,27 @@ impl Driver {
     /// connection a completion of its slot (taken with [`Driver::poll_accept`]). Accepted
     /// sockets are blocking (the ring waits, not the thread) and close-on-exec.
     pub(super) fn accept_many(&self, listener: io_uring::types::Fd) -> usize {
+        let index = self.book.borrow_mut().start_accepting();
+        if self.failed() {
+            self.book.borrow_mut().fail_all();
+            return index;
+        }
         let entry = opcode::AcceptMulti::new(listener)
             .flags(libc::SOCK_CLOEXEC)
-            .build();
+            .build()
+            .user_data(index as u64);
         // SAFETY: a multishot accept is given no address to fill: it points at no memory.
-        let index = unsafe { self.queue(entry) };
-        self.slots.borrow_mut()[index] = Slot::Accepting(Box::default());
+        while unsafe { self.ring.submission_shared().push(&entry) }.is_err() {
+            self.enter(0);
+            if self.failed() {
+                return index;
+            }
+        }
+        if !self.queued.replace(true) {
+            if let Some(w) = self.waker.borrow().as_ref() {
+                w.wake_by_ref();
+            }
+        }
         index
     }
 
@@ -673,62 +680,32 @@ impl Driver {
         index: usize,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Completion>> {
-        let mut slots = self.slots.borrow_mut();
-        let Slot::Accepting(accepting) = &mut slots[index] else {
-            return Poll::Ready(None);
-        };
-        if let Some(done) = accepting.got.pop_front() {
-            return Poll::Ready(Some(done));
-        }
-        if accepting.ended {
-            slots[index] = Slot::Free;
-            self.free.borrow_mut().push(index);
-            return Poll::Ready(None);
-        }
-        if !accepting
-            .waker
-            .as_ref()
-            .is_some_and(|w| w.will_wake(cx.waker()))
-        {
-            accepting.waker = Some(cx.waker().clone());
-        }
-        Poll::Pending
+        self.book.borrow_mut().poll_accept(index, cx)
     }
 
     /// Asks the kernel to end the multishot accept in slot `index` (at the connection
     /// limit); connections it took before that are still handed out by `poll_accept`.
     pub(super) fn stop_accepting(&self, index: usize) {
-        let cancel = opcode::AsyncCancel::new(index as u64).build();
-        // SAFETY: a cancel entry points at no memory.
-        let cancel_slot = unsafe { self.queue(cancel) };
-        self.slots.borrow_mut()[cancel_slot] = Slot::Detached;
+        self.cancel(index);
     }
 
     /// Lets go of the multishot accept in slot `index` (its listener is closing): the
     /// connections it holds, and any it still brings, are closed.
     pub(super) fn give_up_accepting(&self, index: usize) {
-        let mut slots = self.slots.borrow_mut();
-        let Slot::Accepting(accepting) = std::mem::replace(&mut slots[index], Slot::AcceptGivenUp)
-        else {
-            return;
-        };
-        accepting.got.into_iter().for_each(close_accepted);
-        if accepting.ended {
-            slots[index] = Slot::Free;
-            self.free.borrow_mut().push(index);
-            return;
+        let (got, give_up) = self.book.borrow_mut().give_up_accepting(index);
+        got.into_iter()
+            .filter(|done| done.result >= 0)
+            .for_each(|done| close_accepted(done.result));
+        if give_up == GiveUp::Cancel {
+            self.cancel(index);
         }
-        drop(slots);
-        self.stop_accepting(index);
     }
 }
 
-/// Closes the connection an accept completion brought, if it brought one.
-fn close_accepted(done: Completion) {
-    if done.result >= 0 {
-        // SAFETY: the descriptor is new from the kernel and nothing else has seen it.
-        drop(unsafe { OwnedFd::from_raw_fd(done.result) });
-    }
+/// Closes a connection an accept completion brought.
+fn close_accepted(fd: i32) {
+    // SAFETY: the descriptor is new from the kernel and nothing else has seen it.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
 }
 
 /// A result of an operation as `io::Result`.
@@ -770,13 +747,52 @@ impl BufRing {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        // Entries queued since the loop's last turn (the closes of the connections dropped
-        // with the worker) still go out: unsubmitted, their descriptors would leak.
-        let _ = self.ring.submit();
-        // The kernel lets go of the buffer ring when it is unregistered; if it cannot be,
-        // its memory is leaked rather than freed under the kernel.
-        if self.ring.submitter().unregister_buf_ring(GROUP).is_err() {
+        if !self.failed() {
+            // Entries queued since the loop's last turn (the closes of the connections
+            // dropped with the worker, the cancels of their reads) still go out: unsubmitted,
+            // their descriptors would leak.
+            let _ = self.ring.submit();
+            self.drain();
+        }
+        // Closing the ring does not wait for the kernel to drop what it still holds: memory
+        // lent to operations it has not completed is leaked rather than freed under it.
+        let lent = self.book.get_mut().take_lent();
+        let provided_in_use = lent.iter().any(|l| matches!(l, Lent::Provided));
+        lent.into_iter().for_each(std::mem::forget);
+        if provided_in_use || self.ring.submitter().unregister_buf_ring(GROUP).is_err() {
+            std::mem::forget(std::mem::take(&mut self.provided));
             self.buf_ring.base = std::ptr::null_mut();
+        }
+    }
+}
+
+impl Driver {
+    /// Waits a little (at most a few hundred milliseconds in all) for the operations still
+    /// in the kernel that may write into memory, cancelled by their futures' drops, to
+    /// complete. Waits and accepts lend nothing and are not waited for.
+    fn drain(&mut self) {
+        let wait = io_uring::types::Timespec::new().nsec(50_000_000);
+        let args = io_uring::types::SubmitArgs::new().timespec(&wait);
+        for _ in 0..6 {
+            if !self.book.get_mut().lends_memory() {
+                return;
+            }
+            let entered = self.ring.submitter().submit_with_args(1, &args);
+            // SAFETY: this thread is the ring's only user.
+            for cqe in unsafe { self.ring.completion_shared() } {
+                let done = Completion {
+                    result: cqe.result(),
+                    flags: cqe.flags(),
+                };
+                let after = self.book.get_mut().complete(cqe.user_data() as usize, done);
+                if let Some(fd) = after.close {
+                    close_accepted(fd);
+                }
+            }
+            if matches!(&entered, Err(e) if !e.raw_os_error().is_some_and(|n| retryable(n) || n == libc::ETIME))
+            {
+                return;
+            }
         }
     }
 }

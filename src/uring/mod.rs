@@ -8,6 +8,7 @@
 
 pub mod accept;
 pub mod driver;
+pub mod slots;
 pub mod stream;
 
 use std::cell::RefCell;
@@ -23,20 +24,31 @@ thread_local! {
 /// Starts this worker thread's ring, driven by a task on its runtime (call inside its
 /// `LocalSet`). On failure (an old kernel, `kernel.io_uring_disabled`, a seccomp profile) the
 /// reason is returned and the thread stays on epoll.
-pub fn start() -> std::io::Result<()> {
+///
+/// If the ring later fails for good (an `io_uring_enter` error other than `EINTR`, `EAGAIN`,
+/// `EBUSY`), the worker carries on with epoll: the failure is logged and `failed` is called
+/// (it counts it); new connections, accepted or opened, go on epoll, a ring listener accepts
+/// through epoll, and the ring's own connections fail their next operation and close (a
+/// client reconnects, a pooled upstream connection is replaced). Moving those connections
+/// live would mean switching each one's pending operations to epoll mid-flight while the
+/// kernel may still complete them; failing them is as safe as a worker restart, simpler, and
+/// leaves the thread, its listeners and its pools in place.
+pub fn start(failed: impl FnOnce(&std::io::Error) + 'static) -> std::io::Result<()> {
     let driver = Driver::new()?;
     RING.with(|r| *r.borrow_mut() = Some(driver.clone()));
     tokio::task::spawn_local(async move {
         if let Err(e) = driver.drive().await {
-            tracing::error!("io_uring driver stopped: {e}");
+            tracing::error!("io_uring failed ({e}): this worker goes on with epoll");
+            RING.with(|r| r.borrow_mut().take());
+            failed(&e);
         }
     });
     Ok(())
 }
 
-/// This thread's ring, if it runs one.
+/// This thread's ring, if it runs one (and it has not failed).
 pub fn current() -> Option<Rc<Driver>> {
-    RING.with(|r| r.borrow().clone())
+    RING.with(|r| r.borrow().clone()).filter(|d| !d.failed())
 }
 
 /// A plain TCP connection on this thread's ring if it runs one, else on tokio's epoll. An

@@ -2,9 +2,12 @@
 //!
 //! The socket is not registered with tokio's epoll. Waiting for a request is a read into a
 //! provided buffer (an idle connection holds no buffer of its own); the bytes it brings are
-//! kept until the next read copies them out. Other reads and writes are ring operations whose
-//! futures borrow their buffers (see [`super::driver`] for why that is sound when they are
-//! dropped early). The poll-style `AsyncRead`/`AsyncWrite` (tunnels, compression) wait for
+//! kept until the next read copies them out. Other reads are ring operations that take the
+//! caller's buffer for as long as the kernel may write into it and hand it back with the
+//! count; small writes are copied into a buffer of the ring's, large ones sent directly (see
+//! [`super::driver`]: no future lends the kernel memory, so dropping or leaking one early is
+//! sound). An idle pooled connection can be watched for its peer leaving without a system
+//! call ([`UringTcp::watch_idle`]). The poll-style `AsyncRead`/`AsyncWrite` (tunnels, compression) wait for
 //! readiness on the ring and then call the kernel directly, without waiting.
 
 use std::cell::Cell;
@@ -14,10 +17,10 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use io_uring::{opcode, types};
+use io_uring::types;
 use rustix::net::{RecvFlags, SendFlags};
 
-use super::driver::{result, Driver};
+use super::driver::{Driver, SEND_COPY_MAX};
 
 /// How long a request waits before its client is watched for hanging up (rounded up to the
 /// driver's 10 ms sweep).
@@ -26,8 +29,9 @@ const HANGUP_WATCH_AFTER: Duration = Duration::from_millis(10);
 /// A TCP connection on the io_uring path.
 #[derive(Debug)]
 pub struct UringTcp {
-    /// Closed through the ring when the connection is dropped (see `Drop`).
-    socket: std::mem::ManuallyDrop<std::net::TcpStream>,
+    /// Closed through the ring when the connection is dropped (see `Drop`): always there
+    /// until then.
+    socket: Option<std::net::TcpStream>,
     driver: Rc<Driver>,
     /// Bytes a wait for a request left in a provided buffer: its id and the range not yet
     /// read.
@@ -45,12 +49,6 @@ pub struct UringTcp {
     idle_unread: Cell<bool>,
 }
 
-impl std::fmt::Debug for Driver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Driver")
-    }
-}
-
 impl UringTcp {
     /// Moves a connected socket onto the ring (blocking mode: the ring waits, not the thread;
     /// direct calls pass `MSG_DONTWAIT`).
@@ -62,7 +60,7 @@ impl UringTcp {
     /// A connection the ring accepted ([`super::accept::UringListener`]): blocking already.
     pub fn accepted(socket: std::net::TcpStream, driver: Rc<Driver>) -> UringTcp {
         UringTcp {
-            socket: std::mem::ManuallyDrop::new(socket),
+            socket: Some(socket),
             driver,
             pending: Cell::new(None),
             eof: Cell::new(false),
@@ -74,15 +72,16 @@ impl UringTcp {
     }
 
     fn fd(&self) -> types::Fd {
-        types::Fd(self.socket.as_raw_fd())
+        types::Fd(self.socket().as_raw_fd())
     }
 
-    /// Copies kept bytes into `out`; how many (0 when none are kept).
-    fn take_pending(&self, out: &mut [u8]) -> usize {
+    /// Takes kept bytes with `copy` (which copies bytes `from..to` of a provided buffer and
+    /// says how many it took); how many (0 when none are kept).
+    fn take_pending(&self, copy: impl FnOnce(u16, usize, usize) -> usize) -> usize {
         let Some((id, from, to)) = self.pending.get() else {
             return 0;
         };
-        let n = self.driver.copy_out(id, from, to, out);
+        let n = copy(id, from, to);
         if from + n == to {
             self.pending.set(None);
             self.driver.give_back(id);
@@ -93,49 +92,59 @@ impl UringTcp {
     }
 
     /// Reads once into the spare capacity of `buf` (which has some); `Ok(0)` is end of
-    /// stream; `TimedOut` when nothing comes for `timeout`.
+    /// stream; `TimedOut` when nothing comes for `timeout`. While the read is in the kernel
+    /// the buffer is the operation's: if this future is dropped (or leaked) before it
+    /// completes, `buf` is left empty and the buffer is freed when the read completes.
     pub async fn recv(&self, buf: &mut Vec<u8>, timeout: Duration) -> io::Result<usize> {
         self.idle_unread.set(false);
-        let len = buf.len();
         if self.pending.get().is_some() {
-            let spare = buf.spare_capacity_mut();
-            // SAFETY: `MaybeUninit<u8>` and `u8` share a layout, and only bytes written by
-            // the copy are counted as initialized below.
-            let out = unsafe { &mut *(std::ptr::from_mut(spare) as *mut [u8]) };
-            let n = self.take_pending(out);
-            // SAFETY: the copy initialized `n` bytes of the spare capacity.
-            unsafe { buf.set_len(len + n) };
-            return Ok(n);
+            return Ok(self.take_pending(|id, from, to| self.driver.copy_out(id, from, to, buf)));
         }
         if self.eof.get() {
             return Ok(0);
         }
-        let spare = buf.spare_capacity_mut();
-        let entry =
-            opcode::Recv::new(self.fd(), spare.as_mut_ptr().cast(), spare.len() as u32).build();
-        // SAFETY: `spare` stays borrowed by the operation until the kernel is done with it.
-        let n = result(unsafe { self.driver.op_within(entry, timeout) }.await)?;
-        // SAFETY: the kernel wrote `n` bytes into the spare capacity.
-        unsafe { buf.set_len(len + n) };
-        Ok(n)
+        let taken = std::mem::take(buf);
+        let (read, back) = self.driver.recv_owned(self.fd(), taken, timeout).await;
+        if let Some(back) = back {
+            *buf = back;
+        }
+        read
     }
 
     /// Sends what the socket takes of `slices` in one operation (a head and its body
-    /// together); how many bytes. `TimedOut` when it takes nothing for `timeout`.
+    /// together); how many bytes. `TimedOut` when it takes nothing for `timeout`. Up to
+    /// [`SEND_COPY_MAX`] bytes are copied into a buffer the ring owns and go out with the
+    /// loop's next turn; more are sent directly, waiting on the ring while the socket is full.
     pub async fn send(&self, slices: &[IoSlice<'_>], timeout: Duration) -> io::Result<usize> {
-        let fd = self.fd();
-        if let [one] = slices {
-            let entry = opcode::Send::new(fd, one.as_ptr(), one.len() as u32)
-                .flags(libc::MSG_NOSIGNAL)
-                .build();
-            // SAFETY: `one` stays borrowed by the operation.
-            return result(unsafe { self.driver.op_within(entry, timeout) }.await);
+        let total = slices.iter().map(|s| s.len()).sum::<usize>();
+        if total <= SEND_COPY_MAX {
+            return self.driver.send_copied(self.fd(), slices, timeout).await;
         }
-        let iov = slices.as_ptr().cast::<libc::iovec>();
-        let entry = opcode::Writev::new(fd, iov, slices.len() as u32).build();
-        // SAFETY: `IoSlice` is an `iovec` on Unix; the slices and what they point at stay
-        // borrowed by the operation.
-        result(unsafe { self.driver.op_within(entry, timeout) }.await)
+        loop {
+            match self.send_now(slices) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let events = libc::POLLOUT as u32;
+                    self.driver.wait_within(self.fd(), events, timeout).await?;
+                }
+                sent => return sent,
+            }
+        }
+    }
+
+    /// One direct, non-blocking send of `bufs`.
+    fn send_now(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        loop {
+            let sent = rustix::net::sendmsg(
+                self.socket(),
+                bufs,
+                &mut rustix::net::SendAncillaryBuffer::default(),
+                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+            );
+            match sent {
+                Err(rustix::io::Errno::INTR) => continue,
+                sent => return sent.map_err(io::Error::from),
+            }
+        }
     }
 
     /// Sends all of `slices`, in as few operations as the socket allows; `TimedOut` when the
@@ -226,12 +235,12 @@ impl UringTcp {
     pub fn try_read(&self, out: &mut [u8]) -> io::Result<usize> {
         self.idle_unread.set(false);
         if self.pending.get().is_some() {
-            return Ok(self.take_pending(out));
+            return Ok(self.take_pending(|id, from, to| self.driver.copy_into(id, from, to, out)));
         }
         if self.eof.get() {
             return Ok(0);
         }
-        Ok(rustix::net::recv(&*self.socket, out, RecvFlags::DONTWAIT)?.0)
+        Ok(rustix::net::recv(self.socket(), out, RecvFlags::DONTWAIT)?.0)
     }
 
     /// Resolves when the peer has closed its sending side or reset the connection (any
@@ -258,7 +267,7 @@ impl UringTcp {
         let mut probe = [0u8; 1];
         loop {
             let peeked = rustix::net::recv(
-                &*self.socket,
+                self.socket(),
                 &mut probe[..],
                 RecvFlags::PEEK | RecvFlags::DONTWAIT,
             );
@@ -273,12 +282,20 @@ impl UringTcp {
 
     /// The socket itself, for the calls that need no waiting (the addresses, shutdown).
     pub fn socket(&self) -> &std::net::TcpStream {
-        &self.socket
+        self.socket.as_ref().expect("open until dropped")
     }
 
     /// Ready when a readiness wait for `events` kept in `slot` has fired; arms one if none
-    /// is in flight.
-    fn poll_wait(&self, cx: &mut Context<'_>, slot: &Cell<Option<usize>>, events: u32) -> Poll<()> {
+    /// is in flight. An error when the ring has failed (the connection cannot go on).
+    fn poll_wait(
+        &self,
+        cx: &mut Context<'_>,
+        slot: &Cell<Option<usize>>,
+        events: u32,
+    ) -> Poll<io::Result<()>> {
+        if self.driver.failed() {
+            return Poll::Ready(Err(ring_failed()));
+        }
         let index = match slot.get() {
             Some(i) => i,
             None => {
@@ -289,7 +306,7 @@ impl UringTcp {
         };
         std::task::ready!(self.driver.poll_wait(index, cx));
         slot.set(None);
-        Poll::Ready(())
+        Poll::Ready(Ok(()))
     }
 
     /// Poll-style read: kept bytes first, then a direct read, waiting on the ring when the
@@ -306,7 +323,8 @@ impl UringTcp {
                     return Poll::Ready(Ok(()));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    std::task::ready!(self.poll_wait(cx, &self.wait_read, libc::POLLIN as u32));
+                    let events = libc::POLLIN as u32;
+                    std::task::ready!(self.poll_wait(cx, &self.wait_read, events))?;
                 }
                 Err(e) => return Poll::Ready(Err(e)),
             }
@@ -320,18 +338,12 @@ impl UringTcp {
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         loop {
-            let sent = rustix::net::sendmsg(
-                &*self.socket,
-                bufs,
-                &mut rustix::net::SendAncillaryBuffer::default(),
-                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
-            );
-            match sent {
-                Ok(n) => return Poll::Ready(Ok(n)),
-                Err(rustix::io::Errno::AGAIN) => {
-                    std::task::ready!(self.poll_wait(cx, &self.wait_write, libc::POLLOUT as u32));
+            match self.send_now(bufs) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let events = libc::POLLOUT as u32;
+                    std::task::ready!(self.poll_wait(cx, &self.wait_write, events))?;
                 }
-                Err(e) => return Poll::Ready(Err(e.into())),
+                sent => return Poll::Ready(sent),
             }
         }
     }
@@ -348,10 +360,15 @@ impl Drop for UringTcp {
         if let Some((id, _, _)) = self.pending.take() {
             self.driver.give_back(id);
         }
-        // SAFETY: `socket` is not used again: this is the connection's drop.
-        let socket = unsafe { std::mem::ManuallyDrop::take(&mut self.socket) };
-        self.driver.close(socket.into());
+        if let Some(socket) = self.socket.take() {
+            self.driver.close(socket.into());
+        }
     }
+}
+
+/// The error of an operation on a ring that has failed.
+fn ring_failed() -> io::Error {
+    io::Error::other("the worker's io_uring failed")
 }
 
 /// A readiness wait on the ring: it lends the kernel no memory, so dropping it early only

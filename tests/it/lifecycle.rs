@@ -321,6 +321,32 @@ fn client_gone_before_the_response_is_logged_as_499() {
 }
 
 #[test]
+fn client_reset_before_the_response_is_seen_as_gone() {
+    let gate = Gate::default();
+    let held = gate.clone();
+    let slow = Upstream::start(move |_| {
+        Reply::AfterGate(held.clone(), Box::new(Reply::Bytes(response(200, b"late"))))
+    });
+    let proxy = proxy(&simple_config(slow.addr, ""));
+    let mut s = connect(proxy.local_addrs()[0]);
+    s.write_all(b"GET /reset HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    assert!(eventually(|| !slow.seen().is_empty()));
+    // A reset (RST), not a close (FIN): the proxy's peek at the socket fails instead of
+    // reading an end.
+    socket2::SockRef::from(&s)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(s);
+    assert!(
+        eventually(|| proxy.metrics().total(Counter::ClientClosed) == 1),
+        "the proxy never noticed the client reset the connection"
+    );
+    gate.open();
+    proxy.shutdown();
+}
+
+#[test]
 fn admin_endpoint_serves_named_counters() {
     let up = Upstream::ok(b"ok");
     let proxy = proxy(
