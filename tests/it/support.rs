@@ -390,7 +390,9 @@ pub(crate) fn ring_refused() -> Option<String> {
             .unwrap();
         let local = tokio::task::LocalSet::new();
         local.block_on(&rt, async {
-            slipstream::uring::start().err().map(|e| e.to_string())
+            slipstream::uring::start(|_| {})
+                .err()
+                .map(|e| e.to_string())
         })
     };
     REFUSED
