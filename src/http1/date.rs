@@ -50,6 +50,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore)] // reads the system clock, which Miri isolates
     fn the_date_parses_and_is_cached() {
         let first = http_date_now();
         let text = std::str::from_utf8(&first).unwrap();
