@@ -625,42 +625,40 @@ impl Validator<'_> {
         })
     }
 
-    fn build(&mut self, raw: FileConfig) -> Config {
-        let workers = self.workers(raw.workers.as_ref());
-        let io = self.io_mode(raw.io.as_ref());
+    /// The `[limits]` table, with its checks against each other.
+    fn build_limits(&mut self, raw: &FileLimits) -> Limits {
         let defaults = Limits::default();
         let limits = Limits {
-            max_request_head: self.size(&raw.limits.max_request_head, defaults.max_request_head),
-            max_buffer: self.size(&raw.limits.max_buffer, defaults.max_buffer),
-            keepalive_timeout: self
-                .duration(&raw.limits.keepalive_timeout, defaults.keepalive_timeout),
-            client_header_timeout: self.duration(
-                &raw.limits.client_header_timeout,
-                defaults.client_header_timeout,
-            ),
-            client_body_timeout: self.duration(
-                &raw.limits.client_body_timeout,
-                defaults.client_body_timeout,
-            ),
-            drain_timeout: self.duration(&raw.limits.drain_timeout, defaults.drain_timeout),
-            zero_copy: raw.limits.zero_copy.unwrap_or(defaults.zero_copy),
-            tunnel_idle_timeout: self.duration(
-                &raw.limits.tunnel_idle_timeout,
-                defaults.tunnel_idle_timeout,
-            ),
+            max_request_head: self.size(&raw.max_request_head, defaults.max_request_head),
+            max_buffer: self.size(&raw.max_buffer, defaults.max_buffer),
+            keepalive_timeout: self.duration(&raw.keepalive_timeout, defaults.keepalive_timeout),
+            client_header_timeout: self
+                .duration(&raw.client_header_timeout, defaults.client_header_timeout),
+            client_body_timeout: self
+                .duration(&raw.client_body_timeout, defaults.client_body_timeout),
+            drain_timeout: self.duration(&raw.drain_timeout, defaults.drain_timeout),
+            zero_copy: raw.zero_copy.unwrap_or(defaults.zero_copy),
+            tunnel_idle_timeout: self
+                .duration(&raw.tunnel_idle_timeout, defaults.tunnel_idle_timeout),
         };
         if limits.max_buffer < limits.max_request_head {
-            let at = raw.limits.max_buffer.as_ref().map_or(0, |s| s.span().start);
+            let at = raw.max_buffer.as_ref().map_or(0, |s| s.span().start);
             self.error(at, "max_buffer must be at least max_request_head");
         }
         if limits.tunnel_idle_timeout.is_zero() {
             let at = raw
-                .limits
                 .tunnel_idle_timeout
                 .as_ref()
                 .map_or(0, |s| s.span().start);
             self.error(at, "tunnel_idle_timeout must be more than 0");
         }
+        limits
+    }
+
+    fn build(&mut self, raw: FileConfig) -> Config {
+        let workers = self.workers(raw.workers.as_ref());
+        let io = self.io_mode(raw.io.as_ref());
+        let limits = self.build_limits(&raw.limits);
 
         let resolvers: Vec<SocketAddr> = raw
             .resolver

@@ -17,7 +17,7 @@ use super::relay::{self, RequestBody};
 use super::response;
 use super::{Client, Conn, Ctx, Outcome, Tried};
 use crate::config::UpstreamGroup;
-use crate::error::{Error, Kind, Retry};
+use crate::error::{Error, Kind};
 use crate::http1::response::CONTINUE;
 use crate::http1::{head_complete, BodyReader};
 use crate::net::io::{wait_readable, write_all};
@@ -227,7 +227,7 @@ pub(super) async fn on_connection(
                     cx.mark_header();
                     return Ok((conn, ubuf));
                 }
-                Err(e) if stale(&e, cx.request.idempotent, body_in_hand) => {
+                Err(e) if stale(&e, body_in_hand) => {
                     counters.inc(Counter::UpstreamStaleRetries);
                 }
                 Err(e) => return Err(e),
@@ -253,13 +253,13 @@ pub(super) async fn on_connection(
 }
 
 /// Whether a reused connection's failure means it was dead before the request reached the
-/// server: it closed or reset before any response byte. Such a request is sent again on a new
-/// connection to the same server whatever its method (the server never answered it; the usual
-/// cause is a keep-alive close that crossed the request), provided its whole body is still in
-/// hand; a timeout or a failure after response bytes never is.
-fn stale(e: &Error, idempotent: bool, body_in_hand: bool) -> bool {
-    let closed_unanswered = e.retry == Retry::NoResponse && e.kind == Kind::UpstreamClosed;
-    e.may_retry(idempotent, body_in_hand) || (closed_unanswered && body_in_hand)
+/// server: it failed to take the request, or closed or reset before any response byte
+/// ([`crate::error::Retry::NoResponse`]; a timeout is never that). Such a request is sent again on a new
+/// connection to the same server whatever its method (the usual cause is a keep-alive close
+/// that crossed the request), provided its whole body is still in hand.
+fn stale(e: &Error, body_in_hand: bool) -> bool {
+    let any_method = true;
+    e.may_retry(any_method, body_in_hand)
 }
 
 /// One server's try at a request.

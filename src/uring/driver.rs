@@ -31,6 +31,7 @@ use std::task::{Context, Poll, Waker};
 use io_uring::{opcode, squeue, IoUring};
 use tokio::io::unix::AsyncFd;
 
+use super::buf_ring::BufRing;
 pub use super::slots::Completion;
 use super::slots::{Aftermath, GiveUp, Lent, Slots};
 
@@ -46,7 +47,7 @@ const GETEVENTS: u32 = 1;
 pub const PROVIDED_SIZE: usize = 4096;
 /// How many provided buffers a ring has (1 MiB); a read that finds none left waits for
 /// readiness instead.
-const PROVIDED_COUNT: u16 = 256;
+pub(super) const PROVIDED_COUNT: u16 = 256;
 /// The provided buffers' group id.
 const GROUP: u16 = 0;
 
@@ -718,33 +719,6 @@ pub(super) fn result(done: Completion) -> io::Result<usize> {
     }
 }
 
-/// The memory of a registered buffer ring: `PROVIDED_COUNT` entries, page-aligned, and the
-/// tail this thread has published.
-struct BufRing {
-    base: *mut io_uring::types::BufRingEntry,
-    tail: Cell<u16>,
-}
-
-impl BufRing {
-    fn layout() -> std::alloc::Layout {
-        let size =
-            usize::from(PROVIDED_COUNT) * std::mem::size_of::<io_uring::types::BufRingEntry>();
-        std::alloc::Layout::from_size_align(size, 4096).expect("a valid layout")
-    }
-
-    fn new() -> io::Result<BufRing> {
-        // SAFETY: the layout has a non-zero size.
-        let base = unsafe { std::alloc::alloc_zeroed(BufRing::layout()) };
-        if base.is_null() {
-            return Err(io::ErrorKind::OutOfMemory.into());
-        }
-        Ok(BufRing {
-            base: base.cast(),
-            tail: Cell::new(0),
-        })
-    }
-}
-
 impl Drop for Driver {
     fn drop(&mut self) {
         if !self.failed() {
@@ -793,15 +767,6 @@ impl Driver {
             {
                 return;
             }
-        }
-    }
-}
-
-impl Drop for BufRing {
-    fn drop(&mut self) {
-        if !self.base.is_null() {
-            // SAFETY: allocated in `BufRing::new` with this layout, and no longer registered.
-            unsafe { std::alloc::dealloc(self.base.cast(), BufRing::layout()) };
         }
     }
 }

@@ -7,6 +7,7 @@
 //! Rust lent it, and the rules that make that sound are kept here (see [`driver`]).
 
 pub mod accept;
+mod buf_ring;
 pub mod driver;
 pub mod slots;
 pub mod stream;
