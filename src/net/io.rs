@@ -50,6 +50,27 @@ pub async fn write_all(stream: &mut Stream, parts: &[&[u8]], timeout: Duration) 
     flush_tls(stream, timeout).await
 }
 
+/// Writes `before`, `body[range]` and `after` (a head, a body, a chunk's end) as
+/// [`write_all`] does. On the io_uring path a large write lends `body` itself to the kernel
+/// (see [`crate::uring::stream::UringTcp::send_all_around`]): `body` may then be left empty
+/// when the write fails.
+pub async fn write_all_around(
+    stream: &mut Stream,
+    before: [&[u8]; 2],
+    body: &mut Vec<u8>,
+    range: std::ops::Range<usize>,
+    after: [&[u8]; 2],
+    timeout: Duration,
+) -> io::Result<()> {
+    if let Stream::Uring(ring) = stream {
+        return ring
+            .send_all_around(before, body, range, after, timeout)
+            .await;
+    }
+    let parts = [before[0], before[1], &body[range], after[0], after[1]];
+    write_all(stream, &parts, timeout).await
+}
+
 /// Pushes out TLS records rustls still holds (a plain socket has nothing to flush).
 async fn flush_tls(stream: &mut Stream, timeout: Duration) -> io::Result<()> {
     if !matches!(stream, Stream::TlsServer(_) | Stream::TlsClient(_)) {

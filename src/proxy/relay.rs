@@ -13,7 +13,7 @@ use tokio::io::AsyncRead;
 use crate::error::{Error, Kind};
 use crate::http1::response::Relay;
 use crate::http1::{chunk_size_line, BodyReader, Framing, CHUNK_END, LAST_CHUNK};
-use crate::net::io::{read_some, write_all};
+use crate::net::io::{read_some, write_all, write_all_around};
 use crate::net::splice::{self, PipePool, SpliceError, SPLICE_MIN};
 use crate::net::Stream;
 use crate::observe::metrics::{Counter, Shard};
@@ -105,7 +105,7 @@ pub(super) async fn relay_response(
             continue;
         }
         *head_sent = true;
-        at.sent += write_out(&mut r, &at, head.take().unwrap_or_default()).await?;
+        at.sent += write_out(&mut r, &mut at, head.take().unwrap_or_default()).await?;
         if complete {
             return Ok(Relayed {
                 body_bytes: at.sent,
@@ -164,27 +164,29 @@ fn should_read(r: &ResponseBody<'_>, at: &Cursor, head_pending: bool, can_splice
 }
 
 /// Writes the head (once) and the body bytes gathered so far, framed as the relay says; returns
-/// how many body bytes that was.
-async fn write_out(r: &mut ResponseBody<'_>, at: &Cursor, head: &[u8]) -> Result<u64, Error> {
-    let data: &[u8] = if r.relay == Relay::DecodeChunked {
-        &at.decoded
+/// how many body bytes that was. On the io_uring path the buffer holding them is lent to the
+/// kernel for a large write (and may be lost with a failed one, which ends the relay).
+async fn write_out(r: &mut ResponseBody<'_>, at: &mut Cursor, head: &[u8]) -> Result<u64, Error> {
+    let (data, range) = if r.relay == Relay::DecodeChunked {
+        let len = at.decoded.len();
+        (&mut at.decoded, 0..len)
     } else {
-        &r.buf[at.out_start..at.scanned]
+        (&mut *r.buf, at.out_start..at.scanned)
     };
+    let len = range.len();
     let mut size_line = [0u8; 20];
     let encode = r.relay == Relay::EncodeChunked;
-    let (prefix, suffix): (&[u8], &[u8]) = if encode && !data.is_empty() {
-        (chunk_size_line(data.len(), &mut size_line), CHUNK_END)
+    let (prefix, suffix): (&[u8], &[u8]) = if encode && len > 0 {
+        (chunk_size_line(len, &mut size_line), CHUNK_END)
     } else {
         (&[], &[])
     };
     let terminator: &[u8] = if encode && at.eof { LAST_CHUNK } else { &[] };
-    let parts = [head, prefix, data, suffix, terminator];
-    let len = data.len() as u64;
-    write_all(r.client, &parts, r.send_timeout)
+    let (before, after) = ([head, prefix], [suffix, terminator]);
+    write_all_around(r.client, before, data, range, after, r.send_timeout)
         .await
         .map_err(|_| Error::client_write())?;
-    Ok(len)
+    Ok(len as u64)
 }
 
 /// What a splice of the response body left to do.

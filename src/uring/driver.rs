@@ -33,7 +33,7 @@ use tokio::io::unix::AsyncFd;
 
 use super::buf_ring::BufRing;
 pub use super::slots::Completion;
-use super::slots::{Aftermath, GiveUp, Lent, Slots};
+use super::slots::{Aftermath, Gather, GiveUp, Lent, Slots};
 
 /// Entries in a ring's submission queue.
 const ENTRIES: u32 = 4096;
@@ -493,6 +493,28 @@ impl Driver {
         result(done)
     }
 
+    /// One send of what is left of `g`, in an operation that owns all of it; how many bytes
+    /// the socket took, and `g` back (`None` if the ring failed first).
+    pub(super) async fn send_gather(
+        &self,
+        fd: io_uring::types::Fd,
+        mut g: Box<Gather>,
+        timeout: std::time::Duration,
+    ) -> (io::Result<usize>, Option<Box<Gather>>) {
+        let entry = opcode::SendMsg::new(fd, g.describe())
+            .flags(libc::MSG_NOSIGNAL as u32)
+            .build();
+        // SAFETY: the entry points at `g.msg`, which points at `g.iov`, which points into
+        // `g.around` and `g.body`: all inside the box or on the heap of its vectors, none of
+        // which moves when the box moves into the slot, which owns it until the completion.
+        let op = unsafe { self.op_within(entry, Lent::Gather(g), timeout) };
+        let (done, lent) = op.await;
+        match lent {
+            Lent::Gather(g) => (result(done), Some(g)),
+            _ => (result(done), None),
+        }
+    }
+
     /// Keeps a send buffer for reuse.
     fn recycle(&self, buf: Vec<u8>) {
         let mut spare = self.spare.borrow_mut();
@@ -743,12 +765,14 @@ impl Drop for Driver {
 impl Driver {
     /// Waits a little (at most a few hundred milliseconds in all) for the operations still
     /// in the kernel that may write into memory, cancelled by their futures' drops, to
-    /// complete. Waits and accepts lend nothing and are not waited for.
+    /// complete, and for cancelled accepts, whose listening sockets stay open (and take
+    /// connections nobody will answer) until then. Waits lend nothing and are not waited for.
     fn drain(&mut self) {
         let wait = io_uring::types::Timespec::new().nsec(50_000_000);
         let args = io_uring::types::SubmitArgs::new().timespec(&wait);
         for _ in 0..6 {
-            if !self.book.get_mut().lends_memory() {
+            let book = self.book.get_mut();
+            if !book.lends_memory() && !book.holds_a_listener() {
                 return;
             }
             let entered = self.ring.submitter().submit_with_args(1, &args);

@@ -55,9 +55,111 @@ pub enum Lent {
     Read(Vec<u8>),
     /// A send of this buffer's bytes; recycled by the driver after the completion.
     Write(Vec<u8>),
+    /// A send gathered from a caller's buffer and a few bytes around it; handed back with
+    /// the count.
+    Gather(Box<Gather>),
     /// A read into one of the ring's provided buffers (which the ring owns): the ring must
     /// not free them while this is in the kernel.
     Provided,
+}
+
+/// A send of `around[..split]`, then `body[range]`, then `around[split..]` (a head, a body,
+/// a chunk's end), from byte `sent` on: all the memory it reads, owned together while the
+/// kernel may read it. `iov` and `msg` describe it to the kernel; the driver points them into
+/// the buffers (which do not move with the box) just before each send.
+pub struct Gather {
+    /// The bytes before and after the body, copied (they are small).
+    pub around: Vec<u8>,
+    /// Where the bytes after the body start in `around`.
+    pub split: usize,
+    /// The caller's buffer, lent whole and handed back.
+    pub body: Vec<u8>,
+    /// The part of `body` to send.
+    pub range: std::ops::Range<usize>,
+    /// How many of the bytes have gone out in earlier sends.
+    pub sent: usize,
+    /// The pieces left to send, for the kernel.
+    pub iov: [libc::iovec; 3],
+    /// The message header naming `iov`.
+    pub msg: libc::msghdr,
+}
+
+impl Gather {
+    /// A send of `around[..split]`, `body[range]` and `around[split..]`, nothing sent yet.
+    pub fn new(
+        around: Vec<u8>,
+        split: usize,
+        body: Vec<u8>,
+        range: std::ops::Range<usize>,
+    ) -> Gather {
+        let empty = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        let msg = libc::msghdr {
+            msg_name: std::ptr::null_mut(),
+            msg_namelen: 0,
+            msg_iov: std::ptr::null_mut(),
+            msg_iovlen: 0,
+            msg_control: std::ptr::null_mut(),
+            msg_controllen: 0,
+            msg_flags: 0,
+        };
+        Gather {
+            around,
+            split,
+            body,
+            range,
+            sent: 0,
+            iov: [empty; 3],
+            msg,
+        }
+    }
+
+    /// How many bytes the whole send is.
+    pub fn total(&self) -> usize {
+        self.around.len() + self.range.len()
+    }
+
+    /// The parts still to send, in order (some may be empty).
+    pub fn rest(&self) -> [&[u8]; 3] {
+        let (before, after) = self.around.split_at(self.split);
+        let mut parts = [before, &self.body[self.range.clone()], after];
+        let mut skip = self.sent;
+        for part in &mut parts {
+            let cut = skip.min(part.len());
+            *part = &part[cut..];
+            skip -= cut;
+        }
+        parts
+    }
+
+    /// Points `iov` at the parts still to send and `msg` at `iov`, for one sendmsg, called
+    /// just before each send: the pointers aim into the vectors' heap memory and into the
+    /// box's own allocation, neither of which moves when the box is moved into a slot.
+    pub fn describe(&mut self) -> *const libc::msghdr {
+        let rest = self.rest().map(|p| (p.as_ptr(), p.len()));
+        let mut count = 0;
+        for (start, len) in rest.into_iter().filter(|&(_, len)| len > 0) {
+            self.iov[count] = libc::iovec {
+                iov_base: start.cast_mut().cast(),
+                iov_len: len,
+            };
+            count += 1;
+        }
+        self.msg.msg_iov = self.iov.as_mut_ptr();
+        self.msg.msg_iovlen = count;
+        &self.msg
+    }
+}
+
+impl std::fmt::Debug for Gather {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gather")
+            .field("total", &self.total())
+            .field("sent", &self.sent)
+            .finish()
+    }
 }
 
 /// The state of one slot.
@@ -436,6 +538,14 @@ impl Slots {
             })
     }
 
+    /// Whether an accept is still in the kernel: it holds its listening socket open (and
+    /// taking connections) until its last completion, whatever the process closed.
+    pub fn holds_a_listener(&self) -> bool {
+        self.slots
+            .iter()
+            .any(|s| matches!(s, Slot::Accepting(_) | Slot::AcceptGivenUp))
+    }
+
     /// Moves out every buffer the kernel may still use (to leak when the ring cannot be
     /// confirmed to have let go of them).
     pub fn take_lent(&mut self) -> Vec<Lent> {
@@ -634,5 +744,49 @@ mod tests {
         assert_eq!(done, CANCELED);
         assert_eq!(slots.poll_accept(accept, &mut cx), Poll::Ready(None));
         assert_eq!(slots.take_lent().len(), 2);
+    }
+
+    /// The bytes a described message names, read back through its pointers.
+    fn described(g: &mut Gather) -> Vec<u8> {
+        let msg = g.describe();
+        let mut out = Vec::new();
+        // SAFETY: `describe` points at `g.iov`, whose entries point into `g`'s vectors;
+        // nothing touches `g` until these reads are done.
+        unsafe {
+            let iov = std::slice::from_raw_parts((*msg).msg_iov, (*msg).msg_iovlen);
+            for piece in iov {
+                out.extend_from_slice(std::slice::from_raw_parts(
+                    piece.iov_base.cast::<u8>(),
+                    piece.iov_len,
+                ));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_gathered_send_names_what_is_left_of_the_head_the_body_and_the_tail() {
+        let body = b"..BODY..".to_vec();
+        let mut g = Box::new(Gather::new(b"HEADtail".to_vec(), 4, body, 2..6));
+        assert_eq!(g.total(), 12);
+        assert_eq!(described(&mut g), b"HEADBODYtail");
+        g.sent = 2;
+        assert_eq!(described(&mut g), b"ADBODYtail");
+        g.sent = 4;
+        assert_eq!(described(&mut g), b"BODYtail");
+        assert_eq!(unsafe { (*g.describe()).msg_iovlen }, 2, "no empty pieces");
+        g.sent = 9;
+        assert_eq!(described(&mut g), b"ail");
+        // The box moves into a slot and back: the description still holds.
+        let mut slots = Slots::default();
+        let index = slots.start(Lent::Gather(g));
+        slots.complete(index, ok(3));
+        let (_, w) = waker();
+        let Poll::Ready((_, Lent::Gather(mut g))) = slots.poll(index, &mut Context::from_waker(&w))
+        else {
+            panic!("the gathered send did not come back")
+        };
+        assert_eq!(described(&mut g), b"ail");
+        assert_eq!(g.body, b"..BODY..", "the body comes back whole");
     }
 }

@@ -4,10 +4,13 @@
 //! provided buffer (an idle connection holds no buffer of its own); the bytes it brings are
 //! kept until the next read copies them out. Other reads are ring operations that take the
 //! caller's buffer for as long as the kernel may write into it and hand it back with the
-//! count; small writes are copied into a buffer of the ring's, large ones sent directly (see
-//! [`super::driver`]: no future lends the kernel memory, so dropping or leaking one early is
-//! sound). An idle pooled connection can be watched for its peer leaving without a system
-//! call ([`UringTcp::watch_idle`]). The poll-style `AsyncRead`/`AsyncWrite` (tunnels, compression) wait for
+//! count; small writes are copied into a buffer of the ring's. A large response body goes out
+//! through the ring too ([`UringTcp::send_all_around`]): the caller's buffer is lent to the
+//! ring with its head and tail and handed back when the send ends; other large writes are sent
+//! directly. No future lends the kernel memory it could free, so dropping or leaking one early
+//! is sound (see [`super::driver`]). An idle pooled connection can be watched for its peer
+//! leaving without a system call ([`UringTcp::watch_idle`]). The poll-style
+//! `AsyncRead`/`AsyncWrite` (tunnels, compression) wait for
 //! readiness on the ring and then call the kernel directly, without waiting.
 
 use std::cell::Cell;
@@ -21,6 +24,7 @@ use io_uring::types;
 use rustix::net::{RecvFlags, SendFlags};
 
 use super::driver::{Driver, SEND_COPY_MAX};
+use super::slots::Gather;
 
 /// How long a request waits before its client is watched for hanging up (rounded up to the
 /// driver's 10 ms sweep).
@@ -41,12 +45,9 @@ pub struct UringTcp {
     /// Readiness waits in flight for the poll-style interface (read, write): ring slots.
     wait_read: Cell<Option<usize>>,
     wait_write: Cell<Option<usize>>,
-    /// The watch over an idle pooled connection ([`UringTcp::watch_idle`]): its ring slot,
-    /// left in the kernel until it fires.
+    /// The watch over a pooled connection ([`UringTcp::watch_idle`]): its ring slot, left in
+    /// the kernel until it fires.
     wait_idle: Cell<Option<usize>>,
-    /// Nothing has been read since the idle watch was armed: while so, its firing means the
-    /// peer closed the connection or sent something ([`UringTcp::ready_now`]).
-    idle_unread: Cell<bool>,
 }
 
 impl UringTcp {
@@ -67,7 +68,6 @@ impl UringTcp {
             wait_read: Cell::new(None),
             wait_write: Cell::new(None),
             wait_idle: Cell::new(None),
-            idle_unread: Cell::new(false),
         }
     }
 
@@ -96,7 +96,6 @@ impl UringTcp {
     /// the buffer is the operation's: if this future is dropped (or leaked) before it
     /// completes, `buf` is left empty and the buffer is freed when the read completes.
     pub async fn recv(&self, buf: &mut Vec<u8>, timeout: Duration) -> io::Result<usize> {
-        self.idle_unread.set(false);
         if self.pending.get().is_some() {
             return Ok(self.take_pending(|id, from, to| self.driver.copy_out(id, from, to, buf)));
         }
@@ -164,11 +163,66 @@ impl UringTcp {
         Ok(())
     }
 
+    /// Sends all of `before`, `body[range]` and `after` (a head, a body, a chunk's end), in
+    /// as few operations as the socket allows; `TimedOut` when the socket takes nothing for
+    /// `timeout`. Up to [`SEND_COPY_MAX`] bytes go as [`UringTcp::send`] sends them; more
+    /// lend `body` itself to the kernel, with copies of the bytes around it, so that neither
+    /// a copy of the body nor a direct system call is needed. `body` comes back when all is
+    /// sent or the socket fails; it is left empty if the ring fails or this future is
+    /// dropped first (the operation keeps it until the kernel is done with it).
+    pub async fn send_all_around(
+        &self,
+        before: [&[u8]; 2],
+        body: &mut Vec<u8>,
+        range: std::ops::Range<usize>,
+        after: [&[u8]; 2],
+        timeout: Duration,
+    ) -> io::Result<()> {
+        let around = before.iter().chain(&after).map(|p| p.len()).sum::<usize>();
+        if around + range.len() <= SEND_COPY_MAX {
+            let mut iov = [IoSlice::new(&[]); 5];
+            let data = &body[range];
+            let parts = before.into_iter().chain([data]).chain(after);
+            let mut count = 0;
+            for part in parts.filter(|p| !p.is_empty()) {
+                iov[count] = IoSlice::new(part);
+                count += 1;
+            }
+            return self.send_all(&mut iov[..count], timeout).await;
+        }
+        let mut bytes = Vec::with_capacity(around);
+        before.iter().for_each(|p| bytes.extend_from_slice(p));
+        let split = bytes.len();
+        after.iter().for_each(|p| bytes.extend_from_slice(p));
+        let taken = std::mem::take(body);
+        let mut gather = Box::new(Gather::new(bytes, split, taken, range));
+        loop {
+            let (sent, back) = self.driver.send_gather(self.fd(), gather, timeout).await;
+            let Some(back) = back else {
+                return Err(sent.err().unwrap_or_else(ring_failed));
+            };
+            gather = back;
+            match sent {
+                Ok(n) if n > 0 && gather.sent + n < gather.total() => gather.sent += n,
+                Ok(n) => {
+                    *body = std::mem::take(&mut gather.body);
+                    return match n {
+                        0 => Err(io::ErrorKind::WriteZero.into()),
+                        _ => Ok(()),
+                    };
+                }
+                Err(e) => {
+                    *body = std::mem::take(&mut gather.body);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
     /// Waits until a request's bytes (or the end of the stream) are in hand, holding no
     /// buffer while it waits: the bytes land in a provided buffer and are kept for the next
     /// read. When every provided buffer is in use it waits for readiness instead.
     pub async fn readable(&self) -> io::Result<()> {
-        self.idle_unread.set(false);
         if self.pending.get().is_some() || self.eof.get() {
             return Ok(());
         }
@@ -196,23 +250,25 @@ impl UringTcp {
     }
 
     /// True if bytes (or the end of the stream) are in hand, so a read now would not block,
-    /// or if the idle watch ([`UringTcp::watch_idle`]) has fired with nothing read since it
-    /// was armed (the peer closed, reset or sent something). Costs no system call.
+    /// or if the watch of [`UringTcp::watch_idle`] has fired (the peer closed its side or the
+    /// connection failed). Costs no system call.
     pub fn ready_now(&self) -> bool {
         self.pending.get().is_some()
             || self.eof.get()
-            || (self.idle_unread.get()
-                && self
-                    .wait_idle
-                    .get()
-                    .is_some_and(|index| self.driver.fired(index)))
+            || self
+                .wait_idle
+                .get()
+                .is_some_and(|index| self.driver.fired(index))
     }
 
-    /// Watches an idle (pooled) connection for the peer closing, resetting or sending
-    /// anything, so that [`UringTcp::ready_now`] can tell without a system call. Arms a
-    /// readiness wait on the ring unless one is still in flight: a watch left armed when the
-    /// connection was taken back into use fires once when its response arrives (one
-    /// completion, no cancel), and is replaced here only once it has fired.
+    /// Watches a pooled connection for the peer closing its side or resetting, so that
+    /// [`UringTcp::ready_now`] can tell without a system call. The watch is armed once, the
+    /// first time the connection goes idle, and stays in the kernel while the connection is
+    /// used again: it waits for the hang-up events alone, which the kernel's wake-up of a
+    /// socket receiving data does not match, so responses never fire it and no request pays
+    /// for it. Fired (a hang-up, or a wake-up a probe found spurious), it is armed afresh.
+    /// Bytes an idle upstream sends without closing are not seen here; they reach the
+    /// response parser.
     pub fn watch_idle(&self) {
         match self.wait_idle.get() {
             Some(index) if self.driver.fired(index) => {
@@ -222,18 +278,16 @@ impl UringTcp {
             Some(_) => {}
             None => self.arm_idle_watch(),
         }
-        self.idle_unread.set(true);
     }
 
     fn arm_idle_watch(&self) {
-        let events = (libc::POLLIN | libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) as u32;
+        let events = (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) as u32;
         let index = self.driver.queue_wait(self.fd(), events);
         self.wait_idle.set(Some(index));
     }
 
     /// Reads without waiting: `WouldBlock` when nothing is there.
     pub fn try_read(&self, out: &mut [u8]) -> io::Result<usize> {
-        self.idle_unread.set(false);
         if self.pending.get().is_some() {
             return Ok(self.take_pending(|id, from, to| self.driver.copy_into(id, from, to, out)));
         }

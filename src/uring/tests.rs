@@ -379,20 +379,24 @@ fn an_idle_watch_sees_the_peer_close_without_a_system_call() {
 }
 
 #[test]
-fn an_idle_watch_left_armed_by_a_reused_connection_fires_once_and_is_not_a_close() {
+fn an_idle_watch_stays_armed_through_responses_and_sees_a_later_reset() {
     on_ring(|driver| async move {
         let (mut peer, socket) = pair();
         let conn = UringTcp::new(socket, driver.clone()).unwrap();
         conn.watch_idle();
-        // Taken back into use with the watch armed: the response fires it.
-        peer.write_all(b"response").unwrap();
-        let mut buf = Vec::with_capacity(64);
-        assert_eq!(conn.recv(&mut buf, LONG).await.unwrap(), 8);
-        until(|| driver.in_kernel() == 0).await;
-        assert!(!conn.ready_now(), "a read answer counted as a close");
-        // Back in the pool: the fired watch is replaced; an idle reset is seen.
-        conn.watch_idle();
-        assert_eq!(driver.in_kernel(), 1);
+        // Taken back into use with the watch armed: the response does not fire it.
+        for _ in 0..3 {
+            // Two answers, read one after the other: a completion the first one caused is
+            // in hand by the time the second is read.
+            for answer in [&b"response"[..], b"!"] {
+                peer.write_all(answer).unwrap();
+                let mut buf = Vec::with_capacity(64);
+                assert_eq!(conn.recv(&mut buf, LONG).await.unwrap(), answer.len());
+            }
+            assert_eq!(driver.in_kernel(), 1, "the watch fired on a response");
+            assert!(!conn.ready_now(), "a response counted as a close");
+            conn.watch_idle();
+        }
         reset(peer);
         until(|| conn.ready_now()).await;
         assert!(conn.try_read(&mut [0u8; 1]).is_err());
@@ -453,6 +457,93 @@ fn a_large_send_goes_out_directly_and_a_small_one_through_the_ring() {
             .unwrap();
         assert_eq!(&got[..big.len()], &big[..]);
         assert_eq!(&got[big.len()..], b"small");
+    });
+}
+
+#[test]
+fn a_large_send_lends_its_body_to_the_ring_in_pieces_and_gets_it_back_whole() {
+    on_ring(|driver| async move {
+        let (mut peer, socket) = pair();
+        // A small send buffer: the socket takes the send in several pieces.
+        socket2::SockRef::from(&socket)
+            .set_send_buffer_size(16 * 1024)
+            .unwrap();
+        let conn = UringTcp::new(socket, driver.clone()).unwrap();
+        let body: Vec<u8> = (0..1024 * 1024).map(|i| (i % 251) as u8).collect();
+        let range = 7..body.len() - 7;
+        let expected = [
+            &b"head "[..],
+            b"3\r\n",
+            &body[range.clone()],
+            b"\r\n",
+            b"0\r\n\r\n",
+        ]
+        .concat();
+        let wanted = expected.len();
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0u8; wanted];
+            peer.read_exact(&mut got).unwrap();
+            got
+        });
+        let mut lent = body.clone();
+        let (address, capacity) = (lent.as_ptr(), lent.capacity());
+        let before = [&b"head "[..], b"3\r\n"];
+        let after = [&b"\r\n"[..], b"0\r\n\r\n"];
+        conn.send_all_around(before, &mut lent, range, after, LONG)
+            .await
+            .unwrap();
+        assert_eq!(driver.in_kernel(), 0);
+        // The very buffer comes back, untouched.
+        assert_eq!((lent.as_ptr(), lent.capacity()), (address, capacity));
+        assert_eq!(lent, body);
+        let got = tokio::task::spawn_blocking(move || reader.join().unwrap())
+            .await
+            .unwrap();
+        assert!(got == expected, "the bytes arrived out of order or changed");
+    });
+}
+
+#[test]
+fn a_leaked_large_send_keeps_its_body_in_the_ring_until_the_kernel_is_done() {
+    on_ring(|driver| async move {
+        let (mut peer, socket) = pair();
+        socket2::SockRef::from(&socket)
+            .set_send_buffer_size(16 * 1024)
+            .unwrap();
+        let conn = UringTcp::new(socket, driver.clone()).unwrap();
+        let mut body = vec![b'x'; 1024 * 1024];
+        let range = 0..body.len();
+        {
+            let mut send =
+                Box::pin(conn.send_all_around([&[], &[]], &mut body, range, [&[], &[]], LONG));
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(send.as_mut().poll(&mut cx).is_pending());
+            std::mem::forget(send);
+        }
+        assert_eq!(
+            body.capacity(),
+            0,
+            "the caller's buffer is lent to a leaked send"
+        );
+        until(|| driver.in_kernel() == 1).await;
+        // The kernel reads the buffer the ring owns: what the leaked send
+        // got out (one sendmsg's worth; nobody polls for the rest) arrives
+        // unchanged, and closing the connection ends the stream.
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            peer.read_to_end(&mut got).unwrap();
+            got
+        });
+        until(|| driver.in_kernel() == 0).await;
+        drop(conn);
+        let got = tokio::task::spawn_blocking(move || reader.join().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            !got.is_empty() && got.iter().all(|&b| b == b'x'),
+            "{} bytes",
+            got.len()
+        );
     });
 }
 
