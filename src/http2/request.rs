@@ -1,6 +1,7 @@
 //! An HTTP/2 request head as the HTTP/1.1 head the rest of the proxy reads. The `h2` crate has
 //! already refused connection-specific fields, `te` other than `trailers`, upper-case names,
-//! CR/LF/NUL in values and misplaced pseudo-headers; what it lets through and HTTP/1.1 would
+//! CR/LF/NUL in values and misplaced pseudo-headers, each by resetting its stream alone
+//! (vendor/README.md); what it lets through and HTTP/1.1 would
 //! read differently is refused here ([`Malformed`]), so nothing ambiguous is ever forwarded
 //! (RFC 9113 section 8.2 and 8.3).
 

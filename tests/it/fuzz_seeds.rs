@@ -99,6 +99,11 @@ fn http2_frames_seeds() {
 }
 
 #[test]
+fn http2_server_seeds() {
+    replay("http2_server", slipstream::fuzzing::http2_server);
+}
+
+#[test]
 fn http2_convert_seeds() {
     replay("http2_convert", slipstream::fuzzing::http2_convert);
 }

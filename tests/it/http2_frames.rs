@@ -128,6 +128,11 @@ fn read_frames_to_end(s: &mut TcpStream) -> (Vec<Frame>, bool) {
 /// Opens an h2c connection (preface and empty SETTINGS), sends `frames`, then half-closes
 /// nothing and reads until the server closes; a final GOAWAY from the server ends it.
 pub(crate) fn exchange(addr: SocketAddr, frames: &[Vec<u8>]) -> Vec<Frame> {
+    exchange_until(addr, frames, 1)
+}
+
+/// [`exchange`], reading until stream `last` is answered.
+fn exchange_until(addr: SocketAddr, frames: &[Vec<u8>], last: u32) -> Vec<Frame> {
     let mut s = TcpStream::connect(addr).unwrap();
     let mut out = PREFACE.to_vec();
     out.extend_from_slice(&frame(SETTINGS, 0, 0, &[]));
@@ -135,17 +140,17 @@ pub(crate) fn exchange(addr: SocketAddr, frames: &[Vec<u8>]) -> Vec<Frame> {
         out.extend_from_slice(f);
     }
     s.write_all(&out).unwrap();
-    read_until_answered(&mut s)
+    read_until_answered(&mut s, last)
 }
 
-/// Reads frames until stream 1 ends (END_STREAM or RST_STREAM) or a GOAWAY or close.
-fn read_until_answered(s: &mut TcpStream) -> Vec<Frame> {
+/// Reads frames until stream `id` ends (END_STREAM or RST_STREAM) or a GOAWAY or close.
+fn read_until_answered(s: &mut TcpStream, id: u32) -> Vec<Frame> {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut frames = Vec::new();
     while let Ok(f) = read_frame(s) {
         let done = f.kind == GOAWAY
-            || f.kind == RST_STREAM && f.stream == 1
-            || (f.kind == DATA || f.kind == HEADERS) && f.stream == 1 && f.flags & END_STREAM != 0;
+            || f.kind == RST_STREAM && f.stream == id
+            || (f.kind == DATA || f.kind == HEADERS) && f.stream == id && f.flags & END_STREAM != 0;
         frames.push(f);
         if done {
             break;
@@ -246,6 +251,9 @@ fn malformed_cases() -> Vec<(&'static str, Vec<Vec<u8>>)> {
     cases
 }
 
+/// Each malformed request is refused alone (RFC 9113 8.1.1: a stream error): its stream is
+/// reset with PROTOCOL_ERROR, nothing of it reaches the upstream, and a request sent after it
+/// on the same connection is answered (no GOAWAY takes the other streams down with it).
 #[test]
 fn malformed_requests_are_reset_and_nothing_reaches_the_upstream() {
     let up = Upstream::ok(b"fine");
@@ -254,19 +262,32 @@ fn malformed_requests_are_reset_and_nothing_reaches_the_upstream() {
     let with = post_block;
     let cases = malformed_cases();
     for (what, frames) in &cases {
-        let got = exchange(addr, frames);
-        let refused = got.iter().any(|f| {
-            (f.kind == RST_STREAM && f.stream == 1 || f.kind == GOAWAY)
-                && f.error_code() == PROTOCOL_ERROR
-        });
+        let mut frames = frames.clone();
+        frames.push(headers(3, true, &get_block("/next")));
+        let got = exchange_until(addr, &frames, 3);
+        let refused = got
+            .iter()
+            .any(|f| f.kind == RST_STREAM && f.stream == 1 && f.error_code() == PROTOCOL_ERROR);
         assert!(refused, "{what}: not refused: {got:?}");
         assert!(
             !got.iter().any(|f| f.kind == HEADERS && f.stream == 1),
             "{what}: answered"
         );
+        assert!(
+            !got.iter().any(|f| f.kind == GOAWAY),
+            "{what}: the connection was closed: {got:?}"
+        );
+        assert!(
+            got.iter().any(|f| f.kind == HEADERS && f.stream == 3),
+            "{what}: the next request on the connection was not answered: {got:?}"
+        );
     }
-    assert!(up.seen().is_empty(), "forwarded: {:?}", up.seen());
-    assert!(up.raw().is_empty());
+    let seen: Vec<String> = up.seen().iter().map(|r| r.line.clone()).collect();
+    assert_eq!(seen, vec!["GET /next HTTP/1.1"; cases.len()], "forwarded");
+    // A fresh upstream for what follows.
+    let up = Upstream::ok(b"fine");
+    let proxy = h2c_proxy(up.addr, "");
+    let addr = proxy.local_addrs()[0];
     // The same frames, well-formed, are answered and forwarded: the cases above can fail.
     let got = exchange(
         addr,
@@ -298,6 +319,44 @@ fn malformed_requests_are_reset_and_nothing_reaches_the_upstream() {
     let raw = String::from_utf8_lossy(&up.raw()).to_string();
     assert!(raw.ends_with("3\r\nxyz\r\n0\r\nx-t: 1\r\n\r\n"), "{raw:?}");
     assert!(!raw.contains(":method"));
+}
+
+/// A refused field the client added to the HPACK dynamic table stays in it (the table stays
+/// in step with the client's): a later request that names it by index is refused too, and the
+/// one after that, clean, is answered on the same connection.
+#[test]
+fn a_refused_field_in_the_dynamic_table_is_refused_again_by_index() {
+    let up = Upstream::ok(b"fine");
+    let proxy = h2c_proxy(up.addr, "");
+    let addr = proxy.local_addrs()[0];
+    // A literal with incremental indexing (0x40): it becomes dynamic entry 62.
+    let mut first = get_block("/first");
+    first.extend_from_slice(&[0x40, 7]);
+    first.extend_from_slice(b"X-Upper");
+    first.extend_from_slice(&[1, b'1']);
+    let mut second = get_block("/second");
+    second.push(0x80 | 62);
+    let frames = [
+        headers(1, true, &first),
+        headers(3, true, &second),
+        headers(5, true, &get_block("/third")),
+    ];
+    let got = exchange_until(addr, &frames, 5);
+    for id in [1, 3] {
+        assert!(
+            got.iter().any(|f| f.kind == RST_STREAM
+                && f.stream == id
+                && f.error_code() == PROTOCOL_ERROR),
+            "stream {id} not refused: {got:?}"
+        );
+    }
+    assert!(!got.iter().any(|f| f.kind == GOAWAY), "{got:?}");
+    assert!(
+        got.iter().any(|f| f.kind == HEADERS && f.stream == 5),
+        "{got:?}"
+    );
+    let seen: Vec<String> = up.seen().iter().map(|r| r.line.clone()).collect();
+    assert_eq!(seen, ["GET /third HTTP/1.1"]);
 }
 
 /// The frames of round `i` of an attack.
@@ -455,7 +514,7 @@ fn a_reload_sends_goaway_to_open_connections() {
     out.extend_from_slice(&frame(SETTINGS, 0, 0, &[]));
     out.extend_from_slice(&headers(1, true, &get_block("/")));
     s.write_all(&out).unwrap();
-    let answered = read_until_answered(&mut s);
+    let answered = read_until_answered(&mut s, 1);
     assert!(answered
         .iter()
         .any(|f| f.kind == DATA && f.payload == b"fine"));
