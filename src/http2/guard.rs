@@ -1,8 +1,12 @@
 //! A sans-IO scanner of the client's side of an HTTP/2 connection: it skips the connection
 //! preface, reads each 9-byte frame header as the bytes pass by (in any split), and counts the
 //! frames that cost the client almost nothing and the server real work. Each count is per
-//! one-second window; crossing a limit is the verdict [`Verdict::Abuse`]. The `h2` crate does
-//! the real parsing and answers protocol errors; this only adds rates it does not keep.
+//! one-second window; crossing a limit is the verdict [`Verdict::Abuse`]. Resets are judged
+//! against the streams the client opened as well: cancelling is normal (a gRPC client cancels
+//! calls all day), so a reset rate over the limit is abuse only while the client has reset more
+//! than half the streams it ever opened on the connection (Rapid Reset resets them all; Envoy's
+//! premature-reset ratio is the same idea). The `h2` crate does the real parsing and answers
+//! protocol errors; this only adds rates it does not keep.
 
 /// The client connection preface (RFC 9113, 3.4).
 pub const PREFACE_LEN: usize = 24;
@@ -23,7 +27,8 @@ const FLAG_END_HEADERS: u8 = 0x4;
 /// What one connection may send per second, and the most bytes one header block may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// RST_STREAM frames (Rapid Reset, CVE-2023-44487).
+    /// RST_STREAM frames (Rapid Reset, CVE-2023-44487), while they are also more than half
+    /// the streams the client opened.
     pub resets_per_sec: u32,
     /// PING frames that are not acknowledgements.
     pub pings_per_sec: u32,
@@ -87,6 +92,11 @@ pub struct FrameGuard {
     /// Bytes of the header block in progress, when one is open.
     block: Option<u32>,
     counts: Counts,
+    /// Streams the client opened and reset over the connection's life.
+    opened: u64,
+    reset: u64,
+    /// The highest stream the client opened (a HEADERS on a higher one opens a new stream).
+    last_stream: u32,
     /// Start of the current window, in the caller's milliseconds.
     window_start: u64,
     verdict: Verdict,
@@ -103,6 +113,9 @@ impl FrameGuard {
             header: [0; HEADER_LEN],
             block: None,
             counts: Counts::default(),
+            opened: 0,
+            reset: 0,
+            last_stream: 0,
             window_start: 0,
             verdict: Verdict::Ok,
             innocent: 0,
@@ -180,8 +193,22 @@ impl FrameGuard {
             *n += 1;
             *n > max
         };
+        let stream = u32::from_be_bytes([
+            self.header[5] & 0x7f,
+            self.header[6],
+            self.header[7],
+            self.header[8],
+        ]);
+        if kind == HEADERS && stream > self.last_stream {
+            self.last_stream = stream;
+            self.opened += 1;
+        }
+        if kind == RST_STREAM {
+            self.reset += 1;
+        }
+        let mostly_resets = self.reset * 2 > self.opened;
         match kind {
-            RST_STREAM if over(&mut c.resets, limits.resets_per_sec) => {
+            RST_STREAM if over(&mut c.resets, limits.resets_per_sec) && mostly_resets => {
                 return Verdict::Abuse("RST_STREAM")
             }
             PING if !flag(FLAG_END_STREAM_OR_ACK) && over(&mut c.pings, limits.pings_per_sec) => {
@@ -287,6 +314,45 @@ mod tests {
                 assert_eq!(slow.feed(&one, i * 100), Verdict::Ok, "{name}");
             }
         }
+    }
+
+    #[test]
+    fn resets_among_many_completed_streams_pass_and_rapid_reset_does_not() {
+        let reset = |id| frame(RST_STREAM, 0, id, &[0, 0, 0, 8]);
+        let open = |id| frame(HEADERS, 0x5, id, &[0x82; 20]);
+        // A client cancelling one call in three, 900 calls in one second.
+        let mut cancelling = FrameGuard::new(Limits::default());
+        cancelling.feed(PREFACE, 0);
+        for (n, id) in (1..1800u32).step_by(2).enumerate() {
+            assert_eq!(cancelling.feed(&open(id), 0), Verdict::Ok);
+            if n % 3 == 0 {
+                assert_eq!(cancelling.feed(&reset(id), 0), Verdict::Ok, "call {n}");
+            }
+        }
+        // Then cancels 120 of those still open in the next second (over the rate, but 420 of
+        // 900 in all is not more than half).
+        for id in (1..1800u32).step_by(6).take(120) {
+            assert_eq!(cancelling.feed(&reset(id + 2), 1000), Verdict::Ok);
+        }
+        // Rapid Reset: each stream opened and reset at once.
+        let mut attack = FrameGuard::new(Limits::default());
+        attack.feed(PREFACE, 0);
+        let mut verdict = Verdict::Ok;
+        for id in (1..1000u32).step_by(2) {
+            attack.feed(&open(id), 0);
+            verdict = attack.feed(&reset(id), 0);
+            if verdict != Verdict::Ok {
+                assert_eq!(id, 2 * 100 + 1, "cut at the limit");
+                break;
+            }
+        }
+        assert_eq!(verdict, Verdict::Abuse("RST_STREAM"));
+        // Trailers (HEADERS on an open stream) open nothing.
+        let mut trailers = FrameGuard::new(Limits::default());
+        trailers.feed(PREFACE, 0);
+        trailers.feed(&open(1), 0);
+        trailers.feed(&open(1), 0);
+        assert_eq!(trailers.opened, 1);
     }
 
     #[test]

@@ -359,6 +359,30 @@ fn a_refused_field_in_the_dynamic_table_is_refused_again_by_index() {
     assert_eq!(seen, ["GET /third HTTP/1.1"]);
 }
 
+/// Cancelling is normal (a gRPC client cancels calls all day): resets over the rate limit
+/// among many more streams the client let finish do not cut the connection; Rapid Reset
+/// (every stream reset) still does (`floods_are_cut_off_with_goaway_and_memory_stays_bounded`).
+#[test]
+fn cancelling_one_stream_in_three_over_the_reset_rate_keeps_the_connection() {
+    let up = Upstream::ok(b"fine");
+    let proxy = h2c_proxy(up.addr, "[http2]\nmax_resets_per_second = 10");
+    let addr = proxy.local_addrs()[0];
+    let mut frames = Vec::new();
+    for (n, id) in (1..91u32).step_by(2).enumerate() {
+        frames.push(headers(id, true, &get_block(&format!("/s/{id}"))));
+        if n % 3 == 0 {
+            frames.push(frame(RST_STREAM, 0, id, &8u32.to_be_bytes()));
+        }
+    }
+    frames.push(headers(91, true, &get_block("/last")));
+    let got = exchange_until(addr, &frames, 91);
+    assert!(!got.iter().any(|f| f.kind == GOAWAY), "{got:?}");
+    assert!(
+        got.iter().any(|f| f.kind == HEADERS && f.stream == 91),
+        "{got:?}"
+    );
+}
+
 /// The frames of round `i` of an attack.
 type Attack = Box<dyn Fn(u32) -> Vec<u8> + Send>;
 
