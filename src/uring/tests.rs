@@ -403,19 +403,23 @@ fn an_idle_watch_stays_armed_through_responses_and_sees_a_later_reset() {
     });
 }
 
+/// Polls `op` once (it must be waiting on the kernel) and leaks it, as `mem::forget` lets safe
+/// code do: whatever it lent the kernel must stay alive without it.
+fn leak_while_pending(op: impl Future) {
+    let mut op = Box::pin(op);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(op.as_mut().poll(&mut cx).is_pending());
+    std::mem::forget(op);
+}
+
 #[test]
 fn a_leaked_read_keeps_its_buffer_in_the_ring_and_the_kernel_writes_into_that() {
     on_ring(|driver| async move {
         let (mut peer, socket) = pair();
         let conn = UringTcp::new(socket, driver.clone()).unwrap();
         let mut buf = Vec::with_capacity(64);
-        {
-            let mut read = Box::pin(conn.recv(&mut buf, LONG));
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            assert!(read.as_mut().poll(&mut cx).is_pending());
-            // Leaked while the kernel holds the read: the caller's buffer is not lent.
-            std::mem::forget(read);
-        }
+        // Leaked while the kernel holds the read: the caller's buffer is not lent.
+        leak_while_pending(conn.recv(&mut buf, LONG));
         assert_eq!(
             buf.capacity(),
             0,
@@ -513,13 +517,7 @@ fn a_leaked_large_send_keeps_its_body_in_the_ring_until_the_kernel_is_done() {
         let conn = UringTcp::new(socket, driver.clone()).unwrap();
         let mut body = vec![b'x'; 1024 * 1024];
         let range = 0..body.len();
-        {
-            let mut send =
-                Box::pin(conn.send_all_around([&[], &[]], &mut body, range, [&[], &[]], LONG));
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            assert!(send.as_mut().poll(&mut cx).is_pending());
-            std::mem::forget(send);
-        }
+        leak_while_pending(conn.send_all_around([&[], &[]], &mut body, range, [&[], &[]], LONG));
         assert_eq!(
             body.capacity(),
             0,
