@@ -211,6 +211,12 @@ impl Error {
     pub fn no_response(e: &io::Error) -> Error {
         match e.kind() {
             io::ErrorKind::TimedOut => Error::new(Kind::UpstreamTimeout),
+            // An HTTP/2 server refused the stream (REFUSED_STREAM, or above its GOAWAY's last
+            // stream): it never processed the request, which may go anywhere again.
+            io::ErrorKind::ConnectionRefused => Error {
+                retry: Retry::NotSent,
+                ..Error::new(Kind::UpstreamClosed)
+            },
             _ => Error {
                 retry: Retry::NoResponse,
                 ..Error::new(Kind::UpstreamClosed)
@@ -316,6 +322,41 @@ impl Error {
                 Kind::NoRoute | Kind::FileNotFound | Kind::FileForbidden
             ),
             counter,
+        }
+    }
+}
+
+impl Kind {
+    /// The gRPC status a gRPC client gets for this failure (the proxy answers a gRPC request
+    /// as gRPC does, HTTP 200 with `grpc-status`, not with an HTTP error its client library
+    /// would report as UNKNOWN): UNAVAILABLE when no server could take the call, DEADLINE_EXCEEDED
+    /// on a timeout, RESOURCE_EXHAUSTED past a limit; the rest as gRPC's HTTP-to-gRPC table.
+    pub fn grpc_status(self) -> u8 {
+        const CANCELLED: u8 = 1;
+        const DEADLINE_EXCEEDED: u8 = 4;
+        const PERMISSION_DENIED: u8 = 7;
+        const RESOURCE_EXHAUSTED: u8 = 8;
+        const UNIMPLEMENTED: u8 = 12;
+        const INTERNAL: u8 = 13;
+        const UNAVAILABLE: u8 = 14;
+        match self {
+            Kind::BadRequest(_) | Kind::ExpectationFailed => INTERNAL,
+            Kind::NotImplemented(_) | Kind::NoRoute | Kind::FileNotFound => UNIMPLEMENTED,
+            Kind::UriTooLong | Kind::HeadTooLarge | Kind::BodyTooLarge | Kind::QueueTimeout => {
+                RESOURCE_EXHAUSTED
+            }
+            Kind::ClientTimeout | Kind::ConnectTimeout | Kind::UpstreamTimeout => DEADLINE_EXCEEDED,
+            Kind::ClientClosed => CANCELLED,
+            Kind::FileForbidden => PERMISSION_DENIED,
+            Kind::FileFailed | Kind::FileTruncated | Kind::CompressFailed => INTERNAL,
+            Kind::ConnectRefused
+            | Kind::ConnectFailed
+            | Kind::PortsExhausted
+            | Kind::NoLiveServers
+            | Kind::UpstreamClosed
+            | Kind::UpstreamFailed
+            | Kind::BadResponse(_)
+            | Kind::UnexpectedUpgrade => UNAVAILABLE,
         }
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use slipstream::config::{self, Balance, Config, IoMode, ServerSpec};
+use slipstream::config::{self, Balance, Config, IoMode, Protocol, ServerSpec};
 use slipstream::observe::access_log::AccessLogTarget;
 use slipstream::observe::doctor;
 use slipstream::observe::log_format::LogFormat;
@@ -37,7 +37,8 @@ enum Command {
         listen: SocketAddr,
         /// Upstream server, `HOST:PORT` or `unix:/PATH` (a name is resolved again every 10 s);
         /// repeat for several. `fastcgi://HOST:PORT` or `fastcgi://unix:/PATH` speaks FastCGI
-        /// (PHP-FPM), with --root.
+        /// (PHP-FPM), with --root; `h2c://HOST:PORT` HTTP/2 without TLS (gRPC servers) and
+        /// `h2://HOST:PORT` HTTP/2 over TLS, and the listener then also answers h2c.
         #[arg(long = "upstream", required = true, value_parser = parse_upstream)]
         upstreams: Vec<CliUpstream>,
         /// FastCGI: the document root scripts are found under (SCRIPT_FILENAME).
@@ -50,6 +51,10 @@ enum Command {
         /// stock pm.max_children; set it to your pool's).
         #[arg(long)]
         max_conns: Option<usize>,
+        /// The plain listener also answers HTTP/2 with prior knowledge (h2c), as gRPC clients
+        /// without TLS speak it (on by itself with h2c:// or h2:// upstreams).
+        #[arg(long)]
+        h2c: bool,
         /// How a server is chosen: p2c (default), round_robin or least_conn.
         #[arg(long, value_parser = ["p2c", "round_robin", "least_conn"])]
         balance: Option<String>,
@@ -249,20 +254,27 @@ impl ObserveArgs {
     }
 }
 
-/// An `--upstream` value: a server, and whether it speaks FastCGI.
+/// An `--upstream` value: a server, and the protocol its scheme names.
 #[derive(Clone)]
 struct CliUpstream {
-    fastcgi: bool,
+    protocol: Protocol,
     spec: ServerSpec,
 }
 
 fn parse_upstream(s: &str) -> Result<CliUpstream, String> {
     let resolve = config::upstream::LoadResolver::Now(config::resolve_system);
-    let spec = config::upstream::parse_server(s, resolve, std::time::Duration::ZERO)?;
-    Ok(CliUpstream {
-        fastcgi: s.starts_with("fastcgi://"),
-        spec,
-    })
+    let (protocol, address) = if let Some(rest) = s.strip_prefix("h2c://") {
+        (Protocol::H2c, rest)
+    } else if let Some(rest) = s.strip_prefix("h2://") {
+        (Protocol::H2, rest)
+    } else if s.starts_with("fastcgi://") {
+        (Protocol::FastCgi, s)
+    } else {
+        (Protocol::Http, s)
+    };
+    let mut spec = config::upstream::parse_server(address, resolve, std::time::Duration::ZERO)?;
+    spec.tls |= protocol == Protocol::H2;
+    Ok(CliUpstream { protocol, spec })
 }
 
 /// The `proxy` command's config: HTTP upstreams, or FastCGI ones with a document root.
@@ -273,16 +285,23 @@ fn proxy_config(
     front_controller: Option<String>,
     workers: Option<usize>,
 ) -> Result<Config, String> {
-    let fastcgi = upstreams.iter().filter(|u| u.fastcgi).count();
-    let servers = upstreams.into_iter().map(|u| u.spec).collect();
-    if fastcgi == 0 {
+    let protocol = upstreams[0].protocol;
+    if upstreams.iter().any(|u| u.protocol != protocol) {
+        return Err(
+            "upstreams all have the same scheme (fastcgi://, h2c://, h2:// or none)".into(),
+        );
+    }
+    let servers: Vec<ServerSpec> = upstreams.into_iter().map(|u| u.spec).collect();
+    if protocol != Protocol::FastCgi {
         if root.is_some() || front_controller.is_some() {
             return Err("--root and --front-controller need fastcgi:// upstreams".into());
         }
-        return Ok(Config::for_proxy(listen, servers, workers));
-    }
-    if fastcgi != servers.len() {
-        return Err("upstreams are all fastcgi:// or none is".into());
+        let mut config = Config::for_proxy(listen, servers, workers);
+        if protocol.is_http2() {
+            config.upstreams[0].use_http2(protocol == Protocol::H2)?;
+            config.listeners[0].h2c = true;
+        }
+        return Ok(config);
     }
     let root = root.ok_or("fastcgi:// upstreams need --root DIR (the document root)")?;
     if !root.is_dir() {
@@ -376,6 +395,7 @@ fn main() -> ExitCode {
             root,
             front_controller,
             max_conns,
+            h2c,
             balance,
             workers,
             io,
@@ -393,6 +413,7 @@ fn main() -> ExitCode {
                 }
             };
             apply_proxy_flags(&mut config, max_conns, balance.as_deref());
+            config.listeners[0].h2c |= h2c;
             apply_io(&mut config, io.as_deref());
             run_until_signalled(config, None)
         }

@@ -37,6 +37,8 @@ pub struct Worker {
     pub buffers: BufferPool,
     /// Idle upstream connections.
     pub upstreams: UpstreamPool,
+    /// HTTP/2 upstream connections, each carrying many requests.
+    pub h2_upstreams: crate::upstream::multiplex::H2Pool,
     /// Empty pipes for zero-copy body transfer.
     pub pipes: PipePool,
     /// Open static files.
@@ -142,6 +144,7 @@ impl Worker {
             fleet,
             buffers: BufferPool::default(),
             upstreams: UpstreamPool::default(),
+            h2_upstreams: Default::default(),
             pipes: PipePool::new(pipe_size),
             files: FileCache::default(),
             compressed: Default::default(),
@@ -198,6 +201,7 @@ impl Worker {
         for (balancer, members) in snapshot.balancers.iter().zip(&table.groups) {
             for gone in balancer.sync(members, &self.fleet.stats, true) {
                 self.upstreams.forget(&gone);
+                self.h2_upstreams.forget(&gone);
             }
         }
     }

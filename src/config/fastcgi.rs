@@ -10,16 +10,6 @@ use toml::Spanned;
 use super::files::FileRoute;
 use super::{Size, Validator};
 
-/// How a group speaks to its servers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Protocol {
-    /// HTTP/1.1.
-    #[default]
-    Http,
-    /// FastCGI (PHP-FPM and the like), one request per connection at a time.
-    FastCgi,
-}
-
 /// Connections per FastCGI server (whole process) when `max_conns` is not set: the number of
 /// children of PHP-FPM's stock pool (`pm.max_children = 5` in Debian's and Docker's `www.conf`).
 /// More connections than children would leave the extra ones unserved in FPM's accept queue.

@@ -32,13 +32,14 @@ pub mod tls;
 pub mod upstream;
 mod upstream_tls;
 
-pub use fastcgi::{FastCgi, Protocol};
+pub use fastcgi::FastCgi;
 pub use files::{Fallback, FileRoute, FilesSettings, TryFiles};
 use files::{FileFilesSection, RouteSection};
 pub use shared::SharedConfig;
 use upstream::FileUpstream;
 pub use upstream::{
-    Balance, HashKey, HealthCheck, Probe, ServerSpec, UpstreamGroup, DEFAULT_UPSTREAM_KEEPALIVE,
+    Balance, HashKey, HealthCheck, Probe, Protocol, ServerSpec, UpstreamGroup,
+    DEFAULT_UPSTREAM_KEEPALIVE,
 };
 
 /// The validated, immutable configuration.

@@ -488,3 +488,51 @@ fn the_example_config_and_the_readme_show_every_key() {
     }
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
+
+#[test]
+fn http2_groups_and_their_errors() {
+    let text = r#"
+[[listen]]
+address = "127.0.0.1:8080"
+[upstreams.grpc]
+protocol = "h2c"
+servers = ["127.0.0.1:50051"]
+health = { type = "grpc", service = "echo.Echo" }
+[upstreams.tls]
+protocol = "h2"
+servers = ["localhost:8443"]
+[[sites]]
+default = true
+routes = [{ path = "/", upstream = "grpc" }, { path = "/t", upstream = "tls" }]
+"#;
+    let c = Config::parse(text, "t.toml").unwrap();
+    let (grpc, tls) = (&c.upstreams[0], &c.upstreams[1]);
+    assert_eq!(grpc.protocol, Protocol::H2c);
+    assert!(grpc.tls.is_none());
+    let check = grpc.health.as_ref().unwrap();
+    assert!(check.http2);
+    assert_eq!(
+        check.probe,
+        Probe::Grpc {
+            service: "echo.Echo".into()
+        }
+    );
+    // "h2" is TLS (ALPN h2) without saying `tls = true`.
+    assert_eq!(tls.protocol, Protocol::H2);
+    assert!(tls.tls.is_some());
+    let bad = text
+        .replace("protocol = \"h2c\"", "protocol = \"h2c\"\ntls = true")
+        .replace(
+            "protocol = \"h2\"\n",
+            "protocol = \"h3\"\nhealth = { type = \"grpc\" }\n",
+        );
+    let e = Config::parse(&bad, "t.toml").unwrap_err();
+    assert_errors(
+        &e,
+        &[
+            (4, "protocol = \"h2c\" is HTTP/2 without TLS"),
+            (10, "unknown protocol \"h3\""),
+            (11, "a grpc health check needs protocol"),
+        ],
+    );
+}

@@ -10,12 +10,33 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::fastcgi::{FastCgi, FileFastCgi, Protocol, DEFAULT_FASTCGI_MAX_CONNS};
+use super::fastcgi::{FastCgi, FileFastCgi, DEFAULT_FASTCGI_MAX_CONNS};
 use super::{Size, Validator};
 use crate::net::Address;
 
 /// Default idle keep-alive connections per upstream server per worker.
 pub const DEFAULT_UPSTREAM_KEEPALIVE: usize = 128;
+
+/// How a group speaks to its servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// HTTP/1.1.
+    #[default]
+    Http,
+    /// HTTP/2 over TLS (ALPN `h2`): many requests at once on each connection.
+    H2,
+    /// HTTP/2 over plain TCP with prior knowledge (h2c; gRPC servers without TLS).
+    H2c,
+    /// FastCGI (PHP-FPM and the like), one request per connection at a time.
+    FastCgi,
+}
+
+impl Protocol {
+    /// Whether requests go to the servers as HTTP/2 streams.
+    pub fn is_http2(self) -> bool {
+        matches!(self, Protocol::H2 | Protocol::H2c)
+    }
+}
 
 /// A named set of upstream servers with their connection, balancing and health settings.
 #[derive(Debug, Clone)]
@@ -134,6 +155,8 @@ pub struct HealthCheck {
     pub fall: u32,
     /// Servers start down until a check passes.
     pub start_down: bool,
+    /// The group speaks HTTP/2: HTTP and gRPC checks go as HTTP/2 requests.
+    pub http2: bool,
 }
 
 /// The request of a health check.
@@ -151,6 +174,12 @@ pub enum Probe {
         host: Option<String>,
         /// Healthy status range, inclusive.
         expect: (u16, u16),
+    },
+    /// gRPC's health service (`grpc.health.v1.Health/Check`) must answer SERVING for
+    /// `service` (empty: the server as a whole). HTTP/2 groups only.
+    Grpc {
+        /// The service asked about.
+        service: String,
     },
 }
 
@@ -180,6 +209,29 @@ impl UpstreamGroup {
             fastcgi: None,
             tls: None,
         }
+    }
+
+    /// Makes the group speak HTTP/2: over TLS (ALPN `h2`, the system's roots) when `tls`,
+    /// else h2c with prior knowledge.
+    pub fn use_http2(&mut self, tls: bool) -> Result<(), String> {
+        if !tls {
+            self.protocol = Protocol::H2c;
+            return Ok(());
+        }
+        self.protocol = Protocol::H2;
+        let settings = crate::tls::client::ClientSettings {
+            verify: true,
+            alpn_h2: true,
+            ..Default::default()
+        };
+        let names: Vec<_> = self
+            .servers
+            .iter()
+            .flat_map(|s| s.addrs.iter().map(|a| (a.clone(), s.host.clone())))
+            .collect();
+        let tls = crate::tls::client::UpstreamTls::build(&settings, &names, None)?;
+        self.tls = Some(Arc::new(tls));
+        Ok(())
     }
 
     /// A FastCGI group with default settings.
@@ -425,6 +477,7 @@ struct FileHealth {
     rise: Option<Spanned<u32>>,
     fall: Option<Spanned<u32>>,
     start_down: Option<bool>,
+    service: Option<String>,
 }
 
 impl Validator<'_> {
@@ -505,6 +558,14 @@ impl Validator<'_> {
         g.send_timeout = self.duration(&u.send_timeout, g.send_timeout);
         g.idle_timeout = self.duration(&u.idle_timeout, g.idle_timeout);
         self.build_protocol(&mut g, name, u);
+        if let Some(check) = g.health.as_mut() {
+            check.http2 = g.protocol.is_http2();
+            if matches!(check.probe, Probe::Grpc { .. }) && !check.http2 {
+                let at = u.health.as_ref().and_then(|h| h.kind.as_ref());
+                let at = at.map_or(name.span().start, |k| k.span().start);
+                self.error(at, "a grpc health check needs protocol = \"h2\" or \"h2c\"");
+            }
+        }
         g.tls = self.build_upstream_tls(&g, name, u);
         g.max_conns = u.max_conns.unwrap_or(g.max_conns);
         g.queue_timeout = self.duration(&u.queue_timeout, g.queue_timeout);
@@ -519,7 +580,12 @@ impl Validator<'_> {
             .as_ref()
             .map(|p| (p.get_ref().as_str(), p.span().start))
         {
-            None | Some(("http", _)) => {
+            None | Some(("http" | "h2" | "h2c", _)) => {
+                g.protocol = match u.protocol.as_ref().map(|p| p.get_ref().as_str()) {
+                    Some("h2") => Protocol::H2,
+                    Some("h2c") => Protocol::H2c,
+                    _ => Protocol::Http,
+                };
                 if let Some(at) = keys.first_key() {
                     self.error(
                         at,
@@ -546,7 +612,9 @@ impl Validator<'_> {
             }
             Some((other, at)) => self.error(
                 at,
-                format!("unknown protocol {other:?} (use \"http\" or \"fastcgi\")"),
+                format!(
+                    "unknown protocol {other:?} (use \"http\", \"h2\", \"h2c\" or \"fastcgi\")"
+                ),
             ),
         }
     }
@@ -555,6 +623,9 @@ impl Validator<'_> {
         let kind = h.kind.as_ref().map_or("http", |k| k.get_ref().as_str());
         let probe = match kind {
             "tcp" => Probe::Tcp,
+            "grpc" => Probe::Grpc {
+                service: h.service.clone().unwrap_or_default(),
+            },
             "http" => {
                 let path = h.path.as_ref().map_or("/", |p| p.get_ref().as_str());
                 if !path.starts_with('/') {
@@ -582,7 +653,9 @@ impl Validator<'_> {
                 let at = h.kind.as_ref().map_or(0, |k| k.span().start);
                 self.error(
                     at,
-                    format!("unknown health check type {other:?} (use \"http\" or \"tcp\")"),
+                    format!(
+                        "unknown health check type {other:?} (use \"http\", \"grpc\" or \"tcp\")"
+                    ),
                 );
                 return None;
             }
@@ -613,6 +686,7 @@ impl Validator<'_> {
             rise,
             fall,
             start_down: h.start_down.unwrap_or(false),
+            http2: false,
         })
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use toml::Spanned;
 
-use super::upstream::{FileUpstream, UpstreamGroup};
+use super::upstream::{FileUpstream, Protocol, UpstreamGroup};
 use super::Validator;
 use crate::tls::client::{ClientSettings, UpstreamTls};
 
@@ -35,7 +35,15 @@ impl Validator<'_> {
         if https > 0 && https < g.servers.len() {
             self.error(at, "servers of a group are all https:// or none is");
         }
-        let wanted = https > 0 || keys.tls.is_some_and(|t| *t.get_ref());
+        let h2 = g.protocol == Protocol::H2;
+        let wanted = https > 0 || h2 || keys.tls.is_some_and(|t| *t.get_ref());
+        if wanted && g.protocol == Protocol::H2c {
+            self.error(
+                at,
+                "protocol = \"h2c\" is HTTP/2 without TLS: use \"h2\" for TLS",
+            );
+            return None;
+        }
         if !wanted {
             let any = keys.ca.is_some()
                 || keys.verify.is_some()
@@ -65,6 +73,7 @@ impl Validator<'_> {
             ca: ca.as_deref(),
             verify: keys.verify.unwrap_or(true),
             client_cert,
+            alpn_h2: h2,
         };
         let names: Vec<_> = g
             .servers

@@ -6,10 +6,12 @@
 //! [`stream::H2Stream`] joins them into one stream the request path reads and writes like an
 //! HTTP/1.1 connection. The connection itself is driven by `proxy/http2/`.
 
+pub mod body;
 pub mod guard;
 pub mod request;
 pub mod response;
 pub mod stream;
+pub mod upstream;
 
 /// Fields that only mean something to one HTTP/1.1 connection, which HTTP/2 forbids (RFC 9113
 /// section 8.2.2): refused in requests, dropped from responses. `name` is lower case.

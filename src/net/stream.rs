@@ -26,6 +26,8 @@ pub enum Stream {
     TlsClient(Box<tokio_rustls::client::TlsStream<TcpStream>>),
     /// One HTTP/2 stream of a client connection, carrying one request as HTTP/1.1 bytes.
     H2(Box<crate::http2::stream::H2Stream>),
+    /// One HTTP/2 stream to an upstream server, carrying one request as HTTP/1.1 bytes.
+    H2Upstream(Box<crate::http2::upstream::H2Upstream>),
     /// A scripted connection for unit tests of the relay code.
     #[cfg(test)]
     Mock(Box<tokio_test::io::Mock>),
@@ -41,7 +43,8 @@ impl Stream {
             | Stream::Unix(_)
             | Stream::TlsServer(_)
             | Stream::TlsClient(_)
-            | Stream::H2(_) => None,
+            | Stream::H2(_)
+            | Stream::H2Upstream(_) => None,
             #[cfg(test)]
             Stream::Mock(_) => None,
         }
@@ -92,7 +95,7 @@ impl Stream {
                 Ok(())
             }
             // The request is in hand as soon as the stream exists.
-            Stream::H2(_) => Ok(()),
+            Stream::H2(_) | Stream::H2Upstream(_) => Ok(()),
             #[cfg(test)]
             Stream::Mock(_) => Ok(()),
         }
@@ -110,7 +113,9 @@ impl Stream {
                 let mut cx = Context::from_waker(std::task::Waker::noop());
                 s.poll_read_ready(&mut cx).is_ready()
             }
-            Stream::TlsServer(_) | Stream::TlsClient(_) | Stream::H2(_) => false,
+            Stream::TlsServer(_) | Stream::TlsClient(_) | Stream::H2(_) | Stream::H2Upstream(_) => {
+                false
+            }
             #[cfg(test)]
             Stream::Mock(_) => false,
         }
@@ -122,7 +127,7 @@ impl Stream {
             Stream::Tcp(s) => s.try_read(buf),
             Stream::Uring(s) => s.try_read(buf),
             Stream::Unix(s) => s.try_read(buf),
-            Stream::TlsServer(_) | Stream::TlsClient(_) | Stream::H2(_) => {
+            Stream::TlsServer(_) | Stream::TlsClient(_) | Stream::H2(_) | Stream::H2Upstream(_) => {
                 Err(io::ErrorKind::WouldBlock.into())
             }
             #[cfg(test)]
@@ -197,6 +202,7 @@ impl AsyncRead for Stream {
             Stream::TlsServer(s) => Pin::new(s).poll_read(cx, buf),
             Stream::TlsClient(s) => Pin::new(s).poll_read(cx, buf),
             Stream::H2(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::H2Upstream(s) => Pin::new(s).poll_read(cx, buf),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_read(cx, buf),
         }
@@ -216,6 +222,7 @@ impl AsyncWrite for Stream {
             Stream::TlsServer(s) => Pin::new(s).poll_write(cx, buf),
             Stream::TlsClient(s) => Pin::new(s).poll_write(cx, buf),
             Stream::H2(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::H2Upstream(s) => Pin::new(s).poll_write(cx, buf),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_write(cx, buf),
         }
@@ -233,6 +240,7 @@ impl AsyncWrite for Stream {
             Stream::TlsServer(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::TlsClient(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::H2(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::H2Upstream(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
@@ -246,6 +254,7 @@ impl AsyncWrite for Stream {
             Stream::TlsServer(s) => s.is_write_vectored(),
             Stream::TlsClient(s) => s.is_write_vectored(),
             Stream::H2(s) => s.is_write_vectored(),
+            Stream::H2Upstream(s) => s.is_write_vectored(),
             #[cfg(test)]
             Stream::Mock(s) => s.is_write_vectored(),
         }
@@ -259,6 +268,7 @@ impl AsyncWrite for Stream {
             Stream::TlsServer(s) => Pin::new(s).poll_flush(cx),
             Stream::TlsClient(s) => Pin::new(s).poll_flush(cx),
             Stream::H2(s) => Pin::new(s).poll_flush(cx),
+            Stream::H2Upstream(s) => Pin::new(s).poll_flush(cx),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_flush(cx),
         }
@@ -272,6 +282,7 @@ impl AsyncWrite for Stream {
             Stream::TlsServer(s) => Pin::new(s).poll_shutdown(cx),
             Stream::TlsClient(s) => Pin::new(s).poll_shutdown(cx),
             Stream::H2(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::H2Upstream(s) => Pin::new(s).poll_shutdown(cx),
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_shutdown(cx),
         }

@@ -20,12 +20,14 @@ use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
 use crate::http1::response::CONTINUE;
 use crate::http1::{head_complete, BodyReader};
+use crate::http2::upstream::H2Upstream;
 use crate::net::io::{wait_readable, write_all};
 use crate::net::{Address, Stream};
 use crate::observe::metrics::Counter;
 use crate::routing::UpstreamTarget;
 use crate::upstream::connect::connect;
-use crate::upstream::pool::Obtained;
+use crate::upstream::multiplex::Keep;
+use crate::upstream::pool::{Obtained, Slot};
 use crate::upstream::stats::ServerStats;
 use crate::upstream::{Balancer, Lease};
 
@@ -207,6 +209,9 @@ pub(super) async fn on_connection(
     body_in_hand: bool,
     mut send: impl AsyncFnMut(&mut Client, &mut Conn) -> Result<Vec<u8>, Error>,
 ) -> Result<(Conn, Vec<u8>), Error> {
+    if group.protocol.is_http2() {
+        return on_h2_stream(cx, group, lease, client, body_in_hand, send).await;
+    }
     let counters = &cx.worker.counters;
     let server = lease.addr();
     let stats = lease.stats();
@@ -247,6 +252,66 @@ pub(super) async fn on_connection(
         slot,
         demand: lease.in_flight(),
     };
+    let ubuf = send(client, &mut conn).await?;
+    cx.mark_header();
+    Ok((conn, ubuf))
+}
+
+/// [`on_connection`] for a group that speaks HTTP/2: `send` runs on a new stream of an open
+/// connection to `server` with room for it, or of a new connection. A stream an open
+/// connection failed to carry (it had died, or the server refused the stream) is tried once
+/// more on a new connection, as a dead pooled HTTP/1.1 connection is.
+async fn on_h2_stream(
+    cx: &Ctx<'_>,
+    group: &UpstreamGroup,
+    lease: &Lease,
+    client: &mut Client,
+    body_in_hand: bool,
+    mut send: impl AsyncFnMut(&mut Client, &mut Conn) -> Result<Vec<u8>, Error>,
+) -> Result<(Conn, Vec<u8>), Error> {
+    let counters = &cx.worker.counters;
+    let (server, stats) = (lease.addr(), lease.stats());
+    let pool = &cx.worker.h2_upstreams;
+    let max_head = cx.config().limits.max_buffer;
+    let tls = group.tls.is_some();
+    let stream_on = |handle| Conn {
+        server: server.clone(),
+        stream: Stream::H2Upstream(Box::new(H2Upstream::new(handle, tls, max_head))),
+        slot: Slot::untracked(),
+        demand: 0,
+    };
+    if let Some(handle) = pool.take(server) {
+        cx.mark_connected();
+        counters.inc(Counter::UpstreamReused);
+        ServerStats::bump(&stats.reused);
+        let mut conn = stream_on(handle);
+        match send(client, &mut conn).await {
+            Ok(ubuf) => {
+                cx.mark_header();
+                return Ok((conn, ubuf));
+            }
+            Err(e) if stale(&e, body_in_hand) => counters.inc(Counter::UpstreamStaleRetries),
+            Err(e) => return Err(e),
+        }
+    }
+    let tls_config = group.tls.as_deref();
+    let stream = connect(server, group.connect_timeout, counters, stats, tls_config).await?;
+    let keep = Keep {
+        ping_timeout: group.connect_timeout,
+        idle_timeout: group.idle_timeout,
+    };
+    let handle =
+        match tokio::time::timeout(group.connect_timeout, pool.open(server, stream, keep)).await {
+            Ok(Ok(handle)) => handle,
+            Ok(Err(e)) => {
+                tracing::warn!(%server, "HTTP/2 handshake with the upstream failed: {e}");
+                counters.inc(Counter::UpstreamConnectErrors);
+                return Err(Error::connect(Kind::ConnectFailed));
+            }
+            Err(_) => return Err(Error::connect(Kind::ConnectTimeout)),
+        };
+    cx.mark_connected();
+    let mut conn = stream_on(handle);
     let ubuf = send(client, &mut conn).await?;
     cx.mark_header();
     Ok((conn, ubuf))
@@ -333,6 +398,10 @@ impl Attempt<'_> {
             })
             .await?;
         }
+        // A gRPC call's own deadline, when shorter, bounds the wait for its answer.
+        let read_timeout = p
+            .grpc_timeout
+            .map_or(group.read_timeout, |t| t.min(group.read_timeout));
         let hint =
             cx.worker
                 .response_buffer_hint(&conn.server, limits.max_buffer, limits.zero_copy);
@@ -342,7 +411,7 @@ impl Attempt<'_> {
             // kernel's copies into and out of it then cost nearly twice as much): take it when
             // the answer is there, the pool's most recently used.
             tokio::select! {
-                r = wait_readable(&conn.stream, group.read_timeout) => {
+                r = wait_readable(&conn.stream, read_timeout) => {
                     r.map_err(|e| Error::no_response(&e))?;
                 }
                 () = client.stream.hangup() => return Err(Error::new(Kind::ClientClosed)),
@@ -352,7 +421,7 @@ impl Attempt<'_> {
         ubuf.extend_from_slice(&early);
         let read = async {
             if early.is_empty() || !head_complete(&ubuf) {
-                let (up, timeout) = (&mut conn.stream, group.read_timeout);
+                let (up, timeout) = (&mut conn.stream, read_timeout);
                 response::read_head(up, &mut ubuf, &client.stream, timeout, limits.max_buffer)
                     .await?;
             }

@@ -83,6 +83,10 @@ impl Conn {
             slot,
             demand,
         } = self;
+        if matches!(stream, Stream::H2Upstream(_)) {
+            // Its connection stays with the HTTP/2 pool; the stream is done.
+            return;
+        }
         // `keepalive = 0` turns pooling off altogether.
         let keep = if group.keepalive == 0 {
             0

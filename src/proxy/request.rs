@@ -30,6 +30,11 @@ pub(super) struct Prepared {
     pub(super) upgrade: bool,
     pub(super) idempotent: bool,
     pub(super) is_head: bool,
+    /// A gRPC call (`content-type: application/grpc...`): failures are answered as gRPC
+    /// errors.
+    pub(super) grpc: bool,
+    /// The call's `grpc-timeout`: the upstream's answer is not awaited past it.
+    pub(super) grpc_timeout: Option<std::time::Duration>,
     /// The client spoke TLS.
     pub(super) https: bool,
     pub(super) route: Option<Target>,
@@ -141,6 +146,10 @@ impl Prepared {
             upgrade: head.upgrade.is_some(),
             idempotent: head.is_idempotent(),
             is_head: head.method == "HEAD",
+            grpc: head
+                .header("content-type")
+                .is_some_and(|v| v.starts_with(b"application/grpc")),
+            grpc_timeout: head.header("grpc-timeout").and_then(parse_grpc_timeout),
             https,
             hash_key: upstream.and_then(|r| match &config.upstreams[r.upstream].balance {
                 Balance::Hash(key) => request_key(head, key, peer),
@@ -163,6 +172,25 @@ impl Prepared {
             log: log.then(|| LogFields::new(head)),
         }
     }
+}
+
+/// A `grpc-timeout` value: at most 8 digits and a unit (H, M, S, m, u, n).
+fn parse_grpc_timeout(v: &[u8]) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    let (unit, digits) = v.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
 /// The upstream a static-file route falls back to (`try_files` ending in `"@name"`).
@@ -210,6 +238,29 @@ pub(super) async fn read_head(
                 return Err(Error::new(Kind::ClientTimeout));
             }
             _ => return Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_grpc_timeout;
+    use std::time::Duration;
+
+    #[test]
+    fn grpc_timeouts() {
+        assert_eq!(
+            parse_grpc_timeout(b"250m"),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(parse_grpc_timeout(b"2S"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_grpc_timeout(b"1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(
+            parse_grpc_timeout(b"99999999n"),
+            Some(Duration::from_nanos(99_999_999))
+        );
+        for bad in [&b"123456789S"[..], b"S", b"10", b"1x", b"-1S", b""] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
         }
     }
 }

@@ -15,7 +15,7 @@ use super::{exchange, files, Client, Ctx, Outcome, Tried};
 use crate::buffers::MIN_BUFFER;
 use crate::config::Config;
 use crate::error::{Error, Kind, Side};
-use crate::http1::response::write_simple_response;
+use crate::http1::response::{write_grpc_error, write_simple_response};
 use crate::http1::Framing;
 use crate::net::io::write_all;
 use crate::net::Stream;
@@ -151,6 +151,16 @@ impl Client {
         write_simple_response(&mut out, status, keep_alive, head_only);
         let https = !self.stream.tls_version().is_empty();
         super::add_configured_fields(config, site, https, &mut out, 0);
+        let timeout = config.limits.client_body_timeout;
+        let _ = write_all(&mut self.stream, &[&out], timeout).await;
+    }
+}
+
+impl Client {
+    /// Answers a failed gRPC call as a gRPC error (see [`crate::error::Kind::grpc_status`]).
+    async fn respond_grpc(&mut self, e: &Error, keep_alive: bool, config: &Config) {
+        let mut out = Vec::with_capacity(200);
+        write_grpc_error(&mut out, e.kind.grpc_status(), e.kind.reason(), keep_alive);
         let timeout = config.limits.client_body_timeout;
         let _ = write_all(&mut self.stream, &[&out], timeout).await;
     }
@@ -412,10 +422,14 @@ async fn answer_failure(cx: &Ctx<'_>, client: &mut Client, buf: &mut Vec<u8>, e:
         && p.keep_alive
         && p.framing == Framing::Empty
         && !cx.worker.shutting_down();
-    if let Some(status) = answer.send {
-        client
-            .respond(status, (keep_alive, p.is_head), cx.config(), p.routed.site)
-            .await;
+    match answer.send {
+        Some(_) if p.grpc => client.respond_grpc(&e, keep_alive, cx.config()).await,
+        Some(status) => {
+            client
+                .respond(status, (keep_alive, p.is_head), cx.config(), p.routed.site)
+                .await;
+        }
+        None => {}
     }
     if keep_alive {
         buf.drain(..p.head_len.min(buf.len()));

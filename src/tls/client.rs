@@ -34,6 +34,8 @@ pub struct ClientSettings<'a> {
     pub verify: bool,
     /// Client certificate and key (PEM) for mTLS.
     pub client_cert: Option<(&'a Path, &'a Path)>,
+    /// Offer `h2` instead of `http/1.1` by ALPN (a group with `protocol = "h2"`).
+    pub alpn_h2: bool,
 }
 
 impl UpstreamTls {
@@ -68,7 +70,11 @@ impl UpstreamTls {
             }
             None => builder.with_no_client_auth(),
         };
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = if settings.alpn_h2 {
+            vec![b"h2".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
         let name = |host: &str| -> Result<ServerName<'static>, String> {
             ServerName::try_from(host.to_string())
                 .map_err(|_| format!("{host:?} is no server name"))

@@ -1,6 +1,7 @@
-//! One active health check of one server: a TCP connect, or an HTTP/1.1 request (over TLS for
-//! a TLS group, handshake and verification included) whose status must fall in the expected
-//! range, all within the check's timeout. Runs on the control thread;
+//! One active health check of one server: a TCP connect, an HTTP request (HTTP/1.1, or HTTP/2
+//! for an `h2`/`h2c` group; over TLS for a TLS group, handshake and verification included)
+//! whose status must fall in the expected range, or gRPC's health service answering SERVING,
+//! all within the check's timeout. Runs on the control thread;
 //! the rise/fall bookkeeping that turns results into up and down is in `control`.
 
 use crate::net::Address;
@@ -20,7 +21,15 @@ pub async fn check(
     check: &HealthCheck,
     tls: Option<&UpstreamTls>,
 ) -> Result<(), String> {
-    match tokio::time::timeout(check.timeout, probe(addr, &check.probe, tls)).await {
+    let probe = async {
+        match &check.probe {
+            Probe::Http { .. } | Probe::Grpc { .. } if check.http2 => {
+                probe_http2(addr, &check.probe, tls).await
+            }
+            _ => probe(addr, &check.probe, tls).await,
+        }
+    };
+    match tokio::time::timeout(check.timeout, probe).await {
         Ok(result) => result,
         Err(_) => Err(format!("no answer within {:?}", check.timeout)),
     }
@@ -34,7 +43,7 @@ async fn probe(addr: &Address, probe: &Probe, tls: Option<&UpstreamTls>) -> Resu
         expect,
     } = probe
     else {
-        // A TCP check is a connect, also for a TLS group.
+        // A TCP check is a connect, also for a TLS group (a gRPC check is HTTP/2 only).
         return open(addr).await.map(drop).map_err(|e| e.to_string());
     };
     let mut stream = open_with(addr, tls).await.map_err(|e| match e.get_ref() {
@@ -78,5 +87,196 @@ async fn probe(addr: &Address, probe: &Probe, tls: Option<&UpstreamTls>) -> Resu
             Ok(httparse::Status::Partial) => return Err("response head too large".into()),
             Err(e) => return Err(format!("invalid response: {e}")),
         }
+    }
+}
+
+/// An HTTP or gRPC check over HTTP/2: one request on a new connection, driven beside it.
+async fn probe_http2(
+    addr: &Address,
+    probe: &Probe,
+    tls: Option<&UpstreamTls>,
+) -> Result<(), String> {
+    let stream = open_with(addr, tls).await.map_err(|e| match e.get_ref() {
+        Some(inner) => format!("TLS: {inner}"),
+        None => e.to_string(),
+    })?;
+    let (send, conn) = h2::client::handshake(stream)
+        .await
+        .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let exchange = async {
+        match probe {
+            Probe::Http {
+                method,
+                path,
+                host,
+                expect,
+            } => {
+                let host = host.clone().unwrap_or_else(|| addr.to_string());
+                let request = http::Request::builder()
+                    .method(method.as_str())
+                    .uri(format!("{scheme}://{host}{path}"))
+                    .header("user-agent", "slipstream-health-check")
+                    .body(())
+                    .map_err(|e| e.to_string())?;
+                let (status, _, _) = call(send, request, bytes::Bytes::new()).await?;
+                if (expect.0..=expect.1).contains(&status) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "status {status}, expected {}-{}",
+                        expect.0, expect.1
+                    ))
+                }
+            }
+            Probe::Grpc { service } => grpc_health(send, scheme, addr, service).await,
+            Probe::Tcp => Ok(()),
+        }
+    };
+    tokio::select! {
+        r = exchange => r,
+        r = conn => Err(match r {
+            Ok(()) => "connection closed".to_string(),
+            Err(e) => e.to_string(),
+        }),
+    }
+}
+
+/// Sends `request` with `body`; the status, the body (up to [`MAX_CHECK_RESPONSE`] bytes)
+/// and the trailers (the head's fields for a response without any: gRPC's trailers-only
+/// answers).
+async fn call(
+    send: h2::client::SendRequest<bytes::Bytes>,
+    request: http::Request<()>,
+    body: bytes::Bytes,
+) -> Result<(u16, Vec<u8>, http::HeaderMap), String> {
+    let mut send = send.ready().await.map_err(|e| e.to_string())?;
+    let (response, mut stream) = send
+        .send_request(request, body.is_empty())
+        .map_err(|e| e.to_string())?;
+    if !body.is_empty() {
+        stream.send_data(body, true).map_err(|e| e.to_string())?;
+    }
+    let response = response.await.map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    let (head, mut recv) = response.into_parts();
+    let mut got = Vec::new();
+    while let Some(data) = recv.data().await {
+        let data = data.map_err(|e| e.to_string())?;
+        let _ = recv.flow_control().release_capacity(data.len());
+        if got.len() + data.len() > MAX_CHECK_RESPONSE {
+            return Err("response too large".into());
+        }
+        got.extend_from_slice(&data);
+    }
+    let trailers = recv.trailers().await.map_err(|e| e.to_string())?;
+    Ok((status, got, trailers.unwrap_or(head.headers)))
+}
+
+/// gRPC's health check: `grpc.health.v1.Health/Check` for `service` must answer status
+/// SERVING (1) with grpc-status 0.
+async fn grpc_health(
+    send: h2::client::SendRequest<bytes::Bytes>,
+    scheme: &str,
+    addr: &Address,
+    service: &str,
+) -> Result<(), String> {
+    let request = http::Request::post(format!("{scheme}://{addr}/grpc.health.v1.Health/Check"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("user-agent", "slipstream-health-check")
+        .body(())
+        .map_err(|e| e.to_string())?;
+    let (status, body, trailers) = call(send, request, grpc_health_request(service)).await?;
+    if status != 200 {
+        return Err(format!("HTTP status {status}"));
+    }
+    let grpc_status = trailers
+        .get("grpc-status")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    match grpc_status.as_deref() {
+        Some("0") => {}
+        Some(code) => return Err(format!("grpc-status {code}")),
+        None => return Err("no grpc-status".into()),
+    }
+    match grpc_health_status(&body) {
+        Some(1) => Ok(()),
+        Some(other) => Err(format!("health status {other} (SERVING is 1)")),
+        None => Err("malformed health response".into()),
+    }
+}
+
+/// A `HealthCheckRequest { service }` as one gRPC message: the 5-byte prefix (not
+/// compressed, length), then field 1 as a length-delimited string.
+fn grpc_health_request(service: &str) -> bytes::Bytes {
+    let mut message = Vec::new();
+    if !service.is_empty() {
+        message.push(0x0a);
+        let mut n = service.len();
+        while n >= 0x80 {
+            message.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        message.push(n as u8);
+        message.extend_from_slice(service.as_bytes());
+    }
+    let mut out = vec![0u8];
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(&message);
+    out.into()
+}
+
+/// The `status` (field 1, a varint) of a `HealthCheckResponse` message with its prefix;
+/// 0 (UNKNOWN) when the field is absent.
+fn grpc_health_status(body: &[u8]) -> Option<u64> {
+    let (&compressed, rest) = body.split_first()?;
+    let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    let mut message = rest.get(4..4 + len)?;
+    if compressed != 0 {
+        return None;
+    }
+    let mut status = 0;
+    while let Some((&key, rest)) = message.split_first() {
+        let (value, used) = varint(rest)?;
+        match key {
+            0x08 => status = value,
+            // Another varint field: skipped.
+            k if k & 7 == 0 => {}
+            _ => return None,
+        }
+        message = &rest[used..];
+    }
+    Some(status)
+}
+
+/// A protobuf varint: its value and length.
+fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for (i, b) in bytes.iter().take(10).enumerate() {
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_health_messages() {
+        assert_eq!(&grpc_health_request("")[..], [0, 0, 0, 0, 0]);
+        assert_eq!(
+            &grpc_health_request("ab")[..],
+            [0, 0, 0, 0, 4, 0x0a, 2, b'a', b'b']
+        );
+        assert_eq!(grpc_health_status(&[0, 0, 0, 0, 2, 0x08, 1]), Some(1));
+        assert_eq!(grpc_health_status(&[0, 0, 0, 0, 2, 0x08, 2]), Some(2));
+        assert_eq!(grpc_health_status(&[0, 0, 0, 0, 0]), Some(0));
+        assert_eq!(grpc_health_status(&[0, 0, 0, 0, 2, 0x08]), None);
+        assert_eq!(grpc_health_status(&[1, 0, 0, 0, 2, 0x08, 1]), None);
+        assert_eq!(grpc_health_status(&[0, 0, 0]), None);
     }
 }

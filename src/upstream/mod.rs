@@ -5,6 +5,7 @@
 //! - [`balance`]: each worker's choice of a server ([`peer`] is one server as a worker sees it,
 //!   [`ring`] the consistent-hash ring), passive health and the retry budget;
 //! - [`connect`] and [`pool`]: opening connections and each worker's keep-alive pool;
+//!   [`multiplex`]: each worker's HTTP/2 upstream connections, many requests on each;
 //! - [`stats`]: per-server figures for `/metrics`.
 
 pub mod balance;
@@ -12,6 +13,7 @@ pub mod connect;
 pub mod control;
 pub mod fleet;
 pub mod health;
+pub mod multiplex;
 pub mod peer;
 pub mod pool;
 pub mod resolve;

@@ -13,6 +13,7 @@ mod files;
 mod fleet;
 mod framing;
 mod fuzz_seeds;
+mod grpc;
 mod hangups;
 mod http2;
 mod http2_frames;

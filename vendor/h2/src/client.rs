@@ -562,6 +562,18 @@ where
     pub fn current_max_recv_streams(&self) -> usize {
         self.inner.current_max_recv_streams()
     }
+
+    /// Returns the number of streams open on the connection (slipstream patch: the same as
+    /// the `unstable` `num_active_streams`, for a pool deciding where a request fits).
+    pub fn open_streams(&self) -> usize {
+        self.inner.num_active_streams()
+    }
+
+    /// Whether the server sent GOAWAY: no new stream should be opened on this connection
+    /// (slipstream patch; h2 would open it, and the server would ignore it).
+    pub fn is_going_away(&self) -> bool {
+        self.inner.is_going_away()
+    }
 }
 
 impl<B> fmt::Debug for SendRequest<B>

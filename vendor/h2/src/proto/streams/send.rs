@@ -38,6 +38,9 @@ pub(super) struct Send {
 
     /// If extended connect protocol is enabled.
     is_extended_connect_protocol_enabled: bool,
+
+    /// The peer sent GOAWAY (slipstream patch).
+    go_away_received: bool,
 }
 
 /// A value to detect which public API has called `poll_reset`.
@@ -57,6 +60,7 @@ impl Send {
             prioritize: Prioritize::new(config),
             is_push_enabled: true,
             is_extended_connect_protocol_enabled: false,
+            go_away_received: false,
         }
     }
 
@@ -481,6 +485,7 @@ impl Send {
         }
 
         self.max_stream_id = last_stream_id;
+        self.go_away_received = true;
         Ok(())
     }
 
@@ -634,6 +639,11 @@ impl Send {
         // if next_stream_id is overflowed, that's ok.
 
         Ok(())
+    }
+
+    /// Whether the peer sent GOAWAY (slipstream patch: a pool stops opening streams here).
+    pub fn is_going_away(&self) -> bool {
+        self.go_away_received
     }
 
     pub fn ensure_next_stream_id(&self) -> Result<StreamId, UserError> {

@@ -206,7 +206,6 @@ impl ops::IndexMut<Key> for Store {
 }
 
 impl Store {
-    #[cfg(feature = "unstable")]
     pub fn num_active_streams(&self) -> usize {
         self.ids.len()
     }

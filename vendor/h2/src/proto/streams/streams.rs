@@ -1133,10 +1133,15 @@ where
         self.inner.lock().unwrap().counts.max_recv_streams()
     }
 
-    #[cfg(feature = "unstable")]
     pub fn num_active_streams(&self) -> usize {
         let me = self.inner.lock().unwrap();
         me.store.num_active_streams()
+    }
+
+    /// Whether the peer sent GOAWAY (slipstream patch).
+    pub fn is_going_away(&self) -> bool {
+        let me = self.inner.lock().unwrap();
+        me.actions.send.is_going_away()
     }
 
     pub fn has_streams(&self) -> bool {

@@ -1,0 +1,367 @@
+//! A message body between HTTP/2 and the HTTP/1.1 bytes the request path reads and writes,
+//! both ways, for both ends of the proxy: [`Inbound`] turns a `RecvStream` (a client's request
+//! body, or an upstream's response body) into HTTP/1.1 body bytes, chunked with the trailers
+//! when the message has no length; [`Outbound`] reads the HTTP/1.1 body the proxy writes (a
+//! response to a client, or a request to an upstream) and sends it as DATA and trailers.
+//!
+//! Flow control is the backpressure: DATA is taken (and its window given back to the sender)
+//! only as the proxy reads it, and a write takes no more bytes than the stream has send
+//! capacity for, so memory per stream stays within the windows.
+
+use std::collections::VecDeque;
+use std::io;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, Bytes};
+use h2::{RecvStream, SendStream};
+use tokio::io::ReadBuf;
+
+use super::response::trailer_fields;
+use crate::http1::{chunk_size_line, ChunkedReader, Framing, CHUNK_END};
+
+/// An `h2` failure as the I/O error the request path sees.
+pub fn h2_error(e: h2::Error) -> io::Error {
+    if e.is_io() {
+        return e
+            .into_io()
+            .unwrap_or_else(|| io::ErrorKind::BrokenPipe.into());
+    }
+    io::Error::new(io::ErrorKind::ConnectionReset, e)
+}
+
+pub(super) fn invalid(what: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+/// Where an incoming body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Progress {
+    /// Waiting for DATA.
+    Data,
+    /// DATA ended; trailers (chunked bodies) still to read.
+    Trailers,
+    /// Everything has been staged.
+    Done,
+}
+
+/// An incoming HTTP/2 message as HTTP/1.1 bytes: whatever was staged first (the head), then
+/// the body.
+pub(super) struct Inbound {
+    chunked: bool,
+    recv: RecvStream,
+    /// What the proxy reads next, in order: the head, chunk framing and DATA (flagged). DATA
+    /// is taken from `recv`, and its window given back, only when `pending` is empty or while
+    /// reading ahead up to a limit, so what waits here is bounded.
+    pending: VecDeque<(Bytes, bool)>,
+    /// DATA bytes in `pending`.
+    pub(super) pending_data: usize,
+    progress: Progress,
+}
+
+impl Inbound {
+    /// A message whose head bytes are `head` and whose body comes from `recv`: none when
+    /// `has_body` is false, else chunked (with trailers) when `chunked`, else as it is.
+    pub(super) fn new(head: Bytes, recv: RecvStream, has_body: bool, chunked: bool) -> Inbound {
+        Inbound {
+            chunked,
+            recv,
+            pending: VecDeque::from([(head, false)]),
+            pending_data: 0,
+            progress: if has_body {
+                Progress::Data
+            } else {
+                Progress::Done
+            },
+        }
+    }
+
+    /// Copies pending pieces into `buf`; true if anything was copied.
+    fn copy_out(&mut self, buf: &mut ReadBuf<'_>) -> bool {
+        let start = buf.filled().len();
+        while buf.remaining() > 0 {
+            let Some((piece, is_data)) = self.pending.front_mut() else {
+                break;
+            };
+            let n = buf.remaining().min(piece.len());
+            buf.put_slice(&piece[..n]);
+            piece.advance(n);
+            if *is_data {
+                self.pending_data -= n;
+            }
+            if piece.is_empty() {
+                self.pending.pop_front();
+            }
+        }
+        buf.filled().len() > start
+    }
+
+    /// Adds the next piece of the body to `pending`: Ready(Ok(false)) at its end.
+    pub(super) fn pull(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
+        loop {
+            match self.progress {
+                Progress::Done => return Poll::Ready(Ok(false)),
+                Progress::Data => match ready!(self.recv.poll_data(cx)) {
+                    Some(Ok(d)) if d.is_empty() => continue,
+                    Some(Ok(d)) => {
+                        if self.chunked {
+                            let mut line = [0u8; 20];
+                            let line = chunk_size_line(d.len(), &mut line);
+                            self.pending
+                                .push_back((Bytes::copy_from_slice(line), false));
+                        }
+                        self.pending_data += d.len();
+                        let _ = self.recv.flow_control().release_capacity(d.len());
+                        self.pending.push_back((d, true));
+                        if self.chunked {
+                            self.pending
+                                .push_back((Bytes::from_static(CHUNK_END), false));
+                        }
+                        return Poll::Ready(Ok(true));
+                    }
+                    Some(Err(e)) => return Poll::Ready(Err(h2_error(e))),
+                    None if self.chunked => self.progress = Progress::Trailers,
+                    None => self.progress = Progress::Done,
+                },
+                Progress::Trailers => {
+                    let trailers = ready!(self.recv.poll_trailers(cx)).map_err(h2_error)?;
+                    let mut end = b"0\r\n".to_vec();
+                    for (name, value) in trailers.iter().flatten() {
+                        end.extend_from_slice(name.as_str().as_bytes());
+                        end.extend_from_slice(b": ");
+                        end.extend_from_slice(value.as_bytes());
+                        end.extend_from_slice(b"\r\n");
+                    }
+                    end.extend_from_slice(b"\r\n");
+                    self.pending.push_back((Bytes::from(end), false));
+                    self.progress = Progress::Done;
+                    return Poll::Ready(Ok(true));
+                }
+            }
+        }
+    }
+
+    /// Reads what is staged, pulling more of the body when nothing is.
+    pub(super) fn poll_read(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            if self.copy_out(buf) || !ready!(self.pull(cx))? {
+                return Poll::Ready(Ok(()));
+            }
+        }
+    }
+
+    /// Whether the whole message has been read.
+    pub(super) fn is_done(&self) -> bool {
+        self.pending.is_empty() && (self.progress == Progress::Done || self.recv.is_end_stream())
+    }
+}
+
+/// A window this open is always worth sending into (the frame header is then well under 1%).
+const WORTH_A_FRAME: usize = 4096;
+
+/// How much of a `want`-byte write to send into `cap` bytes of window: all of it if it fits,
+/// else as much as fits, but never leaving a remainder too small to be worth a frame of its
+/// own (a window one byte short of a write would otherwise make a one-byte frame next).
+/// The same goes for the frames `h2` cuts a send into: a part is sent in whole 16 KiB frames
+/// (the smallest maximum frame size a peer may set), the odd rest with the next write.
+fn take(cap: usize, want: usize) -> usize {
+    const FRAME: usize = 16_384;
+    if cap >= want {
+        want
+    } else if cap > FRAME {
+        cap - cap % FRAME
+    } else if want - cap < WORTH_A_FRAME && cap > WORTH_A_FRAME && want >= 2 * WORTH_A_FRAME {
+        want - WORTH_A_FRAME
+    } else {
+        cap
+    }
+}
+
+/// How far an outgoing body has been written.
+enum Out {
+    /// Body bytes still to come.
+    Length(u64),
+    /// A chunked body: its reader, and the trailer section's bytes.
+    Chunked(ChunkedReader, Vec<u8>),
+    /// A body ended by shutdown.
+    UntilClose,
+    /// END_STREAM has been sent.
+    Done,
+}
+
+/// An outgoing HTTP/2 body, written as the HTTP/1.1 body of the head already sent.
+pub(super) struct Outbound {
+    send: SendStream<Bytes>,
+    out: Out,
+    /// The most send capacity the stream has had at once: the peer's usable window.
+    best_room: usize,
+}
+
+impl Outbound {
+    /// The body of a message whose HEADERS went out on `send`, framed in HTTP/1.1 as
+    /// `framing`; `None` when the HEADERS frame ended the stream.
+    pub(super) fn new(send: SendStream<Bytes>, framing: Framing, ended: bool) -> Outbound {
+        let out = match framing {
+            _ if ended => Out::Done,
+            Framing::Empty | Framing::Length(0) => Out::Done,
+            Framing::Length(n) => Out::Length(n),
+            Framing::Chunked => Out::Chunked(ChunkedReader::new(), Vec::new()),
+            Framing::UntilClose => Out::UntilClose,
+        };
+        Outbound {
+            send,
+            out,
+            best_room: 0,
+        }
+    }
+
+    /// Whether END_STREAM has been sent.
+    pub(super) fn is_done(&self) -> bool {
+        matches!(self.out, Out::Done)
+    }
+
+    /// Resets the stream (a body that ended early must not look whole).
+    pub(super) fn reset(&mut self, reason: h2::Reason) {
+        self.send.send_reset(reason);
+    }
+
+    /// Ready when the peer reset the stream.
+    pub(super) fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.send.poll_reset(cx).map(|_| ())
+    }
+
+    /// Waits for send capacity for up to `want` bytes; returns how many may be sent.
+    ///
+    /// A sliver of window is not sent into (the silly window syndrome: a peer that returns
+    /// each frame's bytes as it reads them would otherwise get one tiny frame per window
+    /// update, for the rest of the body): it waits until the window holds 4 KiB, all
+    /// of `want`, or half the most the peer has opened.
+    fn poll_room(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
+        let send = &mut self.send;
+        send.reserve_capacity(want);
+        loop {
+            let cap = send.capacity();
+            self.best_room = self.best_room.max(cap);
+            if cap > 0 && (cap >= want.min(WORTH_A_FRAME) || cap >= self.best_room / 2) {
+                return Poll::Ready(Ok(take(cap, want)));
+            }
+            match send.poll_capacity(cx) {
+                Poll::Ready(Some(Ok(_))) => continue,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(h2_error(e))),
+                Poll::Ready(None) => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+                Poll::Pending => {
+                    if let Poll::Ready(r) = send.poll_reset(cx) {
+                        let e = r.map_or_else(h2_error, |reason| {
+                            io::Error::new(io::ErrorKind::ConnectionReset, h2::Error::from(reason))
+                        });
+                        return Poll::Ready(Err(e));
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
+
+    fn send_data(&mut self, data: &[u8], end: bool) -> io::Result<()> {
+        self.send
+            .send_data(Bytes::copy_from_slice(data), end)
+            .map_err(h2_error)
+    }
+
+    /// Writes body bytes; returns how many were taken.
+    pub(super) fn poll_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let result = match &mut self.out {
+            Out::Length(left) => {
+                let want = buf.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                let n = ready!(self.poll_room(cx, want))?;
+                let Out::Length(left) = &mut self.out else {
+                    unreachable!()
+                };
+                *left -= n as u64;
+                let end = *left == 0;
+                if end {
+                    self.out = Out::Done;
+                }
+                self.send_data(&buf[..n], end).map(|()| n)
+            }
+            Out::Chunked(reader, _) if reader.data_remaining() > 0 => {
+                let want = buf
+                    .len()
+                    .min(usize::try_from(reader.data_remaining()).unwrap_or(usize::MAX));
+                let n = ready!(self.poll_room(cx, want))?;
+                if let Out::Chunked(reader, _) = &mut self.out {
+                    reader.skip_data(n as u64);
+                }
+                self.send_data(&buf[..n], false).map(|()| n)
+            }
+            Out::Chunked(..) => self.write_chunk_framing(buf),
+            Out::UntilClose => {
+                let n = ready!(self.poll_room(cx, buf.len()))?;
+                self.send_data(&buf[..n], false).map(|()| n)
+            }
+            Out::Done => Err(invalid("bytes after the end of the body")),
+        };
+        Poll::Ready(result)
+    }
+
+    /// Reads chunk framing up to the next chunk's data (or the end of the body, when the
+    /// trailers go out as a HEADERS frame).
+    fn write_chunk_framing(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let Out::Chunked(reader, trailers) = &mut self.out else {
+            unreachable!()
+        };
+        let mut i = 0;
+        while i < buf.len() && reader.data_remaining() == 0 && !reader.is_done() {
+            if reader.in_trailers() {
+                trailers.push(buf[i]);
+            }
+            reader
+                .feed(&buf[i..i + 1], |_| {})
+                .map_err(|_| invalid("malformed chunked body"))?;
+            i += 1;
+        }
+        if reader.is_done() {
+            let fields = trailer_fields(trailers);
+            self.out = Out::Done;
+            if fields.is_empty() {
+                self.send.send_data(Bytes::new(), true).map_err(h2_error)?;
+            } else {
+                self.send.send_trailers(fields).map_err(h2_error)?;
+            }
+        }
+        Ok(i)
+    }
+
+    /// Ends a body that runs until shutdown; any other body must have ended by its framing.
+    pub(super) fn shutdown(&mut self) -> io::Result<()> {
+        match self.out {
+            Out::Done => Ok(()),
+            Out::UntilClose => {
+                self.out = Out::Done;
+                self.send_data(&[], true)
+            }
+            _ => Err(invalid("body ended early")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::take;
+
+    #[test]
+    fn a_write_is_cut_into_whole_frames_and_no_sliver_is_left() {
+        assert_eq!(take(100_000, 10), 10);
+        assert_eq!(take(40_000, 100_000), 32_768);
+        // 10 000 of 12 000 would leave 2 000: send all but 4 KiB now, the 4 KiB next.
+        assert_eq!(take(10_000, 12_000), 7_904);
+        assert_eq!(take(1_000, 12_000), 1_000);
+    }
+}

@@ -1,0 +1,343 @@
+//! [`H2Upstream`]: one request to an HTTP/2 server (h2 over TLS, or h2c) as the byte stream of
+//! an upstream connection carrying one HTTP/1.1 request, the mirror of
+//! [`super::stream::H2Stream`]: the proxy writes the request it would send any server and
+//! reads an HTTP/1.1 response, so balancing, retries, timeouts, logs and every client
+//! protocol work unchanged. Writing takes the head (sent as HEADERS once whole, without the
+//! connection-specific fields, Host as `:authority`) and the body (DATA, and trailers from a
+//! chunked body); reading gives the response head, its body chunked unless it has a length,
+//! and the server's trailers in the chunked body (gRPC's `grpc-status`).
+//!
+//! A stream the server never processed (RST_STREAM REFUSED_STREAM, or above the last stream
+//! id of its GOAWAY) fails with `ConnectionRefused`, which the request path may send
+//! anywhere again.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use h2::client::{ResponseFuture, SendRequest};
+use h2::Reason;
+use http::header::{HeaderName, HeaderValue};
+use http::{Request, Response};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::body::{h2_error, invalid, Inbound, Outbound};
+use crate::http1::{Framing, MAX_HEADERS};
+
+/// One request stream to an HTTP/2 server, written and read as HTTP/1.1 bytes.
+pub struct H2Upstream {
+    writer: Writer,
+    reader: Reader,
+    /// `https` over TLS, else `http`: the request's `:scheme`.
+    scheme: &'static str,
+    max_head: usize,
+    /// The request is HEAD (its response has no body, whatever its length says).
+    is_head: bool,
+}
+
+impl std::fmt::Debug for H2Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H2Upstream").finish_non_exhaustive()
+    }
+}
+
+/// The request side.
+enum Writer {
+    /// Head bytes so far, and the connection's handle to open the stream with.
+    Head(SendRequest<Bytes>, Vec<u8>),
+    /// HEADERS went out; the body follows.
+    Body(Outbound),
+}
+
+/// The response side.
+enum Reader {
+    /// The request has not been sent.
+    NotSent,
+    /// Waiting for the response head.
+    Waiting(ResponseFuture),
+    /// The head, then the body, as HTTP/1.1 bytes.
+    Body(Inbound),
+}
+
+impl H2Upstream {
+    /// A request to be opened on `send`'s connection; `tls` gives the scheme, request heads
+    /// may take `max_head` bytes.
+    pub fn new(send: SendRequest<Bytes>, tls: bool, max_head: usize) -> H2Upstream {
+        H2Upstream {
+            writer: Writer::Head(send, Vec::new()),
+            reader: Reader::NotSent,
+            scheme: if tls { "https" } else { "http" },
+            max_head,
+            is_head: false,
+        }
+    }
+
+    fn write_head(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let Writer::Head(send, acc) = &mut self.writer else {
+            unreachable!()
+        };
+        if let Err(e) = ready!(send.poll_ready(cx)) {
+            return Poll::Ready(Err(not_processed(e)));
+        }
+        let before = acc.len();
+        let take = buf.len().min(self.max_head.saturating_sub(before).max(1));
+        acc.extend_from_slice(&buf[..take]);
+        let Some(converted) = to_http2(acc, self.scheme)? else {
+            if acc.len() >= self.max_head {
+                return Poll::Ready(Err(invalid("request head too large")));
+            }
+            return Poll::Ready(Ok(take));
+        };
+        let used = converted.head_len - before;
+        self.is_head = converted.request.method() == http::Method::HEAD;
+        let ended = matches!(converted.framing, Framing::Empty | Framing::Length(0));
+        let (response, stream) = send
+            .send_request(converted.request, ended)
+            .map_err(not_processed)?;
+        self.reader = Reader::Waiting(response);
+        self.writer = Writer::Body(Outbound::new(stream, converted.framing, ended));
+        Poll::Ready(Ok(used))
+    }
+
+    fn poll_read_inner(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            match &mut self.reader {
+                Reader::NotSent => return Poll::Ready(Err(invalid("no request sent"))),
+                Reader::Waiting(future) => {
+                    let response = ready!(Pin::new(future).poll(cx)).map_err(not_processed)?;
+                    self.reader = Reader::Body(from_http2(response, self.is_head));
+                }
+                Reader::Body(inbound) => return inbound.poll_read(cx, buf),
+            }
+        }
+    }
+}
+
+impl Drop for H2Upstream {
+    fn drop(&mut self) {
+        let Writer::Body(out) = &mut self.writer else {
+            return;
+        };
+        let response_read = matches!(&self.reader, Reader::Body(r) if r.is_done());
+        // A request given up midway stops the server's work on it.
+        if !out.is_done() || !response_read {
+            out.reset(Reason::CANCEL);
+        }
+    }
+}
+
+/// Whether an `h2` failure means the server never processed the stream: the request may then
+/// go anywhere again, whatever its method.
+fn not_processed(e: h2::Error) -> io::Error {
+    let refused = e.reason() == Some(Reason::REFUSED_STREAM) || (e.is_go_away() && e.is_remote());
+    if refused {
+        return io::Error::new(io::ErrorKind::ConnectionRefused, e);
+    }
+    h2_error(e)
+}
+
+/// A request head converted.
+struct Converted {
+    request: Request<()>,
+    framing: Framing,
+    head_len: usize,
+}
+
+/// The HTTP/1.1 request head at the start of `buf` (as the proxy wrote it) as an HTTP/2
+/// request; `Ok(None)` while it is incomplete.
+fn to_http2(buf: &[u8], scheme: &'static str) -> io::Result<Option<Converted>> {
+    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut storage);
+    let head_len = match parsed.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(_) => return Err(invalid("malformed request head")),
+    };
+    let (Some(method), Some(path)) = (parsed.method, parsed.path) else {
+        return Err(invalid("malformed request head"));
+    };
+    let mut connection = crate::http1::ConnectionTokens::default();
+    for h in parsed.headers.iter() {
+        if h.name.eq_ignore_ascii_case("connection") {
+            connection.add(h.value);
+        }
+    }
+    let mut framing = Framing::Empty;
+    let mut authority = None;
+    let mut fields = http::HeaderMap::with_capacity(parsed.headers.len());
+    for h in parsed.headers.iter() {
+        let name =
+            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| invalid("bad field name"))?;
+        let value = h.value.trim_ascii();
+        match name.as_str() {
+            "host" => authority = Some(value),
+            "transfer-encoding" => framing = Framing::Chunked,
+            "content-length" if framing != Framing::Chunked => {
+                let n = std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| invalid("bad content-length"))?;
+                framing = Framing::Length(n);
+            }
+            "te" => {
+                // Only `trailers` may cross into HTTP/2 (RFC 9113 section 8.2.2).
+                let wants = value
+                    .split(|b| *b == b',')
+                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"));
+                if wants {
+                    fields.append(name, HeaderValue::from_static("trailers"));
+                }
+                continue;
+            }
+            "upgrade" => return Err(io::Error::from(io::ErrorKind::Unsupported)),
+            // The proxy answers `100-continue` itself.
+            "expect" => continue,
+            _ => {}
+        }
+        if super::is_connection_specific(name.as_str()) || connection.names(name.as_str()) {
+            continue;
+        }
+        if name == http::header::HOST {
+            continue;
+        }
+        let value = HeaderValue::from_bytes(value).map_err(|_| invalid("bad field value"))?;
+        fields.append(name, value);
+    }
+    let grpc = fields
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if grpc && !fields.contains_key(http::header::TE) {
+        // HTTP/1.1 drops TE as hop-by-hop; gRPC servers want it (as nginx's grpc_pass sends).
+        fields.insert(http::header::TE, HeaderValue::from_static("trailers"));
+    }
+    let authority = authority.ok_or_else(|| invalid("request without Host"))?;
+    let uri = http::Uri::builder()
+        .scheme(scheme)
+        .authority(authority)
+        .path_and_query(path)
+        .build()
+        .map_err(|_| invalid("request target HTTP/2 cannot carry"))?;
+    let mut request = Request::new(());
+    *request.method_mut() =
+        http::Method::from_bytes(method.as_bytes()).map_err(|_| invalid("bad method"))?;
+    *request.uri_mut() = uri;
+    *request.headers_mut() = fields;
+    Ok(Some(Converted {
+        request,
+        framing,
+        head_len,
+    }))
+}
+
+/// The response as HTTP/1.1 bytes: its head, then its body (chunked, with the trailers, unless
+/// the server gave a length).
+fn from_http2(response: Response<h2::RecvStream>, is_head: bool) -> Inbound {
+    let (parts, recv) = response.into_parts();
+    let status = parts.status;
+    let mut head = Vec::with_capacity(64 + parts.headers.len() * 40);
+    head.extend_from_slice(b"HTTP/1.1 ");
+    head.extend_from_slice(status.as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    head.extend_from_slice(b"\r\n");
+    let mut has_length = false;
+    for (name, value) in &parts.headers {
+        has_length |= name == http::header::CONTENT_LENGTH;
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    let no_body = is_head || status.as_u16() == 204 || status.as_u16() == 304;
+    let ended = recv.is_end_stream();
+    let chunked = !ended && !has_length && !no_body;
+    if chunked {
+        head.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    } else if ended && !has_length && !no_body {
+        // HEADERS with END_STREAM: an empty body (or a gRPC trailers-only response).
+        head.extend_from_slice(b"content-length: 0\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    Inbound::new(Bytes::from(head), recv, !ended && !no_body, chunked)
+}
+
+impl AsyncRead for H2Upstream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.get_mut().poll_read_inner(cx, buf)
+    }
+}
+
+impl AsyncWrite for H2Upstream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        match &mut this.writer {
+            Writer::Head(..) => this.write_head(cx, buf),
+            Writer::Body(out) => out.poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(match &mut self.get_mut().writer {
+            Writer::Body(out) => out.shutdown(),
+            Writer::Head(..) => Err(invalid("request ended early")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_head_loses_its_connection_fields_and_keeps_te_trailers() {
+        let head = b"POST /echo.Echo/Say?x=1 HTTP/1.1\r\nHost: api.test:8080\r\n\
+            Connection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: 5\r\n\
+            TE: trailers, deflate\r\nTransfer-Encoding: chunked\r\n\
+            Content-Type: application/grpc\r\nX-Forwarded-For: 10.0.0.1\r\n\r\nrest";
+        let c = to_http2(head, "http").unwrap().unwrap();
+        assert_eq!(c.head_len, head.len() - 4);
+        assert_eq!(c.framing, Framing::Chunked);
+        assert_eq!(c.request.uri(), "http://api.test:8080/echo.Echo/Say?x=1");
+        let names: Vec<&str> = c
+            .request
+            .headers()
+            .keys()
+            .map(http::HeaderName::as_str)
+            .collect();
+        assert_eq!(names, ["te", "content-type", "x-forwarded-for"]);
+        assert_eq!(c.request.headers()["te"], "trailers");
+    }
+
+    #[test]
+    fn lengths_and_partial_heads() {
+        let head = b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n";
+        let c = to_http2(head, "https").unwrap().unwrap();
+        assert_eq!(c.framing, Framing::Length(0));
+        assert_eq!(c.request.uri().scheme_str(), Some("https"));
+        assert!(to_http2(&head[..20], "http").unwrap().is_none());
+        assert!(to_http2(b"GET / HTTP/1.1\r\n\r\n", "http").is_err());
+        let upgrade = b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n";
+        assert!(to_http2(upgrade, "http").is_err());
+    }
+}

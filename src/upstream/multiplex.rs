@@ -1,0 +1,162 @@
+//! A worker's HTTP/2 upstream connections (`protocol = "h2"` or `"h2c"`): per server, the
+//! connections open to it, each carrying many requests at once. A request takes the first
+//! connection with a free stream under the server's `SETTINGS_MAX_CONCURRENT_STREAMS` that
+//! has not sent GOAWAY, or a new connection is opened. Each connection is driven by a task of
+//! its own, which also keeps it honest while idle: a PING every [`PING_IDLE`] that must be
+//! answered within the group's connect timeout, and a close after the group's
+//! `idle_timeout` without a stream.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use rustc_hash::FxHashMap;
+use tokio::time::Instant;
+
+use crate::net::{Address, Stream};
+
+/// How long a connection may sit without a stream before a PING checks it is still there.
+pub const PING_IDLE: Duration = Duration::from_secs(5);
+
+/// The receive windows slipstream opens to an upstream: a response streams at the link's
+/// speed without waiting for WINDOW_UPDATEs, within bounded memory per stream.
+const STREAM_WINDOW: u32 = 1 << 20;
+const CONNECTION_WINDOW: u32 = 8 << 20;
+
+/// One connection as the pool sees it.
+struct Entry {
+    send: SendRequest<Bytes>,
+    /// Cleared by the connection's task when the connection ends.
+    alive: Rc<Cell<bool>>,
+}
+
+impl Entry {
+    fn has_room(&self) -> bool {
+        self.alive.get()
+            && !self.send.is_going_away()
+            && self.send.open_streams() < self.send.current_max_send_streams()
+    }
+}
+
+/// The HTTP/2 connections of one worker, by server. Single-threaded.
+#[derive(Default)]
+pub struct H2Pool {
+    conns: RefCell<FxHashMap<Address, Vec<Entry>>>,
+}
+
+/// How a connection's task keeps it.
+#[derive(Debug, Clone, Copy)]
+pub struct Keep {
+    /// A PING unanswered this long ends the connection.
+    pub ping_timeout: Duration,
+    /// A connection this long without a stream is closed.
+    pub idle_timeout: Duration,
+}
+
+impl H2Pool {
+    /// A connection to `addr` with room for one more stream, if one is open. Connections that
+    /// ended or were told to go away are dropped from the pool.
+    pub fn take(&self, addr: &Address) -> Option<SendRequest<Bytes>> {
+        let mut conns = self.conns.borrow_mut();
+        let list = conns.get_mut(addr)?;
+        list.retain(|e| e.alive.get() && !e.send.is_going_away());
+        list.iter().find(|e| e.has_room()).map(|e| e.send.clone())
+    }
+
+    /// Runs the HTTP/2 handshake on a new connection to `addr`, starts the task that drives
+    /// it, and keeps it for the requests that follow.
+    pub async fn open(
+        &self,
+        addr: &Address,
+        stream: Stream,
+        keep: Keep,
+    ) -> Result<SendRequest<Bytes>, h2::Error> {
+        let mut builder = h2::client::Builder::new();
+        builder
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .enable_push(false);
+        let (send, conn) = builder.handshake::<_, Bytes>(stream).await?;
+        let alive = Rc::new(Cell::new(true));
+        tokio::task::spawn_local(drive(conn, send.clone(), alive.clone(), keep));
+        let entry = Entry {
+            send: send.clone(),
+            alive,
+        };
+        let mut conns = self.conns.borrow_mut();
+        let list = conns.entry(addr.clone()).or_default();
+        list.retain(|e| e.alive.get());
+        list.push(entry);
+        Ok(send)
+    }
+
+    /// Closes every connection to `addr` (the server left, went down or was ejected): each
+    /// ends once its streams have.
+    pub fn forget(&self, addr: &Address) {
+        let gone = self.conns.borrow_mut().remove(addr);
+        for entry in gone.into_iter().flatten() {
+            entry.alive.set(false);
+        }
+    }
+
+    /// Open connections per server (for the admin status).
+    pub fn open_counts(&self) -> Vec<(Address, usize)> {
+        let conns = self.conns.borrow();
+        let alive = |l: &Vec<Entry>| l.iter().filter(|e| e.alive.get()).count();
+        conns.iter().map(|(a, l)| (a.clone(), alive(l))).collect()
+    }
+}
+
+/// Drives one connection until it ends, PINGing it while idle and closing it after
+/// `idle_timeout` without a stream or when it was forgotten; `watch` only observes its
+/// streams.
+async fn drive(
+    mut conn: h2::client::Connection<Stream, Bytes>,
+    watch: SendRequest<Bytes>,
+    alive: Rc<Cell<bool>>,
+    keep: Keep,
+) {
+    let mut ping = conn.ping_pong();
+    let mut idle_since = Instant::now();
+    let mut last_ping = Instant::now();
+    loop {
+        let tick = tokio::time::sleep(PING_IDLE.min(keep.idle_timeout));
+        tokio::select! {
+            r = &mut conn => {
+                if let Err(e) = r {
+                    tracing::debug!("HTTP/2 upstream connection ended: {e}");
+                }
+                break;
+            }
+            () = tick => {}
+        }
+        let now = Instant::now();
+        if watch.open_streams() > 0 {
+            idle_since = now;
+            continue;
+        }
+        if !alive.get() || now.duration_since(idle_since) >= keep.idle_timeout {
+            break;
+        }
+        if now.duration_since(last_ping) < PING_IDLE {
+            continue;
+        }
+        last_ping = now;
+        let Some(pinger) = ping.as_mut() else {
+            continue;
+        };
+        let answered = tokio::select! {
+            r = tokio::time::timeout(keep.ping_timeout, pinger.ping(h2::Ping::opaque())) => {
+                matches!(r, Ok(Ok(_)))
+            }
+            _ = &mut conn => false,
+        };
+        if !answered {
+            tracing::debug!("HTTP/2 upstream connection did not answer a PING: closed");
+            break;
+        }
+    }
+    alive.set(false);
+}

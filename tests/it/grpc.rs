@@ -1,0 +1,503 @@
+//! gRPC and HTTP/2 upstreams through real sockets: the project's gRPC test server
+//! (`tests/grpc-server`: grpc-go's interop TestService, the health service and reflection)
+//! behind slipstream over h2c and over TLS, driven by grpc-go's own interop client (every
+//! standard case), by grpcurl, by curl over HTTP/1.1, and by scripted `h2` servers for what a
+//! real server will not do on demand (never answering, refusing a stream).
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use slipstream::observe::metrics::Counter;
+
+use crate::support::*;
+use crate::tls::TestPki;
+
+/// The interop cases grpc-go's client runs: every standard one that needs no second service
+/// or credentials.
+const INTEROP_CASES: [&str; 14] = [
+    "empty_unary",
+    "large_unary",
+    "client_streaming",
+    "server_streaming",
+    "ping_pong",
+    "empty_stream",
+    "cancel_after_begin",
+    "cancel_after_first_response",
+    "timeout_on_sleeping_server",
+    "status_code_and_message",
+    "special_status_message",
+    "custom_metadata",
+    "unimplemented_method",
+    "unimplemented_service",
+];
+
+/// Where `.ci/test-tools` puts a Go tool.
+fn go_tool(path: &str) -> PathBuf {
+    let gopath = Command::new("go")
+        .args(["env", "GOPATH"])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| format!("{}/go", std::env::var("HOME").unwrap_or_default()));
+    let tool = PathBuf::from(gopath).join(path);
+    assert!(
+        tool.exists(),
+        "{} is missing: run `. .ci/test-tools` first",
+        tool.display()
+    );
+    tool
+}
+
+/// The gRPC test server, stopped when dropped.
+struct GrpcServer {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl GrpcServer {
+    /// Starts it on a free port: h2c, or TLS with `cert` (certificate and key files).
+    fn start(cert: Option<(String, String)>, extra: &[&str]) -> GrpcServer {
+        let mut cmd = Command::new(go_tool("bin/slipstream-grpc-test-server"));
+        if let Some((cert, key)) = cert {
+            cmd.args(["-cert", &cert, "-key", &key]);
+        }
+        let mut child = cmd
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port: u16 = line.trim().parse().expect("the server prints its port");
+        GrpcServer {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        }
+    }
+}
+
+impl Drop for GrpcServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A one-worker proxy in front of `group` (the upstream section's keys), with an h2c
+/// listener, or a TLS one for `localhost` when `pki` is given.
+fn grpc_proxy(group: &str, pki: Option<&TestPki>) -> slipstream::server::Server {
+    let listen = match pki {
+        Some(pki) => format!(
+            "tls = true\n[[sites]]\ndefault = true\ncert = \"{}\"\nkey = \"{}\"\n\
+             routes = [{{ path = \"/\", upstream = \"app\" }}]",
+            pki.path("localhost.pem"),
+            pki.path("localhost.key")
+        ),
+        None => "h2c = true\n[[sites]]\ndefault = true\n\
+                 routes = [{ path = \"/\", upstream = \"app\" }]"
+            .to_string(),
+    };
+    proxy(&format!(
+        "workers = 1\n[upstreams.app]\n{group}\n[[listen]]\naddress = \"127.0.0.1:0\"\n{listen}\n"
+    ))
+}
+
+/// Runs one interop case against `port`; its output when it failed.
+fn interop(port: u16, case: &str, tls: Option<&TestPki>) -> Result<(), String> {
+    let mut cmd = Command::new(go_tool("grpc-interop/client"));
+    cmd.args([
+        "-server_host",
+        "127.0.0.1",
+        "-server_port",
+        &port.to_string(),
+        "-test_case",
+        case,
+    ]);
+    if let Some(pki) = tls {
+        cmd.args([
+            "-use_tls",
+            "-use_test_ca",
+            "-ca_file",
+            &pki.path("ca.pem"),
+            "-server_host_override",
+            "localhost",
+        ]);
+    }
+    let out = cmd.output().unwrap();
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{case}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}
+
+/// Runs grpcurl with `args` against `addr` (plaintext); its status and output.
+fn grpcurl(addr: SocketAddr, args: &[&str]) -> (bool, String) {
+    let mut cmd = Command::new(go_tool("bin/grpcurl"));
+    cmd.arg("-plaintext");
+    let (flags, call) = args.split_at(args.iter().position(|a| *a == "--").unwrap_or(0));
+    cmd.args(flags).arg(addr.to_string());
+    cmd.args(call.iter().skip(1));
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn the_interop_suite_passes_through_an_h2c_upstream_on_one_connection() {
+    let server = GrpcServer::start(None, &[]);
+    let proxy = grpc_proxy(
+        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
+        None,
+    );
+    let port = proxy.local_addrs()[0].port();
+    let failed: Vec<String> = INTEROP_CASES
+        .iter()
+        .filter_map(|case| interop(port, case, None).err())
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    let m = proxy.metrics();
+    // Every call went through slipstream, all multiplexed on one upstream connection.
+    assert!(m.total(Counter::Http2Streams) >= 14, "{m:?}");
+    assert_eq!(m.total(Counter::UpstreamConnects), 1);
+    assert!(m.total(Counter::UpstreamReused) >= 13);
+}
+
+#[test]
+fn the_interop_suite_passes_over_tls_to_an_h2_upstream() {
+    let pki = TestPki::new("grpc-tls");
+    let cert = (pki.path("localhost.pem"), pki.path("localhost.key"));
+    let server = GrpcServer::start(Some(cert), &[]);
+    let group = format!(
+        "servers = [\"localhost:{}\"]\nprotocol = \"h2\"\ntls_ca = \"{}\"",
+        server.addr.port(),
+        pki.path("ca.pem")
+    );
+    let proxy = grpc_proxy(&group, Some(&pki));
+    let port = proxy.local_addrs()[0].port();
+    let failed: Vec<String> = INTEROP_CASES
+        .iter()
+        .filter_map(|case| interop(port, case, Some(&pki)).err())
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    assert_eq!(proxy.metrics().total(Counter::UpstreamConnects), 1);
+}
+
+#[test]
+fn grpcurl_lists_calls_and_checks_health_through_the_proxy() {
+    let server = GrpcServer::start(None, &["-not_serving", "sleepy"]);
+    let proxy = grpc_proxy(
+        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
+        None,
+    );
+    let addr = proxy.local_addrs()[0];
+    let (ok, list) = grpcurl(addr, &["--", "list"]);
+    assert!(ok, "{list}");
+    for service in ["grpc.health.v1.Health", "grpc.testing.TestService"] {
+        assert!(list.contains(service), "{list}");
+    }
+    let (ok, health) = grpcurl(addr, &["--", "grpc.health.v1.Health/Check"]);
+    assert!(ok && health.contains("\"SERVING\""), "{health}");
+    let sleepy = ["-d", "{\"service\":\"sleepy\"}", "--"];
+    let (ok, health) = grpcurl(
+        addr,
+        &[&sleepy[..], &["grpc.health.v1.Health/Check"]].concat(),
+    );
+    assert!(ok && health.contains("NOT_SERVING"), "{health}");
+    let unary = [
+        "-d",
+        r#"{"response_size": 5, "payload": {"body": "aGVsbG8="}}"#,
+        "--",
+    ];
+    let call = [&unary[..], &["grpc.testing.TestService/UnaryCall"]].concat();
+    let (ok, reply) = grpcurl(addr, &call);
+    assert!(ok && reply.contains("\"AAAAAAA=\""), "{reply}");
+    // Server streaming: two messages of 3 and 4 bytes.
+    let stream = [
+        "-d",
+        r#"{"response_parameters":[{"size":3},{"size":4}]}"#,
+        "--",
+    ];
+    let call = [
+        &stream[..],
+        &["grpc.testing.TestService/StreamingOutputCall"],
+    ]
+    .concat();
+    let (ok, reply) = grpcurl(addr, &call);
+    assert!(
+        ok && reply.contains("\"AAAA\"") && reply.contains("\"AAAAAA==\""),
+        "{reply}"
+    );
+    // The server's own error status passes through untouched.
+    let (ok, reply) = grpcurl(addr, &["--", "grpc.testing.TestService/UnimplementedCall"]);
+    assert!(!ok && reply.contains("Code: Unimplemented"), "{reply}");
+}
+
+#[test]
+fn failures_are_answered_as_grpc_errors() {
+    // No server: UNAVAILABLE (14), as a trailers-only HTTP 200, not an HTTP 502.
+    let nobody = free_port();
+    let proxy = grpc_proxy(
+        &format!("servers = [\"127.0.0.1:{nobody}\"]\nprotocol = \"h2c\"\nretries = 0"),
+        None,
+    );
+    let addr = proxy.local_addrs()[0];
+    let (ok, reply) = grpcurl(addr, &["-d", "{}", "-proto", "/dev/null", "--", "x.Y/Z"]);
+    assert!(!ok, "{reply}");
+    let out = Command::new("curl")
+        .args(["-s", "-i", "--http2-prior-knowledge", "-X", "POST"])
+        .args(["-H", "content-type: application/grpc"])
+        .arg(format!("http://{addr}/grpc.health.v1.Health/Check"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    assert!(text.starts_with("http/2 200"), "{text}");
+    assert!(text.contains("grpc-status: 14\r\n"), "{text}");
+    assert!(
+        text.contains("grpc-message: upstream refused the connection"),
+        "{text}"
+    );
+    // The same failure for a request that is not gRPC stays an HTTP 502.
+    let plain = http_client()
+        .get(&format!("http://{addr}/"))
+        .call()
+        .unwrap();
+    assert_eq!(plain.status(), 502);
+}
+
+#[test]
+fn a_grpc_timeout_shorter_than_read_timeout_bounds_the_wait() {
+    // A server that takes the connection and the call, and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let held = std::thread::spawn(move || {
+        let (conn, _) = silent.accept().unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(5));
+        drop(conn);
+    });
+    let proxy = grpc_proxy(
+        &format!("servers = [\"{silent_addr}\"]\nprotocol = \"h2c\"\nread_timeout = \"30s\""),
+        None,
+    );
+    let addr = proxy.local_addrs()[0];
+    let started = std::time::Instant::now();
+    let out = Command::new("curl")
+        .args(["-s", "-i", "--http2-prior-knowledge", "-X", "POST"])
+        .args([
+            "-H",
+            "content-type: application/grpc",
+            "-H",
+            "grpc-timeout: 300m",
+        ])
+        .arg(format!("http://{addr}/grpc.testing.TestService/EmptyCall"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    assert!(text.contains("grpc-status: 4\r\n"), "{text}");
+    // Well before the 30 s read timeout (not a timing assertion on the proxy's speed: the
+    // answer must come from the deadline, not the timeout).
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    drop(held);
+}
+
+#[test]
+fn an_http1_client_reaches_an_h2c_upstream_and_gets_its_trailers_chunked() {
+    let server = GrpcServer::start(None, &[]);
+    let proxy = grpc_proxy(
+        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
+        None,
+    );
+    let addr = proxy.local_addrs()[0];
+    // An empty Health/Check request: one gRPC message of length 0.
+    let mut request = format!(
+        "POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/grpc\r\nTE: trailers\r\nContent-Length: 5\r\n\r\n"
+    )
+    .into_bytes();
+    request.extend_from_slice(&[0, 0, 0, 0, 0]);
+    let raw = exchange_until_close(addr, &request);
+    let text = String::from_utf8_lossy(&raw).to_lowercase();
+    assert_eq!(status_of(&raw), 200, "{text}");
+    assert!(text.contains("transfer-encoding: chunked\r\n"), "{text}");
+    // The message (SERVING: field 1, value 1), then the server's trailers in the last chunk.
+    assert!(
+        text.contains("\0\0\0\0\x02\x08\x01\r\n0\r\ngrpc-status: 0\r\n"),
+        "{text:?}"
+    );
+}
+
+/// The group of `server` over h2c with the health check `check` (a TOML inline table's keys).
+fn checked_group(server: &GrpcServer, check: &str) -> String {
+    format!(
+        "servers = [\"{}\"]\nprotocol = \"h2c\"\nhealth = {{ interval = \"100ms\", rise = 1, \
+         fall = 1, start_down = true, {check} }}",
+        server.addr
+    )
+}
+
+#[test]
+fn grpc_health_checks_hold_a_not_serving_service_down() {
+    let server = GrpcServer::start(None, &["-not_serving", "sleepy"]);
+    let serving = grpc_proxy(
+        &checked_group(
+            &server,
+            "type = \"grpc\", service = \"grpc.testing.TestService\"",
+        ),
+        None,
+    );
+    let checks = |p: &slipstream::server::Server| p.fleet().checks.lock().unwrap().clone();
+    assert!(
+        eventually(|| checks(&serving).values().any(|c| c.up && c.checks >= 2)),
+        "{:?}",
+        checks(&serving)
+    );
+    let (ok, reply) = grpcurl(
+        serving.local_addrs()[0],
+        &["--", "grpc.health.v1.Health/Check"],
+    );
+    assert!(ok, "{reply}");
+    let sleepy = grpc_proxy(
+        &checked_group(&server, "type = \"grpc\", service = \"sleepy\""),
+        None,
+    );
+    assert!(
+        eventually(|| checks(&sleepy).values().any(|c| !c.up && c.checks >= 3)),
+        "{:?}",
+        checks(&sleepy)
+    );
+    let (ok, reply) = grpcurl(sleepy.local_addrs()[0], &["--", "list"]);
+    assert!(!ok && reply.contains("no live upstream server"), "{reply}");
+}
+
+#[test]
+fn http_health_checks_of_an_h2c_group_speak_http2() {
+    // grpc-go answers a request that is not gRPC with 415, over HTTP/2 only: a check sent
+    // as HTTP/1.1 would get no status at all.
+    let server = GrpcServer::start(None, &[]);
+    let proxy = grpc_proxy(
+        &checked_group(&server, "type = \"http\", path = \"/\", expect = \"415\""),
+        None,
+    );
+    let checks = || proxy.fleet().checks.lock().unwrap().clone();
+    assert!(
+        eventually(|| checks().values().any(|c| c.up && c.checks >= 2)),
+        "{:?}",
+        checks()
+    );
+}
+
+/// A scripted h2c server on its own thread: it refuses every stream (RST_STREAM
+/// REFUSED_STREAM) when `refuse`, else answers each request `200 ok` and then sends GOAWAY,
+/// so every connection carries one request. Counts connections and streams.
+struct ScriptedH2 {
+    addr: SocketAddr,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    streams: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ScriptedH2 {
+    fn start(refuse: bool) -> ScriptedH2 {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let streams = Arc::new(AtomicUsize::new(0));
+        let (conns, strs) = (connections.clone(), streams.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                while let Ok((socket, _)) = listener.accept().await {
+                    conns.fetch_add(1, Ordering::SeqCst);
+                    let strs = strs.clone();
+                    tokio::spawn(async move {
+                        let Ok(mut conn) = h2::server::handshake(socket).await else {
+                            return;
+                        };
+                        while let Some(Ok((_request, mut respond))) = conn.accept().await {
+                            strs.fetch_add(1, Ordering::SeqCst);
+                            if refuse {
+                                respond.send_reset(h2::Reason::REFUSED_STREAM);
+                                continue;
+                            }
+                            let head = http::Response::builder().status(200).body(()).unwrap();
+                            let mut body = respond.send_response(head, false).unwrap();
+                            body.send_data(bytes::Bytes::from_static(b"ok"), true)
+                                .unwrap();
+                            conn.graceful_shutdown();
+                        }
+                    });
+                }
+            });
+        });
+        ScriptedH2 {
+            addr,
+            connections,
+            streams,
+        }
+    }
+
+    fn count(n: &std::sync::atomic::AtomicUsize) -> usize {
+        n.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn a_stream_the_server_refused_goes_to_another_server_even_a_post() {
+    let refusing = ScriptedH2::start(true);
+    let answering = ScriptedH2::start(false);
+    let proxy = grpc_proxy(
+        &format!(
+            "servers = [\"{}\", \"{}\"]\nprotocol = \"h2c\"\nbalance = \"round_robin\"",
+            refusing.addr, answering.addr
+        ),
+        None,
+    );
+    let agent = http_client();
+    for _ in 0..4 {
+        let url = format!("http://{}/upload", proxy.local_addrs()[0]);
+        let mut res = agent.post(&url).send("payload").unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.body_mut().read_to_string().unwrap(), "ok");
+    }
+    assert!(ScriptedH2::count(&refusing.streams) >= 1);
+    assert_eq!(ScriptedH2::count(&answering.streams), 4);
+}
+
+#[test]
+fn a_server_that_sends_goaway_gets_new_requests_on_a_new_connection() {
+    let server = ScriptedH2::start(false);
+    let proxy = grpc_proxy(
+        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
+        None,
+    );
+    let agent = http_client();
+    for i in 0..5 {
+        let url = format!("http://{}/{i}", proxy.local_addrs()[0]);
+        let mut res = agent.get(&url).call().unwrap();
+        assert_eq!(res.status(), 200, "request {i}");
+        assert_eq!(res.body_mut().read_to_string().unwrap(), "ok");
+    }
+    // Each connection carried one request and was then told to go away.
+    assert_eq!(ScriptedH2::count(&server.streams), 5);
+    assert_eq!(ScriptedH2::count(&server.connections), 5);
+}
