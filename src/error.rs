@@ -33,6 +33,9 @@ pub enum Retry {
     /// The request was sent but no response byte came back: only a replayable request
     /// (idempotent, body fully buffered) may be resent.
     NoResponse,
+    /// An HTTP/2 server refused the stream unprocessed (REFUSED_STREAM, or above its GOAWAY's
+    /// last stream): any method may be resent, if its body is still buffered whole.
+    Refused,
     /// Never: the failure is the client's, or a response has started.
     Never,
 }
@@ -214,7 +217,7 @@ impl Error {
             // An HTTP/2 server refused the stream (REFUSED_STREAM, or above its GOAWAY's last
             // stream): it never processed the request, which may go anywhere again.
             io::ErrorKind::ConnectionRefused => Error {
-                retry: Retry::NotSent,
+                retry: Retry::Refused,
                 ..Error::new(Kind::UpstreamClosed)
             },
             _ => Error {
@@ -277,6 +280,7 @@ impl Error {
         match self.retry {
             Retry::NotSent => true,
             Retry::NoResponse => idempotent && body_in_hand,
+            Retry::Refused => body_in_hand,
             Retry::Never => false,
         }
     }
@@ -434,6 +438,9 @@ mod tests {
         assert_eq!(closed.kind, Kind::UpstreamClosed);
         assert!(closed.may_retry(true, true) && !closed.may_retry(false, true));
         assert!(!Error::new(Kind::BadResponse("x")).may_retry(true, true));
+        // A stream an HTTP/2 server refused: any method, but only with its body in hand.
+        let unprocessed = Error::no_response(&io::ErrorKind::ConnectionRefused.into());
+        assert!(unprocessed.may_retry(false, true) && !unprocessed.may_retry(true, false));
         assert_eq!(closed.side(), Side::Upstream);
         assert_eq!(Error::new(Kind::NoRoute).side(), Side::Local);
     }

@@ -689,7 +689,14 @@ pub fn http2_convert(data: &[u8]) {
     let Ok(request) = builder.body(()) else {
         return;
     };
-    let (parts, ()) = request.into_parts();
+    let (mut parts, ()) = request.into_parts();
+    if flags & 4 == 4 {
+        // An extended CONNECT (RFC 8441).
+        let protocol = if flags & 8 == 8 { "websocket" } else { "other" };
+        parts
+            .extensions
+            .insert(h2::ext::Protocol::from_static(protocol));
+    }
     let Ok(head) = to_http1(&parts, flags & 2 == 2) else {
         return;
     };
@@ -702,7 +709,7 @@ pub fn http2_convert(data: &[u8]) {
                 assert_eq!(h.host, Some(authority.as_str().as_bytes()));
             }
             let want = match head.body {
-                BodyFraming::None | BodyFraming::Length(0) => Framing::Empty,
+                BodyFraming::None | BodyFraming::Length(0) | BodyFraming::Tunnel => Framing::Empty,
                 BodyFraming::Length(n) => Framing::Length(n),
                 BodyFraming::Chunked => Framing::Chunked,
             };
@@ -718,5 +725,25 @@ pub fn http2_convert(data: &[u8]) {
         Ok(None) => panic!("an incomplete head was made"),
         // Refusals (too many fields, an Expect value) are answered like HTTP/1.1's.
         Err(_) => {}
+    }
+}
+
+/// gRPC's wire facts and the head of a request to an HTTP/2 upstream: `grpc-timeout` values
+/// and health responses never panic; a request head converted for HTTP/2 carries no
+/// connection-specific field and ends within the input.
+pub fn grpc(data: &[u8]) {
+    if let Some(t) = crate::grpc::parse_timeout(data) {
+        assert!(t <= std::time::Duration::from_secs(99_999_999 * 3600));
+    }
+    let _ = crate::grpc::health_status(data);
+    if let Ok(Some(c)) = crate::http2::upstream::to_http2(data, "http") {
+        assert!(c.head_len <= data.len());
+        for name in c.request.headers().keys() {
+            assert!(!crate::http2::is_connection_specific(name.as_str()));
+            assert_ne!(name, http::header::HOST);
+        }
+        if let Some(te) = c.request.headers().get(http::header::TE) {
+            assert_eq!(te, "trailers");
+        }
     }
 }

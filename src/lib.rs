@@ -27,6 +27,7 @@ pub mod error;
 pub mod fastcgi;
 pub mod files;
 pub mod fuzzing;
+pub mod grpc;
 pub mod http1;
 pub mod http2;
 pub mod net;

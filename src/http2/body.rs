@@ -19,14 +19,24 @@ use tokio::io::ReadBuf;
 use super::response::trailer_fields;
 use crate::http1::{chunk_size_line, ChunkedReader, Framing, CHUNK_END};
 
-/// An `h2` failure as the I/O error the request path sees.
+/// An `h2` failure as the I/O error the request path sees. A stream the peer never processed
+/// (RST_STREAM REFUSED_STREAM, or above the last stream id of its GOAWAY) is
+/// `ConnectionRefused`: a request to an upstream may then go anywhere again, whatever its
+/// method, and whenever the refusal is seen (while the body is still being sent, too).
 pub fn h2_error(e: h2::Error) -> io::Error {
     if e.is_io() {
         return e
             .into_io()
             .unwrap_or_else(|| io::ErrorKind::BrokenPipe.into());
     }
-    io::Error::new(io::ErrorKind::ConnectionReset, e)
+    let refused =
+        e.reason() == Some(h2::Reason::REFUSED_STREAM) || (e.is_go_away() && e.is_remote());
+    let kind = if refused {
+        io::ErrorKind::ConnectionRefused
+    } else {
+        io::ErrorKind::ConnectionReset
+    };
+    io::Error::new(kind, e)
 }
 
 pub(super) fn invalid(what: &'static str) -> io::Error {
@@ -254,9 +264,7 @@ impl Outbound {
                 Poll::Ready(None) => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
                 Poll::Pending => {
                     if let Poll::Ready(r) = send.poll_reset(cx) {
-                        let e = r.map_or_else(h2_error, |reason| {
-                            io::Error::new(io::ErrorKind::ConnectionReset, h2::Error::from(reason))
-                        });
+                        let e = r.map_or_else(h2_error, |reason| h2_error(reason.into()));
                         return Poll::Ready(Err(e));
                     }
                     return Poll::Pending;

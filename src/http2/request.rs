@@ -23,6 +23,9 @@ pub enum BodyFraming {
     Length(u64),
     /// No length: the body is written chunked, trailers included.
     Chunked,
+    /// A WebSocket opened by extended CONNECT (RFC 8441): the head is an HTTP/1.1 Upgrade,
+    /// and the stream's DATA, both ways, is the tunnel once the upstream has switched.
+    Tunnel,
 }
 
 /// The HTTP/1.1 head of one HTTP/2 request.
@@ -38,8 +41,13 @@ pub struct Head {
 
 /// Builds the HTTP/1.1 head of a request; `end_stream` says HEADERS carried END_STREAM.
 pub fn to_http1(parts: &Parts, end_stream: bool) -> Result<Head, Malformed> {
-    if parts.method == Method::CONNECT {
-        return Err(Malformed("CONNECT is not supported"));
+    let websocket = parts.method == Method::CONNECT
+        && parts
+            .extensions
+            .get::<h2::ext::Protocol>()
+            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"));
+    if parts.method == Method::CONNECT && !websocket {
+        return Err(Malformed("CONNECT other than a WebSocket is not supported"));
     }
     let target = parts
         .uri
@@ -55,7 +63,12 @@ pub fn to_http1(parts: &Parts, end_stream: bool) -> Result<Head, Malformed> {
         return Err(Malformed(":authority with userinfo"));
     }
     let mut out = Vec::with_capacity(256 + parts.headers.len() * 32);
-    out.extend_from_slice(parts.method.as_str().as_bytes());
+    let method = if websocket {
+        "GET"
+    } else {
+        parts.method.as_str()
+    };
+    out.extend_from_slice(method.as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
@@ -63,6 +76,49 @@ pub fn to_http1(parts: &Parts, end_stream: bool) -> Result<Head, Malformed> {
     if let Some(host) = host {
         put(&mut out, b"host", host);
     }
+    let length = put_fields(parts, &mut out)?;
+    if websocket {
+        if end_stream || length.is_some() {
+            return Err(Malformed("a WebSocket CONNECT with a body length"));
+        }
+        // The HTTP/1.1 handshake: the key is fresh (the upstream's accept is not checked, as
+        // the HTTP/2 client does not see it).
+        out.extend_from_slice(b"connection: upgrade\r\nupgrade: websocket\r\n");
+        put(&mut out, b"sec-websocket-key", &websocket_key());
+        out.extend_from_slice(b"\r\n");
+        return Ok(Head {
+            bytes: out,
+            body: BodyFraming::Tunnel,
+            is_head: false,
+        });
+    }
+    let body = match (end_stream, length) {
+        (true, Some(n)) if n > 0 => return Err(Malformed("content-length without DATA")),
+        (true, _) => BodyFraming::None,
+        (false, Some(n)) => BodyFraming::Length(n),
+        (false, None) => BodyFraming::Chunked,
+    };
+    match body {
+        BodyFraming::Length(n) => {
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(n.to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        BodyFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        BodyFraming::None if length == Some(0) => out.extend_from_slice(b"content-length: 0\r\n"),
+        BodyFraming::None | BodyFraming::Tunnel => {}
+    }
+    out.extend_from_slice(b"\r\n");
+    Ok(Head {
+        bytes: out,
+        body,
+        is_head: parts.method == Method::HEAD,
+    })
+}
+
+/// Writes the request's fields (Host aside) as HTTP/1.1 lines, cookies joined into one;
+/// returns the content-length, refusing what HTTP/1.1 would read differently.
+fn put_fields(parts: &Parts, out: &mut Vec<u8>) -> Result<Option<u64>, Malformed> {
     let mut length = None;
     let mut cookies: Vec<&[u8]> = Vec::new();
     for (name, value) in &parts.headers {
@@ -102,7 +158,7 @@ pub fn to_http1(parts: &Parts, end_stream: bool) -> Result<Head, Malformed> {
             cookies.push(v);
             continue;
         }
-        put(&mut out, name.as_str().as_bytes(), v);
+        put(out, name.as_str().as_bytes(), v);
     }
     if !cookies.is_empty() {
         out.extend_from_slice(b"cookie: ");
@@ -114,28 +170,7 @@ pub fn to_http1(parts: &Parts, end_stream: bool) -> Result<Head, Malformed> {
         }
         out.extend_from_slice(b"\r\n");
     }
-    let body = match (end_stream, length) {
-        (true, Some(n)) if n > 0 => return Err(Malformed("content-length without DATA")),
-        (true, _) => BodyFraming::None,
-        (false, Some(n)) => BodyFraming::Length(n),
-        (false, None) => BodyFraming::Chunked,
-    };
-    match body {
-        BodyFraming::Length(n) => {
-            out.extend_from_slice(b"content-length: ");
-            out.extend_from_slice(n.to_string().as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-        BodyFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-        BodyFraming::None if length == Some(0) => out.extend_from_slice(b"content-length: 0\r\n"),
-        BodyFraming::None => {}
-    }
-    out.extend_from_slice(b"\r\n");
-    Ok(Head {
-        bytes: out,
-        body,
-        is_head: parts.method == Method::HEAD,
-    })
+    Ok(length)
 }
 
 /// The Host the HTTP/1.1 head carries: `:authority` when given, and a `host` field that names
@@ -156,6 +191,23 @@ fn host_field<'a>(
         (Some(a), _) => Ok(Some(a.as_bytes())),
         (None, h) => Ok(h),
     }
+}
+
+/// A `Sec-WebSocket-Key`: 16 random bytes in base64.
+fn websocket_key() -> [u8; 24] {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let random = fastrand::u128(..).to_be_bytes();
+    let mut key = [b'='; 24];
+    for (i, group) in random.chunks(3).enumerate() {
+        let n = group
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (j, b)| n | u32::from(*b) << (16 - 8 * j));
+        for k in 0..=group.len() {
+            key[i * 4 + k] = ALPHABET[(n >> (18 - 6 * k)) as usize & 63];
+        }
+    }
+    key
 }
 
 fn put(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
@@ -217,5 +269,33 @@ mod tests {
         }
         let same = http::Request::get("https://a.example/").header("host", "A.example");
         assert!(to_http1(&parts(same), true).is_ok());
+    }
+
+    #[test]
+    fn an_extended_connect_for_a_websocket_becomes_an_upgrade() {
+        let mut p = parts(
+            http::Request::connect("https://a.example/chat")
+                .header("sec-websocket-version", "13")
+                .header("sec-websocket-protocol", "chat"),
+        );
+        p.extensions
+            .insert(h2::ext::Protocol::from_static("websocket"));
+        let head = to_http1(&p, false).unwrap();
+        assert_eq!(head.body, BodyFraming::Tunnel);
+        let text = String::from_utf8(head.bytes).unwrap();
+        assert!(
+            text.starts_with(
+                "GET /chat HTTP/1.1\r\nhost: a.example\r\nsec-websocket-version: 13\r\n\
+                 sec-websocket-protocol: chat\r\nconnection: upgrade\r\nupgrade: websocket\r\n\
+                 sec-websocket-key: "
+            ),
+            "{text}"
+        );
+        let key = text.split("sec-websocket-key: ").nth(1).unwrap();
+        assert_eq!(key.len(), 24 + 4);
+        assert!(key.ends_with("==\r\n\r\n"));
+        // Another protocol, or a body length, is refused.
+        p.extensions.insert(h2::ext::Protocol::from_static("mqtt"));
+        assert!(to_http1(&p, false).is_err());
     }
 }

@@ -51,12 +51,14 @@ impl H2Stream {
     ) -> H2Stream {
         let has_body = head.body != BodyFraming::None;
         let chunked = head.body == BodyFraming::Chunked;
+        let tunnel = head.body == BodyFraming::Tunnel;
         H2Stream {
             reader: Inbound::new(Bytes::from(head.bytes), recv, has_body, chunked),
             writer: RefCell::new(Writer {
                 respond,
                 out: Out::Head(Vec::new()),
                 is_head: head.is_head,
+                tunnel,
                 max_head,
             }),
             tls_version: "",
@@ -120,6 +122,9 @@ struct Writer {
     respond: SendResponse<Bytes>,
     out: Out,
     is_head: bool,
+    /// The request is a WebSocket's extended CONNECT: the upstream's 101 is the stream's 200,
+    /// and the bytes after it the stream's DATA until either side ends it.
+    tunnel: bool,
     max_head: usize,
 }
 
@@ -138,6 +143,19 @@ impl Writer {
         };
         let used = converted.head_len - before;
         let status = converted.response.status();
+        if self.tunnel && status == http::StatusCode::SWITCHING_PROTOCOLS {
+            let mut response = converted.response;
+            *response.status_mut() = http::StatusCode::OK;
+            // The handshake's proof belongs to HTTP/1.1's Upgrade (RFC 8441 section 5).
+            response.headers_mut().remove("sec-websocket-accept");
+            let send = self
+                .respond
+                .send_response(response, false)
+                .map_err(h2_error)?;
+            let body = Outbound::new(send, crate::http1::Framing::UntilClose, false);
+            self.out = Out::Body(body);
+            return Ok(used);
+        }
         if status.is_informational() {
             acc.clear();
             if status != http::StatusCode::SWITCHING_PROTOCOLS {

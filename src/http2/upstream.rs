@@ -8,8 +8,8 @@
 //! and the server's trailers in the chunked body (gRPC's `grpc-status`).
 //!
 //! A stream the server never processed (RST_STREAM REFUSED_STREAM, or above the last stream
-//! id of its GOAWAY) fails with `ConnectionRefused`, which the request path may send
-//! anywhere again.
+//! id of its GOAWAY) fails with `ConnectionRefused` ([`super::body::h2_error`]), which the
+//! request path may send anywhere again.
 
 use std::future::Future;
 use std::io;
@@ -79,7 +79,7 @@ impl H2Upstream {
             unreachable!()
         };
         if let Err(e) = ready!(send.poll_ready(cx)) {
-            return Poll::Ready(Err(not_processed(e)));
+            return Poll::Ready(Err(h2_error(e)));
         }
         let before = acc.len();
         let take = buf.len().min(self.max_head.saturating_sub(before).max(1));
@@ -95,7 +95,7 @@ impl H2Upstream {
         let ended = matches!(converted.framing, Framing::Empty | Framing::Length(0));
         let (response, stream) = send
             .send_request(converted.request, ended)
-            .map_err(not_processed)?;
+            .map_err(h2_error)?;
         self.reader = Reader::Waiting(response);
         self.writer = Writer::Body(Outbound::new(stream, converted.framing, ended));
         Poll::Ready(Ok(used))
@@ -110,7 +110,7 @@ impl H2Upstream {
             match &mut self.reader {
                 Reader::NotSent => return Poll::Ready(Err(invalid("no request sent"))),
                 Reader::Waiting(future) => {
-                    let response = ready!(Pin::new(future).poll(cx)).map_err(not_processed)?;
+                    let response = ready!(Pin::new(future).poll(cx)).map_err(h2_error)?;
                     self.reader = Reader::Body(from_http2(response, self.is_head));
                 }
                 Reader::Body(inbound) => return inbound.poll_read(cx, buf),
@@ -132,26 +132,16 @@ impl Drop for H2Upstream {
     }
 }
 
-/// Whether an `h2` failure means the server never processed the stream: the request may then
-/// go anywhere again, whatever its method.
-fn not_processed(e: h2::Error) -> io::Error {
-    let refused = e.reason() == Some(Reason::REFUSED_STREAM) || (e.is_go_away() && e.is_remote());
-    if refused {
-        return io::Error::new(io::ErrorKind::ConnectionRefused, e);
-    }
-    h2_error(e)
-}
-
 /// A request head converted.
-struct Converted {
-    request: Request<()>,
-    framing: Framing,
-    head_len: usize,
+pub(crate) struct Converted {
+    pub(crate) request: Request<()>,
+    pub(crate) framing: Framing,
+    pub(crate) head_len: usize,
 }
 
 /// The HTTP/1.1 request head at the start of `buf` (as the proxy wrote it) as an HTTP/2
 /// request; `Ok(None)` while it is incomplete.
-fn to_http2(buf: &[u8], scheme: &'static str) -> io::Result<Option<Converted>> {
+pub(crate) fn to_http2(buf: &[u8], scheme: &'static str) -> io::Result<Option<Converted>> {
     let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Request::new(&mut storage);
     let head_len = match parsed.parse(buf) {

@@ -104,6 +104,8 @@ struct Ctx<'a> {
     worker: &'a Worker,
     snapshot: &'a Snapshot,
     request: &'a Prepared,
+    /// When the request's head had been read.
+    started: Instant,
     /// When the current server's try began.
     try_started: Cell<Option<Instant>>,
     /// The current try's timings so far.

@@ -149,7 +149,9 @@ impl Prepared {
             grpc: head
                 .header("content-type")
                 .is_some_and(|v| v.starts_with(b"application/grpc")),
-            grpc_timeout: head.header("grpc-timeout").and_then(parse_grpc_timeout),
+            grpc_timeout: head
+                .header("grpc-timeout")
+                .and_then(crate::grpc::parse_timeout),
             https,
             hash_key: upstream.and_then(|r| match &config.upstreams[r.upstream].balance {
                 Balance::Hash(key) => request_key(head, key, peer),
@@ -172,25 +174,6 @@ impl Prepared {
             log: log.then(|| LogFields::new(head)),
         }
     }
-}
-
-/// A `grpc-timeout` value: at most 8 digits and a unit (H, M, S, m, u, n).
-fn parse_grpc_timeout(v: &[u8]) -> Option<std::time::Duration> {
-    use std::time::Duration;
-    let (unit, digits) = v.split_last()?;
-    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
-    Some(match unit {
-        b'H' => Duration::from_secs(n * 3600),
-        b'M' => Duration::from_secs(n * 60),
-        b'S' => Duration::from_secs(n),
-        b'm' => Duration::from_millis(n),
-        b'u' => Duration::from_micros(n),
-        b'n' => Duration::from_nanos(n),
-        _ => return None,
-    })
 }
 
 /// The upstream a static-file route falls back to (`try_files` ending in `"@name"`).
@@ -238,29 +221,6 @@ pub(super) async fn read_head(
                 return Err(Error::new(Kind::ClientTimeout));
             }
             _ => return Ok(None),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_grpc_timeout;
-    use std::time::Duration;
-
-    #[test]
-    fn grpc_timeouts() {
-        assert_eq!(
-            parse_grpc_timeout(b"250m"),
-            Some(Duration::from_millis(250))
-        );
-        assert_eq!(parse_grpc_timeout(b"2S"), Some(Duration::from_secs(2)));
-        assert_eq!(parse_grpc_timeout(b"1H"), Some(Duration::from_secs(3600)));
-        assert_eq!(
-            parse_grpc_timeout(b"99999999n"),
-            Some(Duration::from_nanos(99_999_999))
-        );
-        for bad in [&b"123456789S"[..], b"S", b"10", b"1x", b"-1S", b""] {
-            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
         }
     }
 }

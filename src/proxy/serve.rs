@@ -157,10 +157,11 @@ impl Client {
 }
 
 impl Client {
-    /// Answers a failed gRPC call as a gRPC error (see [`crate::error::Kind::grpc_status`]).
-    async fn respond_grpc(&mut self, e: &Error, keep_alive: bool, config: &Config) {
+    /// Answers a failed gRPC call as the gRPC error `status` (see
+    /// [`crate::error::Kind::grpc_status`]).
+    async fn respond_grpc(&mut self, e: &Error, status: u8, keep_alive: bool, config: &Config) {
         let mut out = Vec::with_capacity(200);
-        write_grpc_error(&mut out, e.kind.grpc_status(), e.kind.reason(), keep_alive);
+        write_grpc_error(&mut out, status, e.kind.reason(), keep_alive);
         let timeout = config.limits.client_body_timeout;
         let _ = write_all(&mut self.stream, &[&out], timeout).await;
     }
@@ -265,6 +266,7 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
         worker,
         snapshot,
         request: &request,
+        started,
         try_started: Cell::new(None),
         try_times: Cell::default(),
     };
@@ -423,7 +425,14 @@ async fn answer_failure(cx: &Ctx<'_>, client: &mut Client, buf: &mut Vec<u8>, e:
         && p.framing == Framing::Empty
         && !cx.worker.shutting_down();
     match answer.send {
-        Some(_) if p.grpc => client.respond_grpc(&e, keep_alive, cx.config()).await,
+        Some(_) if p.grpc => {
+            // Past the call's own deadline, whatever failed, the call has timed out.
+            let late = p.grpc_timeout.is_some_and(|t| cx.started.elapsed() >= t);
+            let status = if late { 4 } else { e.kind.grpc_status() };
+            client
+                .respond_grpc(&e, status, keep_alive, cx.config())
+                .await;
+        }
         Some(status) => {
             client
                 .respond(status, (keep_alive, p.is_head), cx.config(), p.routed.site)

@@ -187,7 +187,8 @@ async fn grpc_health(
         .header("user-agent", "slipstream-health-check")
         .body(())
         .map_err(|e| e.to_string())?;
-    let (status, body, trailers) = call(send, request, grpc_health_request(service)).await?;
+    let (status, body, trailers) =
+        call(send, request, crate::grpc::health_request(service)).await?;
     if status != 200 {
         return Err(format!("HTTP status {status}"));
     }
@@ -199,84 +200,9 @@ async fn grpc_health(
         Some(code) => return Err(format!("grpc-status {code}")),
         None => return Err("no grpc-status".into()),
     }
-    match grpc_health_status(&body) {
+    match crate::grpc::health_status(&body) {
         Some(1) => Ok(()),
         Some(other) => Err(format!("health status {other} (SERVING is 1)")),
         None => Err("malformed health response".into()),
-    }
-}
-
-/// A `HealthCheckRequest { service }` as one gRPC message: the 5-byte prefix (not
-/// compressed, length), then field 1 as a length-delimited string.
-fn grpc_health_request(service: &str) -> bytes::Bytes {
-    let mut message = Vec::new();
-    if !service.is_empty() {
-        message.push(0x0a);
-        let mut n = service.len();
-        while n >= 0x80 {
-            message.push((n as u8) | 0x80);
-            n >>= 7;
-        }
-        message.push(n as u8);
-        message.extend_from_slice(service.as_bytes());
-    }
-    let mut out = vec![0u8];
-    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    out.extend_from_slice(&message);
-    out.into()
-}
-
-/// The `status` (field 1, a varint) of a `HealthCheckResponse` message with its prefix;
-/// 0 (UNKNOWN) when the field is absent.
-fn grpc_health_status(body: &[u8]) -> Option<u64> {
-    let (&compressed, rest) = body.split_first()?;
-    let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
-    let mut message = rest.get(4..4 + len)?;
-    if compressed != 0 {
-        return None;
-    }
-    let mut status = 0;
-    while let Some((&key, rest)) = message.split_first() {
-        let (value, used) = varint(rest)?;
-        match key {
-            0x08 => status = value,
-            // Another varint field: skipped.
-            k if k & 7 == 0 => {}
-            _ => return None,
-        }
-        message = &rest[used..];
-    }
-    Some(status)
-}
-
-/// A protobuf varint: its value and length.
-fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
-    let mut value = 0u64;
-    for (i, b) in bytes.iter().take(10).enumerate() {
-        value |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Some((value, i + 1));
-        }
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn grpc_health_messages() {
-        assert_eq!(&grpc_health_request("")[..], [0, 0, 0, 0, 0]);
-        assert_eq!(
-            &grpc_health_request("ab")[..],
-            [0, 0, 0, 0, 4, 0x0a, 2, b'a', b'b']
-        );
-        assert_eq!(grpc_health_status(&[0, 0, 0, 0, 2, 0x08, 1]), Some(1));
-        assert_eq!(grpc_health_status(&[0, 0, 0, 0, 2, 0x08, 2]), Some(2));
-        assert_eq!(grpc_health_status(&[0, 0, 0, 0, 0]), Some(0));
-        assert_eq!(grpc_health_status(&[0, 0, 0, 0, 2, 0x08]), None);
-        assert_eq!(grpc_health_status(&[1, 0, 0, 0, 2, 0x08, 1]), None);
-        assert_eq!(grpc_health_status(&[0, 0, 0]), None);
     }
 }

@@ -104,6 +104,11 @@ fn http2_server_seeds() {
 }
 
 #[test]
+fn grpc_seeds() {
+    replay("grpc", slipstream::fuzzing::grpc);
+}
+
+#[test]
 fn http2_convert_seeds() {
     replay("http2_convert", slipstream::fuzzing::http2_convert);
 }

@@ -125,3 +125,121 @@ fn a_tunnel_with_traffic_more_often_than_the_timeout_stays_open() {
     assert_eq!(proxy.metrics().total(Counter::TunnelIdleTimeouts), 0);
     proxy.shutdown();
 }
+
+/// A WebSocket echo server on HTTP/1.1 (tungstenite): each connection's messages come back
+/// until the client closes; returns the messages echoed over all connections.
+fn websocket_echo() -> (SocketAddr, JoinHandle<usize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let thread = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut ws = tungstenite::accept(s).expect("a WebSocket handshake");
+        let mut echoed = 0;
+        loop {
+            match ws.read() {
+                Ok(m) if m.is_text() || m.is_binary() => {
+                    ws.send(m).unwrap();
+                    echoed += 1;
+                }
+                Ok(_) => {}
+                Err(_) => return echoed,
+            }
+        }
+    });
+    (addr, thread)
+}
+
+/// Opens a WebSocket over HTTP/2 (RFC 8441 extended CONNECT, h2c) to `proxy`, and returns
+/// it as tungstenite's client end, over a socket pair whose other end a thread pumps to and
+/// from the HTTP/2 stream.
+fn websocket_over_http2(
+    proxy: SocketAddr,
+) -> tungstenite::WebSocket<std::os::unix::net::UnixStream> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let (status_tx, status_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let tcp = tokio::net::TcpStream::connect(proxy).await.unwrap();
+            let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+            tokio::spawn(conn);
+            let mut send = send.ready().await.unwrap();
+            // The server's SETTINGS have arrived once a request could be sent.
+            let mut request = http::Request::builder()
+                .method("CONNECT")
+                .uri(format!("http://{proxy}/chat"))
+                .header("sec-websocket-version", "13")
+                .body(())
+                .unwrap();
+            request
+                .extensions_mut()
+                .insert(h2::ext::Protocol::from_static("websocket"));
+            let (response, mut out) = send.send_request(request, false).unwrap();
+            let response = response.await.unwrap();
+            let enabled = send.is_extended_connect_protocol_enabled();
+            status_tx.send((response.status(), enabled)).unwrap();
+            let mut recv = response.into_body();
+            theirs.set_nonblocking(true).unwrap();
+            let mut pipe = tokio::net::UnixStream::from_std(theirs).unwrap();
+            let mut buf = vec![0u8; 16384];
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            loop {
+                tokio::select! {
+                    n = pipe.read(&mut buf) => match n {
+                        Ok(0) | Err(_) => {
+                            let _ = out.send_data(bytes::Bytes::new(), true);
+                            break;
+                        }
+                        Ok(n) => out.send_data(bytes::Bytes::copy_from_slice(&buf[..n]), false).unwrap(),
+                    },
+                    d = recv.data() => match d {
+                        Some(Ok(d)) => {
+                            let _ = recv.flow_control().release_capacity(d.len());
+                            pipe.write_all(&d).await.unwrap();
+                        }
+                        _ => break,
+                    },
+                }
+            }
+            // Let what was queued go out before the runtime ends.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        });
+    });
+    let (status, enabled) = status_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(enabled, "SETTINGS_ENABLE_CONNECT_PROTOCOL was not sent");
+    assert_eq!(status, 200);
+    ours.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    tungstenite::WebSocket::from_raw_socket(ours, tungstenite::protocol::Role::Client, None)
+}
+
+#[test]
+fn a_websocket_over_http2_reaches_an_http1_websocket_upstream_and_outlives_a_reload() {
+    let (upstream, echo) = websocket_echo();
+    let text = crate::http2::h2c_config(upstream, "").replace("{listen}", "127.0.0.1:0");
+    let proxy = proxy(&text);
+    let mut ws = websocket_over_http2(proxy.local_addrs()[0]);
+    for i in 0..3 {
+        ws.send(tungstenite::Message::text(format!("hello {i}")))
+            .unwrap();
+        assert_eq!(
+            ws.read().unwrap().into_text().unwrap(),
+            format!("hello {i}")
+        );
+    }
+    // A reload sends the connection GOAWAY; the open WebSocket goes on.
+    let config = slipstream::config::Config::parse(&text, "test.toml").unwrap();
+    proxy.reload(config).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let big = vec![7u8; 200_000];
+    ws.send(tungstenite::Message::binary(big.clone())).unwrap();
+    assert_eq!(ws.read().unwrap().into_data().as_ref(), big.as_slice());
+    ws.close(None).unwrap();
+    while ws.read().is_ok() {}
+    assert_eq!(echo.join().unwrap(), 4);
+    assert!(proxy.metrics().total(Counter::Http2Streams) >= 1);
+}

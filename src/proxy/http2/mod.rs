@@ -76,7 +76,8 @@ pub async fn serve_http2(worker: Rc<Worker>, mut stream: Stream, peer: SocketAdd
         .initial_window_size(settings.initial_window_size)
         .initial_connection_window_size(settings.connection_window_size)
         .max_frame_size(settings.max_frame_size)
-        .max_send_buffer_size(settings.max_send_buffer);
+        .max_send_buffer_size(settings.max_send_buffer)
+        .enable_connect_protocol();
     let handshake = builder.handshake::<_, Bytes>(io);
     let Ok(Ok(conn)) = tokio::time::timeout(limits.client_header_timeout, handshake).await else {
         return counters.inc(Counter::Http2BadPreface);
