@@ -3,7 +3,8 @@
 
 idle PORT N PID:            N keep-alive connections, one small request each, then idle.
 slow PORT N PID SECONDS:    N downloads of /big, each read at 16 KiB per second for SECONDS.
-h2idle PORT N PID:          N HTTP/2 connections over TLS (ALPN h2), one GET /1k each, then idle.
+h2idle PORT N PID[,PID..]:  N HTTP/2 connections over TLS (ALPN h2), one GET /1k each, then idle
+                            (the memory of every PID given is summed).
 Prints the proxy's VmRSS before, after (peak for slow) and the growth per connection.
 """
 import asyncio
@@ -102,12 +103,17 @@ async def open_h2(port, sem):
                     return reader, writer
 
 
-async def h2idle(port, n, pid):
-    before = rss_kb(pid)
-    sem = asyncio.Semaphore(200)
-    conns = await asyncio.gather(*(open_h2(port, sem) for _ in range(n)))
+async def h2idle(port, n, pids):
+    before = sum(rss_kb(p) for p in pids)
+    # Python's TLS handshakes are slow: opened 100 at a time, or they would outrun the
+    # proxies' handshake timeouts.
+    sem = asyncio.Semaphore(50)
+    conns = []
+    for start in range(0, n, 100):
+        batch = min(100, n - start)
+        conns += await asyncio.gather(*(open_h2(port, sem) for _ in range(batch)))
     await asyncio.sleep(2)
-    after = rss_kb(pid)
+    after = sum(rss_kb(p) for p in pids)
     print(f"{n} idle HTTP/2 TLS connections: proxy RSS {before} kB -> {after} kB; "
           f"{(after - before) / n:.1f} kB per connection")
     for _, w in conns:
@@ -117,11 +123,13 @@ async def h2idle(port, n, pid):
 def main():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    mode, port, n, pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    mode, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    if mode == "h2idle":
+        asyncio.run(h2idle(port, n, [int(p) for p in sys.argv[4].split(",")]))
+        return
+    pid = int(sys.argv[4])
     if mode == "idle":
         asyncio.run(idle(port, n, pid))
-    elif mode == "h2idle":
-        asyncio.run(h2idle(port, n, pid))
     else:
         asyncio.run(slow(port, n, pid, int(sys.argv[5])))
 

@@ -180,11 +180,10 @@ fi
 if [ "${IDLE:-1}" != 0 ]; then
     printf '\n### (c) 2000 idle HTTP/2 TLS connections, one GET each\n\n'
     for target in "${TARGETS[@]}"; do
-        for pid in $(proxy_pids "${target##*:}"); do
-            printf '%s: ' "${target%%:*}"
-            python3 "$ROOT/bench/connections.py" h2idle "${target##*:}" 2000 "$pid"
-            break
-        done
+        printf '%s: ' "${target%%:*}"
+        # Every process of the proxy (nginx: master and worker).
+        python3 "$ROOT/bench/connections.py" h2idle "${target##*:}" 2000 \
+            "$(proxy_pids "${target##*:}" | tr ' \n' ',,' | sed 's/,*$//')"
     done
 fi
 

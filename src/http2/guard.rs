@@ -30,7 +30,9 @@ pub struct Limits {
     /// RST_STREAM frames (Rapid Reset, CVE-2023-44487), while they are also more than half
     /// the streams the client opened.
     pub resets_per_sec: u32,
-    /// PING frames that are not acknowledgements.
+    /// PING frames that are not acknowledgements, while they are also more than the streams
+    /// the client opened in the same second (a busy gRPC client measures the link with a PING
+    /// per burst of answers; a PING flood opens nothing).
     pub pings_per_sec: u32,
     /// SETTINGS frames that are not acknowledgements.
     pub settings_per_sec: u32,
@@ -79,6 +81,8 @@ enum Position {
 struct Counts {
     resets: u32,
     pings: u32,
+    /// Streams opened in this window.
+    opened: u32,
     settings: u32,
     empty: u32,
 }
@@ -202,6 +206,7 @@ impl FrameGuard {
         if kind == HEADERS && stream > self.last_stream {
             self.last_stream = stream;
             self.opened += 1;
+            c.opened = c.opened.saturating_add(1);
         }
         if kind == RST_STREAM {
             self.reset += 1;
@@ -211,7 +216,10 @@ impl FrameGuard {
             RST_STREAM if over(&mut c.resets, limits.resets_per_sec) && mostly_resets => {
                 return Verdict::Abuse("RST_STREAM")
             }
-            PING if !flag(FLAG_END_STREAM_OR_ACK) && over(&mut c.pings, limits.pings_per_sec) => {
+            PING if !flag(FLAG_END_STREAM_OR_ACK)
+                && over(&mut c.pings, limits.pings_per_sec)
+                && c.pings > c.opened =>
+            {
                 return Verdict::Abuse("PING")
             }
             SETTINGS
@@ -353,6 +361,42 @@ mod tests {
         trailers.feed(&open(1), 0);
         trailers.feed(&open(1), 0);
         assert_eq!(trailers.opened, 1);
+    }
+
+    #[test]
+    fn a_busy_grpc_clients_pings_pass_and_a_ping_flood_does_not() {
+        let ping = frame(PING, 0, 0, &[0; 8]);
+        let open = |id| frame(HEADERS, 0x5, id, &[0x82; 20]);
+        // grpc-go under load: a PING (its bandwidth probe) for every few calls, 300 a second.
+        let mut busy = FrameGuard::new(Limits::default());
+        busy.feed(PREFACE, 0);
+        for (n, id) in (1..2400u32).step_by(2).enumerate() {
+            assert_eq!(busy.feed(&open(id), 0), Verdict::Ok);
+            if n % 4 == 0 {
+                assert_eq!(busy.feed(&ping, 0), Verdict::Ok, "call {n}");
+            }
+        }
+        // A flood: PINGs and nothing else, cut at the limit.
+        let mut flood = FrameGuard::new(Limits::default());
+        flood.feed(PREFACE, 0);
+        for n in 1..=20 {
+            assert_eq!(flood.feed(&ping, 0), Verdict::Ok, "ping {n}");
+        }
+        assert_eq!(flood.feed(&ping, 0), Verdict::Abuse("PING"));
+        // Opening a stream now and then does not buy a flood.
+        let mut sly = FrameGuard::new(Limits::default());
+        sly.feed(PREFACE, 0);
+        let mut verdict = Verdict::Ok;
+        for n in 0..100u32 {
+            if n % 10 == 0 {
+                sly.feed(&open(2 * n + 1), 0);
+            }
+            verdict = sly.feed(&ping, 0);
+            if verdict != Verdict::Ok {
+                break;
+            }
+        }
+        assert_eq!(verdict, Verdict::Abuse("PING"));
     }
 
     #[test]

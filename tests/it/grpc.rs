@@ -261,6 +261,33 @@ fn grpcurl_lists_calls_and_checks_health_through_the_proxy() {
 }
 
 #[test]
+fn a_busy_grpc_client_is_not_taken_for_a_flood() {
+    // grpc-go probes the link with a PING per burst of answers: under load, far more than the
+    // PING flood limit per second, on a connection opening thousands of streams.
+    let server = GrpcServer::start(None, &[]);
+    let proxy = grpc_proxy(
+        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
+        None,
+    );
+    let out = Command::new(go_tool("bin/ghz"))
+        .args(["--insecure", "--call", "grpc.testing.TestService/UnaryCall"])
+        .args([
+            "-d",
+            r#"{"response_size":1024,"payload":{"body":"aGVsbG8="}}"#,
+        ])
+        .args(["-c", "50", "-n", "20000", "--format", "json"])
+        .arg(proxy.local_addrs()[0].to_string())
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains(r#""statusCodeDistribution":{"OK":20000}"#),
+        "{report}"
+    );
+    assert_eq!(proxy.metrics().total(Counter::Http2Floods), 0);
+}
+
+#[test]
 fn failures_are_answered_as_grpc_errors() {
     // No server: UNAVAILABLE (14), as a trailers-only HTTP 200, not an HTTP 502.
     let nobody = free_port();
