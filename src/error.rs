@@ -336,13 +336,7 @@ impl Kind {
     /// would report as UNKNOWN): UNAVAILABLE when no server could take the call, DEADLINE_EXCEEDED
     /// on a timeout, RESOURCE_EXHAUSTED past a limit; the rest as gRPC's HTTP-to-gRPC table.
     pub fn grpc_status(self) -> u8 {
-        const CANCELLED: u8 = 1;
-        const DEADLINE_EXCEEDED: u8 = 4;
-        const PERMISSION_DENIED: u8 = 7;
-        const RESOURCE_EXHAUSTED: u8 = 8;
-        const UNIMPLEMENTED: u8 = 12;
-        const INTERNAL: u8 = 13;
-        const UNAVAILABLE: u8 = 14;
+        use crate::grpc::status::*;
         match self {
             Kind::BadRequest(_) | Kind::ExpectationFailed => INTERNAL,
             Kind::NotImplemented(_) | Kind::NoRoute | Kind::FileNotFound => UNIMPLEMENTED,

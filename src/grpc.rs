@@ -4,6 +4,24 @@
 
 use std::time::Duration;
 
+/// The gRPC status codes the proxy answers with (gRPC's `statuscodes.md`).
+pub mod status {
+    /// The client cancelled the call.
+    pub const CANCELLED: u8 = 1;
+    /// The call's deadline passed.
+    pub const DEADLINE_EXCEEDED: u8 = 4;
+    /// Refused by the proxy's access rules.
+    pub const PERMISSION_DENIED: u8 = 7;
+    /// Past a limit.
+    pub const RESOURCE_EXHAUSTED: u8 = 8;
+    /// Nothing serves this call.
+    pub const UNIMPLEMENTED: u8 = 12;
+    /// The proxy failed.
+    pub const INTERNAL: u8 = 13;
+    /// No server could take the call.
+    pub const UNAVAILABLE: u8 = 14;
+}
+
 /// A `grpc-timeout` value: at most 8 digits and a unit (H, M, S, m, u, n).
 pub fn parse_timeout(v: &[u8]) -> Option<std::time::Duration> {
     let (unit, digits) = v.split_last()?;

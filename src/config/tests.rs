@@ -510,7 +510,6 @@ routes = [{ path = "/", upstream = "grpc" }, { path = "/t", upstream = "tls" }]
     assert_eq!(grpc.protocol, Protocol::H2c);
     assert!(grpc.tls.is_none());
     let check = grpc.health.as_ref().unwrap();
-    assert!(check.http2);
     assert_eq!(
         check.probe,
         Probe::Grpc {

@@ -155,8 +155,6 @@ pub struct HealthCheck {
     pub fall: u32,
     /// Servers start down until a check passes.
     pub start_down: bool,
-    /// The group speaks HTTP/2: HTTP and gRPC checks go as HTTP/2 requests.
-    pub http2: bool,
 }
 
 /// The request of a health check.
@@ -558,9 +556,8 @@ impl Validator<'_> {
         g.send_timeout = self.duration(&u.send_timeout, g.send_timeout);
         g.idle_timeout = self.duration(&u.idle_timeout, g.idle_timeout);
         self.build_protocol(&mut g, name, u);
-        if let Some(check) = g.health.as_mut() {
-            check.http2 = g.protocol.is_http2();
-            if matches!(check.probe, Probe::Grpc { .. }) && !check.http2 {
+        if let Some(check) = &g.health {
+            if matches!(check.probe, Probe::Grpc { .. }) && !g.protocol.is_http2() {
                 let at = u.health.as_ref().and_then(|h| h.kind.as_ref());
                 let at = at.map_or(name.span().start, |k| k.span().start);
                 self.error(at, "a grpc health check needs protocol = \"h2\" or \"h2c\"");
@@ -686,7 +683,6 @@ impl Validator<'_> {
             rise,
             fall,
             start_down: h.start_down.unwrap_or(false),
-            http2: false,
         })
     }
 }

@@ -211,11 +211,15 @@ pub(super) struct Outbound {
 }
 
 impl Outbound {
+    /// Whether a message framed as `framing` has no body: its HEADERS frame ends the stream.
+    pub(super) fn is_empty(framing: Framing) -> bool {
+        matches!(framing, Framing::Empty | Framing::Length(0))
+    }
+
     /// The body of a message whose HEADERS went out on `send`, framed in HTTP/1.1 as
-    /// `framing`; `None` when the HEADERS frame ended the stream.
-    pub(super) fn new(send: SendStream<Bytes>, framing: Framing, ended: bool) -> Outbound {
+    /// `framing` (nothing more to send when [`Outbound::is_empty`]).
+    pub(super) fn new(send: SendStream<Bytes>, framing: Framing) -> Outbound {
         let out = match framing {
-            _ if ended => Out::Done,
             Framing::Empty | Framing::Length(0) => Out::Done,
             Framing::Length(n) => Out::Length(n),
             Framing::Chunked => Out::Chunked(ChunkedReader::new(), Vec::new()),

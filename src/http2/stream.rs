@@ -152,7 +152,7 @@ impl Writer {
                 .respond
                 .send_response(response, false)
                 .map_err(h2_error)?;
-            let body = Outbound::new(send, crate::http1::Framing::UntilClose, false);
+            let body = Outbound::new(send, crate::http1::Framing::UntilClose);
             self.out = Out::Body(body);
             return Ok(used);
         }
@@ -166,15 +166,11 @@ impl Writer {
             return Ok(used);
         }
         let framing = converted.framing;
-        let ended = matches!(
-            framing,
-            crate::http1::Framing::Empty | crate::http1::Framing::Length(0)
-        );
         let send = self
             .respond
-            .send_response(converted.response, ended)
+            .send_response(converted.response, Outbound::is_empty(framing))
             .map_err(h2_error)?;
-        self.out = Out::Body(Outbound::new(send, framing, ended));
+        self.out = Out::Body(Outbound::new(send, framing));
         Ok(used)
     }
 

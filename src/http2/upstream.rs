@@ -92,12 +92,12 @@ impl H2Upstream {
         };
         let used = converted.head_len - before;
         self.is_head = converted.request.method() == http::Method::HEAD;
-        let ended = matches!(converted.framing, Framing::Empty | Framing::Length(0));
+        let ended = Outbound::is_empty(converted.framing);
         let (response, stream) = send
             .send_request(converted.request, ended)
             .map_err(h2_error)?;
         self.reader = Reader::Waiting(response);
-        self.writer = Writer::Body(Outbound::new(stream, converted.framing, ended));
+        self.writer = Writer::Body(Outbound::new(stream, converted.framing));
         Poll::Ready(Ok(used))
     }
 
@@ -166,7 +166,10 @@ pub(crate) fn to_http2(buf: &[u8], scheme: &'static str) -> io::Result<Option<Co
             HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| invalid("bad field name"))?;
         let value = h.value.trim_ascii();
         match name.as_str() {
-            "host" => authority = Some(value),
+            "host" => {
+                authority = Some(value);
+                continue;
+            }
             "transfer-encoding" => framing = Framing::Chunked,
             "content-length" if framing != Framing::Chunked => {
                 let n = std::str::from_utf8(value)
@@ -191,9 +194,6 @@ pub(crate) fn to_http2(buf: &[u8], scheme: &'static str) -> io::Result<Option<Co
             _ => {}
         }
         if super::is_connection_specific(name.as_str()) || connection.names(name.as_str()) {
-            continue;
-        }
-        if name == http::header::HOST {
             continue;
         }
         let value = HeaderValue::from_bytes(value).map_err(|_| invalid("bad field value"))?;

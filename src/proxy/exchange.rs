@@ -201,6 +201,8 @@ async fn obtain(
 /// Runs `send` (which sends a request and reads the first response bytes) on a pooled
 /// connection to `server` or a new one. A pooled connection that turns out dead is replaced by
 /// a fresh one once when it closed unanswered and the request is still in hand ([`stale`]).
+/// For a group that speaks HTTP/2 the connection is a stream, on an open connection to the
+/// server with room for it or on a new one ([`Reuse`], [`open`]).
 pub(super) async fn on_connection(
     cx: &Ctx<'_>,
     group: &UpstreamGroup,
@@ -209,24 +211,12 @@ pub(super) async fn on_connection(
     body_in_hand: bool,
     mut send: impl AsyncFnMut(&mut Client, &mut Conn) -> Result<Vec<u8>, Error>,
 ) -> Result<(Conn, Vec<u8>), Error> {
-    if group.protocol.is_http2() {
-        return on_h2_stream(cx, group, lease, client, body_in_hand, send).await;
-    }
     let counters = &cx.worker.counters;
-    let server = lease.addr();
-    let stats = lease.stats();
-    let slot = match obtain(cx, group, server, &client.stream).await? {
-        Obtained::Reused(stream, slot) => {
+    let slot = match reuse(cx, group, lease, &client.stream).await? {
+        Reuse::Conn(mut conn) => {
             cx.mark_connected();
             counters.inc(Counter::UpstreamReused);
-            ServerStats::bump(&stats.reused);
-            let server = server.clone();
-            let mut conn = Conn {
-                server,
-                stream,
-                slot,
-                demand: lease.in_flight(),
-            };
+            ServerStats::bump(&lease.stats().reused);
             match send(client, &mut conn).await {
                 Ok(ubuf) => {
                     cx.mark_header();
@@ -240,81 +230,99 @@ pub(super) async fn on_connection(
             // The dead connection's slot serves the new one.
             conn.slot
         }
-        Obtained::Open(slot) => slot,
+        Reuse::Open(slot) => slot,
     };
-    let tls = group.tls.as_deref();
-    let stream = connect(server, group.connect_timeout, counters, stats, tls).await?;
+    let mut conn = open(cx, group, lease, slot).await?;
     cx.mark_connected();
-    let server = server.clone();
-    let mut conn = Conn {
-        server,
-        stream,
-        slot,
-        demand: lease.in_flight(),
-    };
     let ubuf = send(client, &mut conn).await?;
     cx.mark_header();
     Ok((conn, ubuf))
 }
 
-/// [`on_connection`] for a group that speaks HTTP/2: `send` runs on a new stream of an open
-/// connection to `server` with room for it, or of a new connection. A stream an open
-/// connection failed to carry (it had died, or the server refused the stream) is tried once
-/// more on a new connection, as a dead pooled HTTP/1.1 connection is.
-async fn on_h2_stream(
+/// What a request finds for its server.
+enum Reuse {
+    /// A pooled connection (HTTP/2: a new stream on an open connection).
+    Conn(Conn),
+    /// None: open one, holding this slot.
+    Open(Slot),
+}
+
+/// A pooled connection to the lease's server, or the slot to open one under.
+async fn reuse(
     cx: &Ctx<'_>,
     group: &UpstreamGroup,
     lease: &Lease,
-    client: &mut Client,
-    body_in_hand: bool,
-    mut send: impl AsyncFnMut(&mut Client, &mut Conn) -> Result<Vec<u8>, Error>,
-) -> Result<(Conn, Vec<u8>), Error> {
+    client: &Stream,
+) -> Result<Reuse, Error> {
+    let server = lease.addr();
+    if group.protocol.is_http2() {
+        return Ok(match cx.worker.h2_upstreams.take(server) {
+            Some(handle) => Reuse::Conn(h2_stream(cx, group, server, handle)),
+            None => Reuse::Open(Slot::untracked()),
+        });
+    }
+    Ok(match obtain(cx, group, server, client).await? {
+        Obtained::Reused(stream, slot) => Reuse::Conn(Conn {
+            server: server.clone(),
+            stream,
+            slot,
+            demand: lease.in_flight(),
+        }),
+        Obtained::Open(slot) => Reuse::Open(slot),
+    })
+}
+
+/// Opens a new connection to the lease's server (HTTP/2: with its handshake, kept by the
+/// worker's HTTP/2 pool, and a stream on it).
+async fn open(
+    cx: &Ctx<'_>,
+    group: &UpstreamGroup,
+    lease: &Lease,
+    slot: Slot,
+) -> Result<Conn, Error> {
     let counters = &cx.worker.counters;
     let (server, stats) = (lease.addr(), lease.stats());
-    let pool = &cx.worker.h2_upstreams;
-    let max_head = cx.config().limits.max_buffer;
-    let tls = group.tls.is_some();
-    let stream_on = |handle| Conn {
-        server: server.clone(),
-        stream: Stream::H2Upstream(Box::new(H2Upstream::new(handle, tls, max_head))),
-        slot: Slot::untracked(),
-        demand: 0,
-    };
-    if let Some(handle) = pool.take(server) {
-        cx.mark_connected();
-        counters.inc(Counter::UpstreamReused);
-        ServerStats::bump(&stats.reused);
-        let mut conn = stream_on(handle);
-        match send(client, &mut conn).await {
-            Ok(ubuf) => {
-                cx.mark_header();
-                return Ok((conn, ubuf));
-            }
-            Err(e) if stale(&e, body_in_hand) => counters.inc(Counter::UpstreamStaleRetries),
-            Err(e) => return Err(e),
-        }
+    let tls = group.tls.as_deref();
+    let stream = connect(server, group.connect_timeout, counters, stats, tls).await?;
+    if !group.protocol.is_http2() {
+        return Ok(Conn {
+            server: server.clone(),
+            stream,
+            slot,
+            demand: lease.in_flight(),
+        });
     }
-    let tls_config = group.tls.as_deref();
-    let stream = connect(server, group.connect_timeout, counters, stats, tls_config).await?;
     let keep = Keep {
         ping_timeout: group.connect_timeout,
         idle_timeout: group.idle_timeout,
     };
-    let handle =
-        match tokio::time::timeout(group.connect_timeout, pool.open(server, stream, keep)).await {
-            Ok(Ok(handle)) => handle,
-            Ok(Err(e)) => {
-                tracing::warn!(%server, "HTTP/2 handshake with the upstream failed: {e}");
-                counters.inc(Counter::UpstreamConnectErrors);
-                return Err(Error::connect(Kind::ConnectFailed));
-            }
-            Err(_) => return Err(Error::connect(Kind::ConnectTimeout)),
-        };
-    cx.mark_connected();
-    let mut conn = stream_on(handle);
-    let ubuf = send(client, &mut conn).await?;
-    cx.mark_header();
-    Ok((conn, ubuf))
+    let handshake = cx.worker.h2_upstreams.open(server, stream, keep);
+    match tokio::time::timeout(group.connect_timeout, handshake).await {
+        Ok(Ok(handle)) => Ok(h2_stream(cx, group, server, handle)),
+        Ok(Err(e)) => {
+            tracing::warn!(%server, "HTTP/2 handshake with the upstream failed: {e}");
+            counters.inc(Counter::UpstreamConnectErrors);
+            Err(Error::connect(Kind::ConnectFailed))
+        }
+        Err(_) => Err(Error::connect(Kind::ConnectTimeout)),
+    }
+}
+
+/// A request stream to `server` on the HTTP/2 connection `handle` opens streams on.
+fn h2_stream(
+    cx: &Ctx<'_>,
+    group: &UpstreamGroup,
+    server: &Address,
+    handle: h2::client::SendRequest<bytes::Bytes>,
+) -> Conn {
+    let max_head = cx.config().limits.max_buffer;
+    let stream = H2Upstream::new(handle, group.tls.is_some(), max_head);
+    Conn {
+        server: server.clone(),
+        stream: Stream::H2Upstream(Box::new(stream)),
+        slot: Slot::untracked(),
+        demand: 0,
+    }
 }
 
 /// Whether a reused connection's failure means it was dead before the request reached the

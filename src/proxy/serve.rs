@@ -154,9 +154,7 @@ impl Client {
         let timeout = config.limits.client_body_timeout;
         let _ = write_all(&mut self.stream, &[&out], timeout).await;
     }
-}
 
-impl Client {
     /// Answers a failed gRPC call as the gRPC error `status` (see
     /// [`crate::error::Kind::grpc_status`]).
     async fn respond_grpc(&mut self, e: &Error, status: u8, keep_alive: bool, config: &Config) {
@@ -428,7 +426,11 @@ async fn answer_failure(cx: &Ctx<'_>, client: &mut Client, buf: &mut Vec<u8>, e:
         Some(_) if p.grpc => {
             // Past the call's own deadline, whatever failed, the call has timed out.
             let late = p.grpc_timeout.is_some_and(|t| cx.started.elapsed() >= t);
-            let status = if late { 4 } else { e.kind.grpc_status() };
+            let status = if late {
+                crate::grpc::status::DEADLINE_EXCEEDED
+            } else {
+                e.kind.grpc_status()
+            };
             client
                 .respond_grpc(&e, status, keep_alive, cx.config())
                 .await;

@@ -327,8 +327,9 @@ async fn check_group(index: usize, group: &UpstreamGroup, state: &Rc<RefCell<Sta
     for addr in addrs {
         let check = check.clone();
         let tls = group.tls.clone();
+        let http2 = group.protocol.is_http2();
         set.spawn_local(async move {
-            let result = health::check(&addr, &check, tls.as_deref()).await;
+            let result = health::check(&addr, &check, tls.as_deref(), http2).await;
             (addr, result)
         });
     }

@@ -16,14 +16,16 @@ use crate::tls::client::UpstreamTls;
 const MAX_CHECK_RESPONSE: usize = 8192;
 
 /// Runs one check; Ok when the server is healthy, else why not.
+/// `http2`: the group speaks HTTP/2, and so do its HTTP and gRPC checks.
 pub async fn check(
     addr: &Address,
     check: &HealthCheck,
     tls: Option<&UpstreamTls>,
+    http2: bool,
 ) -> Result<(), String> {
     let probe = async {
         match &check.probe {
-            Probe::Http { .. } | Probe::Grpc { .. } if check.http2 => {
+            Probe::Http { .. } | Probe::Grpc { .. } if http2 => {
                 probe_http2(addr, &check.probe, tls).await
             }
             _ => probe(addr, &check.probe, tls).await,

@@ -32,14 +32,6 @@ struct Entry {
     alive: Rc<Cell<bool>>,
 }
 
-impl Entry {
-    fn has_room(&self) -> bool {
-        self.alive.get()
-            && !self.send.is_going_away()
-            && self.send.open_streams() < self.send.current_max_send_streams()
-    }
-}
-
 /// The HTTP/2 connections of one worker, by server. Single-threaded.
 #[derive(Default)]
 pub struct H2Pool {
@@ -62,7 +54,8 @@ impl H2Pool {
         let mut conns = self.conns.borrow_mut();
         let list = conns.get_mut(addr)?;
         list.retain(|e| e.alive.get() && !e.send.is_going_away());
-        list.iter().find(|e| e.has_room()).map(|e| e.send.clone())
+        let has_room = |e: &&Entry| e.send.open_streams() < e.send.current_max_send_streams();
+        list.iter().find(has_room).map(|e| e.send.clone())
     }
 
     /// Runs the HTTP/2 handshake on a new connection to `addr`, starts the task that drives
@@ -99,13 +92,6 @@ impl H2Pool {
         for entry in gone.into_iter().flatten() {
             entry.alive.set(false);
         }
-    }
-
-    /// Open connections per server (for the admin status).
-    pub fn open_counts(&self) -> Vec<(Address, usize)> {
-        let conns = self.conns.borrow();
-        let alive = |l: &Vec<Entry>| l.iter().filter(|e| e.alive.get()).count();
-        conns.iter().map(|(a, l)| (a.clone(), alive(l))).collect()
     }
 }
 
