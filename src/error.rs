@@ -212,6 +212,9 @@ impl Error {
     /// connection may be retried (a pooled connection the upstream had just closed); a timeout
     /// is not, as the upstream may still be working on the request.
     pub fn no_response(e: &io::Error) -> Error {
+        if let Some(client) = Error::clients_body(e) {
+            return client;
+        }
         match e.kind() {
             io::ErrorKind::TimedOut => Error::new(Kind::UpstreamTimeout),
             // An HTTP/2 server refused the stream (REFUSED_STREAM, or above its GOAWAY's last
@@ -229,11 +232,23 @@ impl Error {
 
     /// Reading from or writing to the upstream failed.
     pub fn upstream_io(e: &io::Error) -> Error {
+        if let Some(client) = Error::clients_body(e) {
+            return client;
+        }
         Error::new(match e.kind() {
             io::ErrorKind::TimedOut => Kind::UpstreamTimeout,
             io::ErrorKind::InvalidData => Kind::BadResponse("invalid response body framing"),
             _ => Kind::UpstreamFailed,
         })
+    }
+
+    /// A request body that failed on its way to the upstream by its own fault: a gRPC-Web
+    /// `-text` body that is not base64.
+    fn clients_body(e: &io::Error) -> Option<Error> {
+        let inner = e.get_ref()?;
+        inner
+            .is::<crate::grpc::web::NotBase64>()
+            .then(|| Error::new(Kind::BadRequest("grpc-web-text body is not base64")))
     }
 
     /// Reading from the client failed (a timeout is the client's slowness, anything else its

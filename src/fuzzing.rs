@@ -730,8 +730,10 @@ pub fn http2_convert(data: &[u8]) {
 
 /// gRPC's wire facts and the head of a request to an HTTP/2 upstream: `grpc-timeout` values
 /// and health responses never panic; a request head converted for HTTP/2 carries no
-/// connection-specific field and ends within the input.
+/// connection-specific field and ends within the input; gRPC-Web's base64 decodes in any
+/// pieces as it does whole, and what is encoded in pieces decodes back.
 pub fn grpc(data: &[u8]) {
+    grpc_web(data);
     if let Some(t) = crate::grpc::parse_timeout(data) {
         assert!(t <= std::time::Duration::from_secs(99_999_999 * 3600));
     }
@@ -745,5 +747,44 @@ pub fn grpc(data: &[u8]) {
         if let Some(te) = c.request.headers().get(http::header::TE) {
             assert_eq!(te, "trailers");
         }
+        if c.web == Some(crate::grpc::web::Encoding::Text) {
+            assert!(!c
+                .request
+                .headers()
+                .contains_key(http::header::CONTENT_LENGTH));
+        }
     }
+}
+
+fn grpc_web(data: &[u8]) {
+    use crate::grpc::web;
+    let _ = web::request_type(data);
+    let _ = web::response_type(data, web::Encoding::Text);
+    let cut = usize::from(data.first().copied().unwrap_or(1)).max(1);
+    // Decoding in pieces of `cut` agrees with decoding whole.
+    let mut whole = Vec::new();
+    let mut decoder = web::Decoder::default();
+    let whole_ok = decoder
+        .feed(data, &mut whole)
+        .and_then(|()| decoder.finish());
+    let mut pieces = Vec::new();
+    let mut decoder = web::Decoder::default();
+    let pieces_ok = data
+        .chunks(cut)
+        .try_for_each(|c| decoder.feed(c, &mut pieces))
+        .and_then(|()| decoder.finish());
+    assert_eq!(whole_ok.is_ok(), pieces_ok.is_ok());
+    if whole_ok.is_ok() {
+        assert_eq!(whole, pieces);
+    }
+    // Encoding in pieces decodes back.
+    let mut encoded = Vec::new();
+    let mut encoder = web::Encoder::default();
+    data.chunks(cut).for_each(|c| encoder.feed(c, &mut encoded));
+    encoder.finish(&mut encoded);
+    let mut back = Vec::new();
+    let mut decoder = web::Decoder::default();
+    decoder.feed(&encoded, &mut back).unwrap();
+    decoder.finish().unwrap();
+    assert_eq!(back, data);
 }

@@ -323,10 +323,17 @@ pub fn write_simple_response(out: &mut Vec<u8>, status: u16, keep_alive: bool, h
 /// Writes a gRPC error the proxy generates: HTTP 200 with no body and the status in the head
 /// (`grpc-status`, `grpc-message` percent-encoded as gRPC wants), which HTTP/2 sends as a
 /// trailers-only response.
-pub fn write_grpc_error(out: &mut Vec<u8>, grpc_status: u8, message: &str, keep_alive: bool) {
+pub fn write_grpc_error(
+    out: &mut Vec<u8>,
+    (content_type, grpc_status): (&str, u8),
+    message: &str,
+    keep_alive: bool,
+) {
     out.extend_from_slice(b"HTTP/1.1 200 OK\r\nServer: slipstream\r\n");
     super::date::put_date(out);
-    out.extend_from_slice(b"Content-Type: application/grpc\r\nGrpc-Status: ");
+    out.extend_from_slice(b"Content-Type: ");
+    out.extend_from_slice(content_type.as_bytes());
+    out.extend_from_slice(b"\r\nGrpc-Status: ");
     put_decimal(out, u64::from(grpc_status));
     out.extend_from_slice(b"\r\nGrpc-Message: ");
     for b in message.bytes() {

@@ -17,6 +17,7 @@ use h2::{RecvStream, SendStream};
 use tokio::io::ReadBuf;
 
 use super::response::trailer_fields;
+use crate::grpc::web;
 use crate::http1::{chunk_size_line, ChunkedReader, Framing, CHUNK_END};
 
 /// An `h2` failure as the I/O error the request path sees. A stream the peer never processed
@@ -66,6 +67,9 @@ pub(super) struct Inbound {
     /// DATA bytes in `pending`.
     pub(super) pending_data: usize,
     progress: Progress,
+    /// A gRPC-Web response: its trailers become the body's last frame, and with `Some`
+    /// encoder the body is base64 (`-text`).
+    web: Option<Option<web::Encoder>>,
 }
 
 impl Inbound {
@@ -82,7 +86,61 @@ impl Inbound {
             } else {
                 Progress::Done
             },
+            web: None,
         }
+    }
+
+    /// Makes this (chunked) body a gRPC-Web response's: the trailers become its last frame,
+    /// and a `Text` body is base64.
+    pub(super) fn as_grpc_web(&mut self, encoding: web::Encoding) {
+        self.web = Some((encoding == web::Encoding::Text).then(web::Encoder::default));
+    }
+
+    /// Stages `data` as one chunk (or as it is, unchunked).
+    fn stage(&mut self, data: Bytes) {
+        if self.chunked {
+            let mut line = [0u8; 20];
+            let line = chunk_size_line(data.len(), &mut line);
+            self.pending
+                .push_back((Bytes::copy_from_slice(line), false));
+        }
+        self.pending_data += data.len();
+        self.pending.push_back((data, true));
+        if self.chunked {
+            self.pending
+                .push_back((Bytes::from_static(CHUNK_END), false));
+        }
+    }
+
+    /// Stages the end of a chunked body: the trailer section, or for gRPC-Web the trailers'
+    /// frame and an empty one.
+    fn stage_end(&mut self, trailers: Option<http::HeaderMap>) {
+        let fields = trailers.iter().flatten();
+        if let Some(text) = &mut self.web {
+            let frame = web::trailer_frame(fields.map(|(n, v)| (n.as_str(), v.as_bytes())));
+            let frame = match text {
+                Some(encoder) => {
+                    let mut out = Vec::with_capacity(frame.len() * 4 / 3 + 4);
+                    encoder.feed(&frame, &mut out);
+                    encoder.finish(&mut out);
+                    out
+                }
+                None => frame,
+            };
+            self.stage(Bytes::from(frame));
+            self.pending
+                .push_back((Bytes::from_static(b"0\r\n\r\n"), false));
+            return;
+        }
+        let mut end = b"0\r\n".to_vec();
+        for (name, value) in fields {
+            end.extend_from_slice(name.as_str().as_bytes());
+            end.extend_from_slice(b": ");
+            end.extend_from_slice(value.as_bytes());
+            end.extend_from_slice(b"\r\n");
+        }
+        end.extend_from_slice(b"\r\n");
+        self.pending.push_back((Bytes::from(end), false));
     }
 
     /// Copies pending pieces into `buf`; true if anything was copied.
@@ -113,19 +171,19 @@ impl Inbound {
                 Progress::Data => match ready!(self.recv.poll_data(cx)) {
                     Some(Ok(d)) if d.is_empty() => continue,
                     Some(Ok(d)) => {
-                        if self.chunked {
-                            let mut line = [0u8; 20];
-                            let line = chunk_size_line(d.len(), &mut line);
-                            self.pending
-                                .push_back((Bytes::copy_from_slice(line), false));
-                        }
-                        self.pending_data += d.len();
                         let _ = self.recv.flow_control().release_capacity(d.len());
-                        self.pending.push_back((d, true));
-                        if self.chunked {
-                            self.pending
-                                .push_back((Bytes::from_static(CHUNK_END), false));
-                        }
+                        let d = match &mut self.web {
+                            Some(Some(encoder)) => {
+                                let mut out = Vec::with_capacity(d.len() * 4 / 3 + 4);
+                                encoder.feed(&d, &mut out);
+                                if out.is_empty() {
+                                    continue;
+                                }
+                                Bytes::from(out)
+                            }
+                            _ => d,
+                        };
+                        self.stage(d);
                         return Poll::Ready(Ok(true));
                     }
                     Some(Err(e)) => return Poll::Ready(Err(h2_error(e))),
@@ -134,15 +192,7 @@ impl Inbound {
                 },
                 Progress::Trailers => {
                     let trailers = ready!(self.recv.poll_trailers(cx)).map_err(h2_error)?;
-                    let mut end = b"0\r\n".to_vec();
-                    for (name, value) in trailers.iter().flatten() {
-                        end.extend_from_slice(name.as_str().as_bytes());
-                        end.extend_from_slice(b": ");
-                        end.extend_from_slice(value.as_bytes());
-                        end.extend_from_slice(b"\r\n");
-                    }
-                    end.extend_from_slice(b"\r\n");
-                    self.pending.push_back((Bytes::from(end), false));
+                    self.stage_end(trailers);
                     self.progress = Progress::Done;
                     return Poll::Ready(Ok(true));
                 }
@@ -208,6 +258,8 @@ pub(super) struct Outbound {
     out: Out,
     /// The most send capacity the stream has had at once: the peer's usable window.
     best_room: usize,
+    /// A gRPC-Web `-text` request: the body is base64, sent decoded.
+    text: Option<web::Decoder>,
 }
 
 impl Outbound {
@@ -229,7 +281,14 @@ impl Outbound {
             send,
             out,
             best_room: 0,
+            text: None,
         }
+    }
+
+    /// Makes this the body of a gRPC-Web `-text` request: what is written is base64, and
+    /// what is sent its decoding.
+    pub(super) fn decode_base64(&mut self) {
+        self.text = Some(web::Decoder::default());
     }
 
     /// Whether END_STREAM has been sent.
@@ -278,9 +337,22 @@ impl Outbound {
     }
 
     fn send_data(&mut self, data: &[u8], end: bool) -> io::Result<()> {
-        self.send
-            .send_data(Bytes::copy_from_slice(data), end)
-            .map_err(h2_error)
+        let data = match &mut self.text {
+            None => Bytes::copy_from_slice(data),
+            Some(decoder) => {
+                let mut out = Vec::with_capacity(data.len() / 4 * 3 + 3);
+                let bad = |e| io::Error::new(io::ErrorKind::InvalidData, e);
+                decoder.feed(data, &mut out).map_err(bad)?;
+                if end {
+                    decoder.finish().map_err(bad)?;
+                }
+                if out.is_empty() && !end {
+                    return Ok(());
+                }
+                Bytes::from(out)
+            }
+        };
+        self.send.send_data(data, end).map_err(h2_error)
     }
 
     /// Writes body bytes; returns how many were taken.
@@ -343,8 +415,11 @@ impl Outbound {
             let fields = trailer_fields(trailers);
             self.out = Out::Done;
             if fields.is_empty() {
-                self.send.send_data(Bytes::new(), true).map_err(h2_error)?;
+                self.send_data(&[], true)?;
             } else {
+                if let Some(Err(e)) = self.text.as_ref().map(web::Decoder::finish) {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                }
                 self.send.send_trailers(fields).map_err(h2_error)?;
             }
         }

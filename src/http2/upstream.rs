@@ -24,6 +24,7 @@ use http::{Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::body::{h2_error, invalid, Inbound, Outbound};
+use crate::grpc::web;
 use crate::http1::{Framing, MAX_HEADERS};
 
 /// One request stream to an HTTP/2 server, written and read as HTTP/1.1 bytes.
@@ -35,6 +36,8 @@ pub struct H2Upstream {
     max_head: usize,
     /// The request is HEAD (its response has no body, whatever its length says).
     is_head: bool,
+    /// A gRPC-Web call, translated to gRPC on its way and back.
+    web: Option<web::Encoding>,
 }
 
 impl std::fmt::Debug for H2Upstream {
@@ -71,6 +74,7 @@ impl H2Upstream {
             scheme: if tls { "https" } else { "http" },
             max_head,
             is_head: false,
+            web: None,
         }
     }
 
@@ -92,12 +96,17 @@ impl H2Upstream {
         };
         let used = converted.head_len - before;
         self.is_head = converted.request.method() == http::Method::HEAD;
+        self.web = converted.web;
         let ended = Outbound::is_empty(converted.framing);
         let (response, stream) = send
             .send_request(converted.request, ended)
             .map_err(h2_error)?;
         self.reader = Reader::Waiting(response);
-        self.writer = Writer::Body(Outbound::new(stream, converted.framing));
+        let mut body = Outbound::new(stream, converted.framing);
+        if converted.web == Some(web::Encoding::Text) {
+            body.decode_base64();
+        }
+        self.writer = Writer::Body(body);
         Poll::Ready(Ok(used))
     }
 
@@ -111,7 +120,7 @@ impl H2Upstream {
                 Reader::NotSent => return Poll::Ready(Err(invalid("no request sent"))),
                 Reader::Waiting(future) => {
                     let response = ready!(Pin::new(future).poll(cx)).map_err(h2_error)?;
-                    self.reader = Reader::Body(from_http2(response, self.is_head));
+                    self.reader = Reader::Body(from_http2(response, self.is_head, self.web));
                 }
                 Reader::Body(inbound) => return inbound.poll_read(cx, buf),
             }
@@ -137,6 +146,8 @@ pub(crate) struct Converted {
     pub(crate) request: Request<()>,
     pub(crate) framing: Framing,
     pub(crate) head_len: usize,
+    /// A gRPC-Web call (its content type is now gRPC's).
+    pub(crate) web: Option<web::Encoding>,
 }
 
 /// The HTTP/1.1 request head at the start of `buf` (as the proxy wrote it) as an HTTP/2
@@ -199,6 +210,7 @@ pub(crate) fn to_http2(buf: &[u8], scheme: &'static str) -> io::Result<Option<Co
         let value = HeaderValue::from_bytes(value).map_err(|_| invalid("bad field value"))?;
         fields.append(name, value);
     }
+    let web = grpc_web(&mut fields)?;
     let grpc = fields
         .get(http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
@@ -222,12 +234,35 @@ pub(crate) fn to_http2(buf: &[u8], scheme: &'static str) -> io::Result<Option<Co
         request,
         framing,
         head_len,
+        web,
     }))
 }
 
+/// A gRPC-Web call's fields as a gRPC call's: the content type, and no length for a `-text`
+/// body (decoded, it is shorter).
+fn grpc_web(fields: &mut http::HeaderMap) -> io::Result<Option<web::Encoding>> {
+    let Some(content_type) = fields.get(http::header::CONTENT_TYPE) else {
+        return Ok(None);
+    };
+    let Some((encoding, grpc)) = web::request_type(content_type.as_bytes()) else {
+        return Ok(None);
+    };
+    let grpc = HeaderValue::from_bytes(&grpc).map_err(|_| invalid("bad field value"))?;
+    fields.insert(http::header::CONTENT_TYPE, grpc);
+    if encoding == web::Encoding::Text {
+        fields.remove(http::header::CONTENT_LENGTH);
+    }
+    Ok(Some(encoding))
+}
+
 /// The response as HTTP/1.1 bytes: its head, then its body (chunked, with the trailers, unless
-/// the server gave a length).
-fn from_http2(response: Response<h2::RecvStream>, is_head: bool) -> Inbound {
+/// the server gave a length). A gRPC-Web call's gets the gRPC-Web content type and its
+/// trailers as the body's last frame.
+fn from_http2(
+    response: Response<h2::RecvStream>,
+    is_head: bool,
+    web: Option<web::Encoding>,
+) -> Inbound {
     let (parts, recv) = response.into_parts();
     let status = parts.status;
     let mut head = Vec::with_capacity(64 + parts.headers.len() * 40);
@@ -238,10 +273,22 @@ fn from_http2(response: Response<h2::RecvStream>, is_head: bool) -> Inbound {
     head.extend_from_slice(b"\r\n");
     let mut has_length = false;
     for (name, value) in &parts.headers {
+        let mut value = value.as_bytes();
+        let web_type;
+        if let Some(encoding) = web {
+            // The trailers' frame (and base64) make the body longer than the server's.
+            if name == http::header::CONTENT_LENGTH {
+                continue;
+            }
+            if name == http::header::CONTENT_TYPE {
+                web_type = web::response_type(value, encoding);
+                value = &web_type;
+            }
+        }
         has_length |= name == http::header::CONTENT_LENGTH;
         head.extend_from_slice(name.as_str().as_bytes());
         head.extend_from_slice(b": ");
-        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(value);
         head.extend_from_slice(b"\r\n");
     }
     let no_body = is_head || status.as_u16() == 204 || status.as_u16() == 304;
@@ -254,7 +301,11 @@ fn from_http2(response: Response<h2::RecvStream>, is_head: bool) -> Inbound {
         head.extend_from_slice(b"content-length: 0\r\n");
     }
     head.extend_from_slice(b"\r\n");
-    Inbound::new(Bytes::from(head), recv, !ended && !no_body, chunked)
+    let mut inbound = Inbound::new(Bytes::from(head), recv, !ended && !no_body, chunked);
+    if let (Some(encoding), true) = (web, chunked) {
+        inbound.as_grpc_web(encoding);
+    }
+    inbound
 }
 
 impl AsyncRead for H2Upstream {

@@ -30,9 +30,9 @@ pub(super) struct Prepared {
     pub(super) upgrade: bool,
     pub(super) idempotent: bool,
     pub(super) is_head: bool,
-    /// A gRPC call (`content-type: application/grpc...`): failures are answered as gRPC
-    /// errors.
-    pub(super) grpc: bool,
+    /// A gRPC or gRPC-Web call (`content-type: application/grpc...`): failures are answered
+    /// as gRPC errors, of this content type.
+    pub(super) grpc: Option<&'static str>,
     /// The call's `grpc-timeout`: the upstream's answer is not awaited past it.
     pub(super) grpc_timeout: Option<std::time::Duration>,
     /// The client spoke TLS.
@@ -148,7 +148,7 @@ impl Prepared {
             is_head: head.method == "HEAD",
             grpc: head
                 .header("content-type")
-                .is_some_and(|v| v.starts_with(b"application/grpc")),
+                .and_then(crate::grpc::error_content_type),
             grpc_timeout: head
                 .header("grpc-timeout")
                 .and_then(crate::grpc::parse_timeout),

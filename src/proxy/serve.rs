@@ -157,9 +157,20 @@ impl Client {
 
     /// Answers a failed gRPC call as the gRPC error `status` (see
     /// [`crate::error::Kind::grpc_status`]).
-    async fn respond_grpc(&mut self, e: &Error, status: u8, keep_alive: bool, config: &Config) {
+    async fn respond_grpc(
+        &mut self,
+        e: &Error,
+        (content_type, status): (&str, u8),
+        keep_alive: bool,
+        config: &Config,
+    ) {
         let mut out = Vec::with_capacity(200);
-        write_grpc_error(&mut out, status, e.kind.reason(), keep_alive);
+        write_grpc_error(
+            &mut out,
+            (content_type, status),
+            e.kind.reason(),
+            keep_alive,
+        );
         let timeout = config.limits.client_body_timeout;
         let _ = write_all(&mut self.stream, &[&out], timeout).await;
     }
@@ -423,7 +434,7 @@ async fn answer_failure(cx: &Ctx<'_>, client: &mut Client, buf: &mut Vec<u8>, e:
         && p.framing == Framing::Empty
         && !cx.worker.shutting_down();
     match answer.send {
-        Some(_) if p.grpc => {
+        Some(_) if p.grpc.is_some() => {
             // Past the call's own deadline, whatever failed, the call has timed out.
             let late = p.grpc_timeout.is_some_and(|t| cx.started.elapsed() >= t);
             let status = if late {
@@ -432,7 +443,12 @@ async fn answer_failure(cx: &Ctx<'_>, client: &mut Client, buf: &mut Vec<u8>, e:
                 e.kind.grpc_status()
             };
             client
-                .respond_grpc(&e, status, keep_alive, cx.config())
+                .respond_grpc(
+                    &e,
+                    (p.grpc.unwrap_or_default(), status),
+                    keep_alive,
+                    cx.config(),
+                )
                 .await;
         }
         Some(status) => {

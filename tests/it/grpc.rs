@@ -53,14 +53,14 @@ fn go_tool(path: &str) -> PathBuf {
 }
 
 /// The gRPC test server, stopped when dropped.
-struct GrpcServer {
+pub(crate) struct GrpcServer {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 impl GrpcServer {
     /// Starts it on a free port: h2c, or TLS with `cert` (certificate and key files).
-    fn start(cert: Option<(String, String)>, extra: &[&str]) -> GrpcServer {
+    pub(crate) fn start(cert: Option<(String, String)>, extra: &[&str]) -> GrpcServer {
         let mut cmd = Command::new(go_tool("bin/slipstream-grpc-test-server"));
         if let Some((cert, key)) = cert {
             cmd.args(["-cert", &cert, "-key", &key]);
@@ -92,7 +92,7 @@ impl Drop for GrpcServer {
 
 /// A one-worker proxy in front of `group` (the upstream section's keys), with an h2c
 /// listener, or a TLS one for `localhost` when `pki` is given.
-fn grpc_proxy(group: &str, pki: Option<&TestPki>) -> slipstream::server::Server {
+pub(crate) fn grpc_proxy(group: &str, pki: Option<&TestPki>) -> slipstream::server::Server {
     let listen = match pki {
         Some(pki) => format!(
             "tls = true\n[[sites]]\ndefault = true\ncert = \"{}\"\nkey = \"{}\"\n\

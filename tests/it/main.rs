@@ -14,6 +14,7 @@ mod fleet;
 mod framing;
 mod fuzz_seeds;
 mod grpc;
+mod grpc_web;
 mod hangups;
 mod http2;
 mod http2_frames;

@@ -1,8 +1,11 @@
 //! What the proxy needs to know of gRPC's wire format, socket-free: `grpc-timeout` values
 //! (a call's deadline bounds its upstream wait) and the health service's messages (the
-//! `grpc` active health check). Fuzzed (`fuzz/fuzz_targets/grpc.rs`).
+//! `grpc` active health check). Fuzzed (`fuzz/fuzz_targets/grpc.rs`). `web.rs` translates
+//! gRPC-Web, the protocol browsers speak, to gRPC and back.
 
 use std::time::Duration;
+
+pub mod web;
 
 /// The gRPC status codes the proxy answers with (gRPC's `statuscodes.md`).
 pub mod status {
@@ -20,6 +23,18 @@ pub mod status {
     pub const INTERNAL: u8 = 13;
     /// No server could take the call.
     pub const UNAVAILABLE: u8 = 14;
+}
+
+/// For a request with this `content-type`, the content type of the gRPC error the proxy
+/// answers its failures with (a gRPC-Web client's own kind); `None` when it is not a gRPC
+/// call.
+pub fn error_content_type(request_type: &[u8]) -> Option<&'static str> {
+    match web::request_type(request_type) {
+        Some((web::Encoding::Text, _)) => Some("application/grpc-web-text"),
+        Some((web::Encoding::Binary, _)) => Some("application/grpc-web"),
+        None if request_type.starts_with(b"application/grpc") => Some("application/grpc"),
+        None => None,
+    }
 }
 
 /// A `grpc-timeout` value: at most 8 digits and a unit (H, M, S, m, u, n).
