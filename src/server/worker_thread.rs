@@ -210,7 +210,9 @@ async fn serve_tls(worker: Rc<Worker>, stream: tokio::net::TcpStream, peer: std:
         let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
         let stream = crate::net::Stream::TlsServer(Box::new(stream));
         if h2 {
-            proxy::serve_http2(worker, stream, peer).await;
+            // Boxed: the connection's task is sized for its largest state, and HTTP/2's would
+            // otherwise be paid by every connection, whichever protocol it speaks.
+            Box::pin(proxy::serve_http2(worker, stream, peer)).await;
         } else {
             proxy::serve(worker, stream, peer).await;
         }
@@ -249,7 +251,7 @@ async fn serve_plain_or_h2c(
         _ => return,
     };
     if speaks_http2(&first[..n]) {
-        proxy::serve_http2(worker, stream.into(), peer).await;
+        Box::pin(proxy::serve_http2(worker, stream.into(), peer)).await;
     } else if let Ok(stream) = crate::uring::adopt(stream) {
         proxy::serve(worker, stream, peer).await;
     }

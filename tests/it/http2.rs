@@ -622,3 +622,41 @@ fn a_slow_reader_gets_full_frames_not_slivers() {
         );
     });
 }
+
+#[test]
+fn a_connection_idle_long_enough_to_give_its_buffers_back_serves_on() {
+    // Without streams, a connection frees its read, write and HPACK buffers and its stream
+    // slots at the next tick (every second); the next requests on it must not notice.
+    let up = Upstream::start(|seen| {
+        let token = seen.header("x-token").unwrap_or("-").to_string();
+        Reply::Bytes(response(200, token.repeat(2000).as_bytes()))
+    });
+    let proxy = h2c_proxy(up.addr, "");
+    let addr = proxy.local_addrs()[0];
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime(), async {
+        let client = h2c(addr).await;
+        for round in 0..3 {
+            // Huffman-coded values the server decodes, one of them from its dynamic table.
+            let token = format!("round-{round}-token-value");
+            let req = http::Request::get("http://a.test/idle")
+                .header("x-token", &token)
+                .header("user-agent", "a-long-user-agent-value-kept-in-the-table")
+                .body(())
+                .unwrap();
+            let mut ready = client.clone().ready().await.unwrap();
+            let (response, _) = ready.send_request(req, true).unwrap();
+            let (parts, body) = response.await.unwrap().into_parts();
+            assert_eq!(parts.status, 200);
+            assert_eq!(body_of(body).await, token.repeat(2000).as_bytes());
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+    });
+    let m = proxy.metrics();
+    assert_eq!(m.total(Counter::Http2Connections), 1);
+    assert_eq!(m.total(Counter::Http2Streams), 3);
+    assert!(up
+        .seen()
+        .iter()
+        .all(|s| s.header("user-agent") == Some("a-long-user-agent-value-kept-in-the-table")));
+}

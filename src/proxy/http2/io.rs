@@ -80,6 +80,14 @@ impl Shared {
         }
     }
 
+    /// Gives back the gathering buffer's memory once everything went out: called when the
+    /// connection has no stream, so an idle connection holds no buffer of its own.
+    pub(super) fn release_idle(&mut self) {
+        if self.out.is_empty() {
+            self.out = Vec::new();
+        }
+    }
+
     /// Takes `bufs` (at most what fits), gathering or, over TLS, encrypting large ones at once.
     fn poll_take(
         &mut self,

@@ -188,7 +188,11 @@ async fn drive(
                 draining = true;
                 conn.graceful_shutdown();
             }
-            Event::Tick => {}
+            Event::Tick => {
+                // No stream: the connection's buffers go back until it is used again.
+                conn.release_idle_buffers();
+                shared.borrow_mut().release_idle();
+            }
         }
     }
 }
@@ -216,7 +220,8 @@ async fn refuse_preface(mut stream: Stream, timeout: Duration) {
 /// before a close with unread bytes becomes a reset (which can destroy what it has not read).
 async fn linger(stream: &mut Stream, time: Duration) {
     let _ = tokio::time::timeout(time, stream.shutdown()).await;
-    let mut sink = [0u8; 16 * 1024];
+    // On the heap: an array here would be part of every connection's task, lingering or not.
+    let mut sink = vec![0u8; 16 * 1024];
     let drain = async { while !matches!(stream.read(&mut sink).await, Ok(0) | Err(_)) {} };
     let _ = tokio::time::timeout(time, drain).await;
 }

@@ -550,6 +550,13 @@ where
         self.connection.go_away_gracefully();
     }
 
+    /// Frees the connection's read and write buffers where they hold nothing (slipstream:
+    /// called on a connection without streams, so an idle connection holds no buffer). They
+    /// are allocated again when next needed.
+    pub fn release_idle_buffers(&mut self) {
+        self.connection.release_buffers();
+    }
+
     /// Takes a `PingPong` instance from the connection.
     ///
     /// # Note

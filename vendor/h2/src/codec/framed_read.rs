@@ -72,6 +72,16 @@ impl<T> FramedRead<T> {
         self.inner.get_mut()
     }
 
+    /// Frees the read buffer when it holds nothing (slipstream: an idle connection holds no
+    /// buffer); the next read grows it again.
+    pub fn release_buffer(&mut self) {
+        let buffer = self.inner.read_buffer_mut();
+        if buffer.is_empty() {
+            *buffer = bytes::BytesMut::new();
+        }
+        self.decoder.hpack.release_buffer();
+    }
+
     /// Returns the current max frame size setting
     #[inline]
     pub fn max_frame_size(&self) -> usize {

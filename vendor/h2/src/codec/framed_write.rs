@@ -223,6 +223,10 @@ where
     fn buffer(&mut self, item: Frame<B>) -> Result<(), UserError> {
         // Ensure that we have enough capacity to accept the write.
         assert!(self.has_capacity());
+        if self.buf.get_ref().capacity() == 0 {
+            // Released while idle (`release_buffer`): allocated when a frame comes.
+            self.buf.get_mut().reserve(DEFAULT_BUFFER_CAPACITY);
+        }
         let span = tracing::trace_span!("FramedWrite::buffer", frame = ?item);
         let _e = span.enter();
 
@@ -307,9 +311,10 @@ where
     }
 
     fn has_capacity(&self) -> bool {
+        // A released buffer (capacity 0) is allocated by `buffer`.
+        let buf = self.buf.get_ref();
         self.next.is_none()
-            && (self.buf.get_ref().capacity() - self.buf.get_ref().len()
-                >= self.min_buffer_capacity)
+            && (buf.capacity() == 0 || buf.capacity() - buf.len() >= self.min_buffer_capacity)
     }
 
     fn is_empty(&self) -> bool {
@@ -341,6 +346,14 @@ impl<T, B> FramedWrite<T, B> {
     /// Set the peer's header table size.
     pub fn set_header_table_size(&mut self, val: usize) {
         self.encoder.hpack.update_max_size(val);
+    }
+
+    /// Frees the write buffer when nothing is waiting in it (slipstream: an idle connection
+    /// holds no buffer); `poll_ready` allocates it again.
+    pub fn release_buffer(&mut self) {
+        if self.encoder.next.is_none() && !self.encoder.buf.has_remaining() {
+            self.encoder.buf = Cursor::new(BytesMut::new());
+        }
     }
 
     /// Retrieve the last data frame that has been sent

@@ -156,8 +156,16 @@ impl Decoder {
             max_size_update: None,
             last_max_update: size,
             table: Table::new(size),
-            buffer: BytesMut::with_capacity(4096),
+            // slipstream: allocated by the first Huffman-coded string, and released while the
+            // connection is idle (`release_buffer`).
+            buffer: BytesMut::new(),
         }
+    }
+
+    /// Frees the buffer Huffman-coded strings are decoded into (slipstream: an idle
+    /// connection holds no buffer).
+    pub fn release_buffer(&mut self) {
+        self.buffer = BytesMut::new();
     }
 
     /// Queues a potential size update
@@ -331,6 +339,9 @@ impl Decoder {
 
         let offset = (buf.position() - old_pos) as usize;
         if huff {
+            if self.buffer.capacity() == 0 {
+                self.buffer.reserve(4096);
+            }
             let ret = {
                 let raw = &buf.chunk()[..len];
                 huffman::decode(raw, &mut self.buffer).map(|buf| StringMarker {

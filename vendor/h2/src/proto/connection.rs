@@ -294,6 +294,12 @@ where
         self.inner.streams.has_streams_or_other_references()
     }
 
+    /// Frees the codec's buffers where they hold nothing.
+    pub(crate) fn release_buffers(&mut self) {
+        self.codec.release_buffers();
+        self.inner.streams.release_idle();
+    }
+
     pub(crate) fn take_user_pings(&mut self) -> Option<UserPings> {
         self.inner.ping_pong.take_user_pings()
     }

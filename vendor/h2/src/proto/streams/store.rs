@@ -86,6 +86,14 @@ impl Store {
         }
     }
 
+    /// Frees the storage of streams gone when none is left (slipstream: an idle connection
+    /// holds no stream slots).
+    pub fn release_if_empty(&mut self) {
+        if self.slab.is_empty() && self.ids.is_empty() {
+            *self = Store::new();
+        }
+    }
+
     pub fn find_mut(&mut self, id: &StreamId) -> Option<Ptr<'_>> {
         let index = {
             let key = self.ids.get(id)?;

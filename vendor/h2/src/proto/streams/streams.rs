@@ -1149,6 +1149,12 @@ where
         me.counts.has_streams()
     }
 
+    /// Frees the stream storage when no stream is left.
+    pub fn release_idle(&self) {
+        let mut me = self.inner.lock().unwrap();
+        me.store.release_if_empty();
+    }
+
     pub fn has_streams_or_other_references(&self) -> bool {
         let me = self.inner.lock().unwrap();
         me.counts.has_streams() || me.refs > 1
