@@ -27,7 +27,7 @@ DURATION=${1:-10}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-bench-h2}
 ORIGIN=18200 SLIP=18201 NGX=18202 HAP=18203
-ORIGIN_H2C=18210 SLIP_H2=18211 HAP_H2=18213 GRPC=18220 SLIP_GRPC=18221 HAP_GRPC=18223
+ORIGIN_H2C=18210 SLIP_H2=18211 HAP_H2=18213 GRPC_PORT=18220 SLIP_GRPC=18221 HAP_GRPC=18223
 
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -99,7 +99,7 @@ frontend fe_grpc
     default_backend be_grpc
 backend be_grpc
     http-reuse always
-    server grpc 127.0.0.1:$GRPC proto h2
+    server grpc 127.0.0.1:$GRPC_PORT proto h2
 CONF
 } > "$WORK/haproxy-h2.cfg"
 (cd "$ROOT/tests/grpc-server" && go build -o "$WORK/grpc-server" .)
@@ -107,12 +107,12 @@ CONF
 nginx -c "$WORK/origin.conf" & PIDS+=($!)
 nginx -c "$WORK/origin-h2c.conf" & PIDS+=($!)
 haproxy -f "$WORK/haproxy-h2.cfg" -db & PIDS+=($!)
-"$WORK/grpc-server" -port $GRPC > /dev/null & PIDS+=($!)
+"$WORK/grpc-server" -port $GRPC_PORT > /dev/null & PIDS+=($!)
 GRPC_PID=$!
 "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_H2 --upstream h2c://127.0.0.1:$ORIGIN_H2C \
     --workers 1 --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" 2>"$WORK/slipstream-h2.log" & PIDS+=($!)
 SLIP_H2_PID=$!
-"$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_GRPC --upstream h2c://127.0.0.1:$GRPC \
+"$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_GRPC --upstream h2c://127.0.0.1:$GRPC_PORT \
     --workers 1 2>"$WORK/slipstream-grpc.log" & PIDS+=($!)
 SLIP_GRPC_PID=$!
 nginx -c "$WORK/nginx.conf" & PIDS+=($!)
@@ -127,7 +127,7 @@ proxy_pids() {
     "$SLIP") echo "$SLIP_PID" ;;
     "$SLIP_H2") echo "$SLIP_H2_PID" ;;
     "$SLIP_GRPC") echo "$SLIP_GRPC_PID" ;;
-    "$GRPC") echo "$GRPC_PID" ;;
+    "$GRPC_PORT") echo "$GRPC_PID" ;;
     *) listener_pids "$1" ;;
     esac
 }
@@ -217,7 +217,7 @@ if [ "${GRPC:-1}" != 0 ]; then
     printf '\n### (e) ghz unary calls, 50 concurrent, 1 KB answers, h2c (%s s, %s rounds alternating)\n\n' "$DURATION" "$ROUNDS"
     printf '| %-11s | %9s | %12s | %14s |\n' path 'calls/s' 'mean us' 'CPU us/call'
     printf '|%s|\n' '-------------|-----------|--------------|----------------'
-    TARGETS=(direct:$GRPC slipstream:$SLIP_GRPC haproxy:$HAP_GRPC)
+    TARGETS=(direct:$GRPC_PORT slipstream:$SLIP_GRPC haproxy:$HAP_GRPC)
     : > "$WORK/ghz-results"
     for round in $(seq 1 "$ROUNDS"); do
         order=("${TARGETS[@]}")

@@ -4,8 +4,10 @@
 //! reads an HTTP/1.1 response, so balancing, retries, timeouts, logs and every client
 //! protocol work unchanged. Writing takes the head (sent as HEADERS once whole, without the
 //! connection-specific fields, Host as `:authority`) and the body (DATA, and trailers from a
-//! chunked body); reading gives the response head, its body chunked unless it has a length,
-//! and the server's trailers in the chunked body (gRPC's `grpc-status`).
+//! chunked body); reading gives any interim (1xx) heads, the response head, its body chunked
+//! unless it has a length, and the server's trailers in the chunked body (gRPC's
+//! `grpc-status`). A gRPC-Web call is translated to gRPC on its way and back
+//! ([`crate::grpc::web`]).
 //!
 //! A stream the server never processed (RST_STREAM REFUSED_STREAM, or above the last stream
 //! id of its GOAWAY) fails with `ConnectionRefused` ([`super::body::h2_error`]), which the
@@ -60,6 +62,8 @@ enum Reader {
     NotSent,
     /// Waiting for the response head.
     Waiting(ResponseFuture),
+    /// An interim (1xx) response's head being read, then waiting again.
+    Interim(ResponseFuture, Bytes),
     /// The head, then the body, as HTTP/1.1 bytes.
     Body(Inbound),
 }
@@ -118,7 +122,32 @@ impl H2Upstream {
         loop {
             match &mut self.reader {
                 Reader::NotSent => return Poll::Ready(Err(invalid("no request sent"))),
+                Reader::Interim(_, head) => {
+                    let n = buf.remaining().min(head.len());
+                    buf.put_slice(&head.split_to(n));
+                    if head.is_empty() {
+                        let Reader::Interim(future, _) =
+                            std::mem::replace(&mut self.reader, Reader::NotSent)
+                        else {
+                            unreachable!()
+                        };
+                        self.reader = Reader::Waiting(future);
+                    }
+                    return Poll::Ready(Ok(()));
+                }
                 Reader::Waiting(future) => {
+                    // Interim responses (103 Early Hints, 100) come first, as HTTP/1.1 heads
+                    // the request path forwards as it does an HTTP/1.1 server's.
+                    if let Poll::Ready(Some(interim)) = future.poll_informational(cx) {
+                        let head = interim_head(&interim.map_err(h2_error)?);
+                        let Reader::Waiting(future) =
+                            std::mem::replace(&mut self.reader, Reader::NotSent)
+                        else {
+                            unreachable!()
+                        };
+                        self.reader = Reader::Interim(future, head);
+                        continue;
+                    }
                     let response = ready!(Pin::new(future).poll(cx)).map_err(h2_error)?;
                     self.reader = Reader::Body(from_http2(response, self.is_head, self.web));
                 }
@@ -253,6 +282,24 @@ fn grpc_web(fields: &mut http::HeaderMap) -> io::Result<Option<web::Encoding>> {
         fields.remove(http::header::CONTENT_LENGTH);
     }
     Ok(Some(encoding))
+}
+
+/// An interim (1xx) response as an HTTP/1.1 head.
+fn interim_head(interim: &Response<()>) -> Bytes {
+    let mut head = Vec::with_capacity(64 + interim.headers().len() * 40);
+    head.extend_from_slice(b"HTTP/1.1 ");
+    head.extend_from_slice(interim.status().as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(interim.status().canonical_reason().unwrap_or("").as_bytes());
+    head.extend_from_slice(b"\r\n");
+    for (name, value) in interim.headers() {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    Bytes::from(head)
 }
 
 /// The response as HTTP/1.1 bytes: its head, then its body (chunked, with the trailers, unless

@@ -440,9 +440,19 @@ fn http_health_checks_of_an_h2c_group_speak_http2() {
     );
 }
 
-/// A scripted h2c server on its own thread: it refuses every stream (RST_STREAM
-/// REFUSED_STREAM) when `refuse`, else answers each request `200 ok` and then sends GOAWAY,
-/// so every connection carries one request. Counts connections and streams.
+/// What a [`ScriptedH2`] server does with each stream.
+#[derive(Clone, Copy, PartialEq)]
+enum Script {
+    /// RST_STREAM REFUSED_STREAM.
+    Refuse,
+    /// `200 ok`, then GOAWAY: every connection carries one request.
+    Answer,
+    /// As `Answer`, after a `103 Early Hints` with a `link` field.
+    HintThenAnswer,
+}
+
+/// A scripted h2c server on its own thread, doing `script` to every stream. Counts
+/// connections and streams.
 struct ScriptedH2 {
     addr: SocketAddr,
     connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -450,7 +460,7 @@ struct ScriptedH2 {
 }
 
 impl ScriptedH2 {
-    fn start(refuse: bool) -> ScriptedH2 {
+    fn start(script: Script) -> ScriptedH2 {
         use std::sync::atomic::{AtomicUsize, Ordering};
         use std::sync::Arc;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -475,9 +485,17 @@ impl ScriptedH2 {
                         };
                         while let Some(Ok((_request, mut respond))) = conn.accept().await {
                             strs.fetch_add(1, Ordering::SeqCst);
-                            if refuse {
+                            if script == Script::Refuse {
                                 respond.send_reset(h2::Reason::REFUSED_STREAM);
                                 continue;
+                            }
+                            if script == Script::HintThenAnswer {
+                                let hint = http::Response::builder()
+                                    .status(103)
+                                    .header("link", "</style.css>; rel=preload")
+                                    .body(())
+                                    .unwrap();
+                                respond.send_informational(hint).unwrap();
                             }
                             let head = http::Response::builder().status(200).body(()).unwrap();
                             let mut body = respond.send_response(head, false).unwrap();
@@ -503,8 +521,8 @@ impl ScriptedH2 {
 
 #[test]
 fn a_stream_the_server_refused_goes_to_another_server_even_a_post() {
-    let refusing = ScriptedH2::start(true);
-    let answering = ScriptedH2::start(false);
+    let refusing = ScriptedH2::start(Script::Refuse);
+    let answering = ScriptedH2::start(Script::Answer);
     let proxy = grpc_proxy(
         &format!(
             "servers = [\"{}\", \"{}\"]\nprotocol = \"h2c\"\nbalance = \"round_robin\"",
@@ -528,7 +546,7 @@ fn a_stream_the_server_refused_goes_to_another_server_even_a_post() {
 
 #[test]
 fn a_server_that_sends_goaway_gets_new_requests_on_a_new_connection() {
-    let server = ScriptedH2::start(false);
+    let server = ScriptedH2::start(Script::Answer);
     let proxy = grpc_proxy(
         &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
         None,
@@ -543,4 +561,24 @@ fn a_server_that_sends_goaway_gets_new_requests_on_a_new_connection() {
     // Each connection carried one request and was then told to go away.
     assert_eq!(ScriptedH2::count(&server.streams), 5);
     assert_eq!(ScriptedH2::count(&server.connections), 5);
+}
+
+#[test]
+fn an_interim_response_from_an_http2_server_is_passed_on() {
+    let server = ScriptedH2::start(Script::HintThenAnswer);
+    let proxy = grpc_proxy(
+        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
+        None,
+    );
+    let raw = exchange_until_close(
+        proxy.local_addrs()[0],
+        b"GET /page HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    let text = String::from_utf8_lossy(&raw).to_lowercase();
+    assert!(text.starts_with("http/1.1 103 early hints\r\n"), "{text}");
+    assert!(
+        text.contains("\r\nlink: </style.css>; rel=preload\r\n\r\nhttp/1.1 200 ok\r\n"),
+        "{text}"
+    );
+    assert!(text.ends_with("\r\n\r\n2\r\nok\r\n0\r\n\r\n"), "{text}");
 }
