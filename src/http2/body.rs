@@ -40,6 +40,16 @@ pub fn h2_error(e: h2::Error) -> io::Error {
     io::Error::new(kind, e)
 }
 
+/// Whether `e` is the peer resetting the stream with NO_ERROR: a server that has answered
+/// whole asks the client to stop sending the request's body (RFC 9113 section 8.1), which is
+/// no failure of the exchange.
+pub(super) fn is_stop_sending(e: &io::Error) -> bool {
+    // Only a peer resets an upstream stream with NO_ERROR (the proxy's own resets are CANCEL).
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<h2::Error>())
+        .is_some_and(|h2| h2.reason() == Some(h2::Reason::NO_ERROR))
+}
+
 pub(super) fn invalid(what: &'static str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what)
 }
@@ -324,7 +334,14 @@ impl Outbound {
             match send.poll_capacity(cx) {
                 Poll::Ready(Some(Ok(_))) => continue,
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(h2_error(e))),
-                Poll::Ready(None) => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+                // No more sending: the peer's reset, when it sent one, says why.
+                Poll::Ready(None) => {
+                    let e = match send.poll_reset(cx) {
+                        Poll::Ready(Ok(reason)) => h2_error(reason.into()),
+                        _ => io::ErrorKind::BrokenPipe.into(),
+                    };
+                    return Poll::Ready(Err(e));
+                }
                 Poll::Pending => {
                     if let Poll::Ready(r) = send.poll_reset(cx) {
                         let e = r.map_or_else(h2_error, |reason| h2_error(reason.into()));
@@ -392,6 +409,11 @@ impl Outbound {
             }
             Out::Done => Err(invalid("bytes after the end of the body")),
         };
+        // A send refused because the peer reset the stream: its reason is the error.
+        let result = result.map_err(|e| match self.send.poll_reset(cx) {
+            Poll::Ready(Ok(reason)) => h2_error(reason.into()),
+            _ => e,
+        });
         Poll::Ready(result)
     }
 

@@ -25,7 +25,7 @@ use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::body::{h2_error, invalid, Inbound, Outbound};
+use super::body::{h2_error, invalid, is_stop_sending, Inbound, Outbound};
 use crate::grpc::web;
 use crate::http1::{Framing, MAX_HEADERS};
 
@@ -54,6 +54,9 @@ enum Writer {
     Head(SendRequest<Bytes>, Vec<u8>),
     /// HEADERS went out; the body follows.
     Body(Outbound),
+    /// The server answered and reset the stream with NO_ERROR: the rest of the body is
+    /// dropped, the response stands.
+    Stopped,
 }
 
 /// The response side.
@@ -377,7 +380,14 @@ impl AsyncWrite for H2Upstream {
         }
         match &mut this.writer {
             Writer::Head(..) => this.write_head(cx, buf),
-            Writer::Body(out) => out.poll_write(cx, buf),
+            Writer::Body(out) => match ready!(out.poll_write(cx, buf)) {
+                Err(e) if is_stop_sending(&e) => {
+                    this.writer = Writer::Stopped;
+                    Poll::Ready(Ok(buf.len()))
+                }
+                other => Poll::Ready(other),
+            },
+            Writer::Stopped => Poll::Ready(Ok(buf.len())),
         }
     }
 
@@ -386,8 +396,16 @@ impl AsyncWrite for H2Upstream {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(match &mut self.get_mut().writer {
-            Writer::Body(out) => out.shutdown(),
+        let this = self.get_mut();
+        Poll::Ready(match &mut this.writer {
+            Writer::Body(out) => match out.shutdown() {
+                Err(e) if is_stop_sending(&e) => {
+                    this.writer = Writer::Stopped;
+                    Ok(())
+                }
+                other => other,
+            },
+            Writer::Stopped => Ok(()),
             Writer::Head(..) => Err(invalid("request ended early")),
         })
     }

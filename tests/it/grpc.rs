@@ -449,6 +449,9 @@ enum Script {
     Answer,
     /// As `Answer`, after a `103 Early Hints` with a `link` field.
     HintThenAnswer,
+    /// `200 ok` at once, before the request's body, then RST_STREAM(NO_ERROR): the client
+    /// is to stop sending (RFC 9113 section 8.1).
+    AnswerAndStop,
 }
 
 /// A scripted h2c server on its own thread, doing `script` to every stream. Counts
@@ -501,6 +504,16 @@ impl ScriptedH2 {
                             let mut body = respond.send_response(head, false).unwrap();
                             body.send_data(bytes::Bytes::from_static(b"ok"), true)
                                 .unwrap();
+                            if script == Script::AnswerAndStop {
+                                // The answer goes out first (a reset drops what is queued).
+                                let flush = std::future::poll_fn(|cx| conn.poll_closed(cx));
+                                let wait = std::time::Duration::from_millis(100);
+                                let _ = tokio::time::timeout(wait, flush).await;
+                                respond.send_reset(h2::Reason::NO_ERROR);
+                                // Keep the connection served while the proxy reacts.
+                                let _ = std::future::poll_fn(|cx| conn.poll_closed(cx)).await;
+                                return;
+                            }
                             conn.graceful_shutdown();
                         }
                     });
@@ -581,4 +594,25 @@ fn an_interim_response_from_an_http2_server_is_passed_on() {
         "{text}"
     );
     assert!(text.ends_with("\r\n\r\n2\r\nok\r\n0\r\n\r\n"), "{text}");
+}
+
+#[test]
+fn a_server_that_answers_and_stops_the_body_is_no_failure() {
+    let server = ScriptedH2::start(Script::AnswerAndStop);
+    let proxy = grpc_proxy(
+        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
+        None,
+    );
+    // A body far larger than the stream's window: most of it is still to send when the
+    // server has answered and reset the stream with NO_ERROR.
+    let body = vec![b'x'; 4 << 20];
+    let mut request = format!(
+        "POST /upload HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(&body);
+    let raw = exchange_until_close(proxy.local_addrs()[0], &request);
+    assert_eq!(status_of(&raw), 200, "{}", String::from_utf8_lossy(&raw));
+    assert!(raw.ends_with(b"\r\n\r\n2\r\nok\r\n0\r\n\r\n"), "{raw:?}");
 }
