@@ -354,7 +354,7 @@ pub fn accept_encoding(data: &[u8]) {
 /// Accept-Ranges, strong ETags made weak, and varies on Accept-Encoding; adding only Vary twice
 /// changes nothing the second time.
 pub fn compress_head(data: &[u8]) {
-    use crate::compress::head::{rewrite, BodyFraming};
+    use crate::compress::head::{rewrite, CompressedBody};
     use crate::compress::{eligible, Settings};
     let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
     // Field lines as the proxy writes them: no bare CR or LF inside one, CRLF after each.
@@ -365,7 +365,7 @@ pub fn compress_head(data: &[u8]) {
     }
     head.extend_from_slice(b"\r\n");
     let _ = eligible(&head, &Settings::default(), false);
-    let out = rewrite(&head, Some(Coding::Gzip), BodyFraming::Chunked);
+    let out = rewrite(&head, Some(Coding::Gzip), CompressedBody::Chunked);
     let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
     let fields: Vec<(&str, &str)> = text
         .split("\r\n")
@@ -386,8 +386,11 @@ pub fn compress_head(data: &[u8]) {
         named("vary").any(|(_, v)| v.contains("accept-encoding") || v.contains('*')),
         "{text:?}"
     );
-    let vary_only = rewrite(&head, None, BodyFraming::Chunked);
-    assert_eq!(rewrite(&vary_only, None, BodyFraming::Chunked), vary_only);
+    let vary_only = rewrite(&head, None, CompressedBody::Chunked);
+    assert_eq!(
+        rewrite(&vary_only, None, CompressedBody::Chunked),
+        vary_only
+    );
 }
 
 /// Bytes from a FastCGI server: reading records one after another never panics, and every
@@ -657,7 +660,7 @@ pub fn http2_server(data: &[u8]) {
 /// the same framing.
 pub fn http2_convert(data: &[u8]) {
     use crate::http1::Framing;
-    use crate::http2::request::{to_http1, BodyFraming};
+    use crate::http2::request::{to_http1, RequestBody};
     let Some((&flags, data)) = data.split_first() else {
         return;
     };
@@ -709,9 +712,9 @@ pub fn http2_convert(data: &[u8]) {
                 assert_eq!(h.host, Some(authority.as_str().as_bytes()));
             }
             let want = match head.body {
-                BodyFraming::None | BodyFraming::Length(0) | BodyFraming::Tunnel => Framing::Empty,
-                BodyFraming::Length(n) => Framing::Length(n),
-                BodyFraming::Chunked => Framing::Chunked,
+                RequestBody::None | RequestBody::Length(0) | RequestBody::Tunnel => Framing::Empty,
+                RequestBody::Length(n) => Framing::Length(n),
+                RequestBody::Chunked => Framing::Chunked,
             };
             let no_body = |f: Framing| {
                 if f == Framing::Length(0) {

@@ -56,7 +56,7 @@ impl<'a> Fields<'a> {
 
 /// How the compressed body is delimited for the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyFraming {
+pub enum CompressedBody {
     /// Compressed whole before the head was sent: its exact length.
     Length(u64),
     /// Streamed as it is produced, chunked (HTTP/1.1).
@@ -73,7 +73,7 @@ pub enum BodyFraming {
 /// The head to send instead of `head` (a complete HTTP/1.1 head ending in a blank line):
 /// compressed with `coding` and delimited by `framing`, or, with no coding, the same head with
 /// `Vary: Accept-Encoding` (the response depends on the field even when it is not compressed).
-pub fn rewrite(head: &[u8], coding: Option<Coding>, framing: BodyFraming) -> Vec<u8> {
+pub fn rewrite(head: &[u8], coding: Option<Coding>, framing: CompressedBody) -> Vec<u8> {
     let mut out = Vec::with_capacity(head.len() + 64);
     let status_end = head.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
     out.extend_from_slice(&head[..status_end]);
@@ -88,7 +88,7 @@ pub fn rewrite(head: &[u8], coding: Option<Coding>, framing: BodyFraming) -> Vec
                 put(&mut out, name, value, b", Accept-Encoding");
                 continue;
             }
-        } else if coding.is_some() && framing == BodyFraming::NotModified {
+        } else if coding.is_some() && framing == CompressedBody::NotModified {
             if is(b"etag") && value.first() == Some(&b'"') {
                 put(&mut out, name, b"W/", value);
                 continue;
@@ -98,7 +98,7 @@ pub fn rewrite(head: &[u8], coding: Option<Coding>, framing: BodyFraming) -> Vec
             if framing_field || is(b"accept-ranges") {
                 continue;
             }
-            if is(b"connection") && framing == BodyFraming::Close {
+            if is(b"connection") && framing == CompressedBody::Close {
                 continue;
             }
             if is(b"etag") && value.first() == Some(&b'"') {
@@ -111,19 +111,19 @@ pub fn rewrite(head: &[u8], coding: Option<Coding>, framing: BodyFraming) -> Vec
     if !vary_seen {
         out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
     }
-    if let Some(coding) = coding.filter(|_| framing != BodyFraming::NotModified) {
+    if let Some(coding) = coding.filter(|_| framing != CompressedBody::NotModified) {
         out.extend_from_slice(b"Content-Encoding: ");
         out.extend_from_slice(coding.name().as_bytes());
         out.extend_from_slice(b"\r\n");
         match framing {
-            BodyFraming::Length(n) => {
+            CompressedBody::Length(n) => {
                 out.extend_from_slice(b"Content-Length: ");
                 put_decimal(&mut out, n);
                 out.extend_from_slice(b"\r\n");
             }
-            BodyFraming::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
-            BodyFraming::Close => out.extend_from_slice(b"Connection: close\r\n"),
-            BodyFraming::Bodiless | BodyFraming::NotModified => {}
+            CompressedBody::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+            CompressedBody::Close => out.extend_from_slice(b"Connection: close\r\n"),
+            CompressedBody::Bodiless | CompressedBody::NotModified => {}
         }
     }
     out.extend_from_slice(b"\r\n");
@@ -154,7 +154,7 @@ mod tests {
         let chunked = text(rewrite(
             HEAD.as_bytes(),
             Some(Coding::Gzip),
-            BodyFraming::Chunked,
+            CompressedBody::Chunked,
         ));
         assert_eq!(
             chunked,
@@ -165,20 +165,20 @@ mod tests {
         let whole = text(rewrite(
             HEAD.as_bytes(),
             Some(Coding::Br),
-            BodyFraming::Length(42),
+            CompressedBody::Length(42),
         ));
         assert!(whole.ends_with("Content-Encoding: br\r\nContent-Length: 42\r\n\r\n"));
         let close = text(rewrite(
             HEAD.as_bytes(),
             Some(Coding::Zstd),
-            BodyFraming::Close,
+            CompressedBody::Close,
         ));
         assert!(!close.contains("keep-alive"));
         assert!(close.ends_with("Connection: close\r\n\r\n"));
         let head = text(rewrite(
             HEAD.as_bytes(),
             Some(Coding::Gzip),
-            BodyFraming::Bodiless,
+            CompressedBody::Bodiless,
         ));
         assert!(!head.contains("Content-Length") && !head.contains("Transfer-Encoding"));
     }
@@ -189,14 +189,14 @@ mod tests {
         let out = text(rewrite(
             h.as_bytes(),
             Some(Coding::Gzip),
-            BodyFraming::Chunked,
+            CompressedBody::Chunked,
         ));
         assert!(out.contains("Vary: Cookie, Accept-Encoding\r\n"));
         assert!(out.contains("ETag: W/\"x\"\r\n"));
         let h = "HTTP/1.1 200 OK\r\nvary: accept-encoding\r\n\r\n";
-        let out = text(rewrite(h.as_bytes(), None, BodyFraming::Chunked));
+        let out = text(rewrite(h.as_bytes(), None, CompressedBody::Chunked));
         assert_eq!(out, h, "already varies on it: unchanged");
-        let out = text(rewrite(HEAD.as_bytes(), None, BodyFraming::Chunked));
+        let out = text(rewrite(HEAD.as_bytes(), None, CompressedBody::Chunked));
         assert!(out.contains("Content-Length: 5000") && out.contains("ETag: \"abc\""));
         assert_eq!(out.matches("Vary:").count(), 1);
     }

@@ -9,7 +9,7 @@ use crate::http1::response::reason_phrase;
 
 /// How the body reaches the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyFraming {
+pub enum ClientBody {
     /// No body may follow (HEAD, 204, 304): the script's `Content-Length`, if any, is kept.
     None,
     /// Exactly this many bytes.
@@ -43,7 +43,7 @@ pub fn bodiless(status: u16, is_head: bool) -> bool {
 pub fn write_head(
     out: &mut Vec<u8>,
     cgi: &CgiHead<'_, '_>,
-    framing: BodyFraming,
+    framing: ClientBody,
     keep_alive: bool,
     minor_version: u8,
     date: &[u8],
@@ -82,16 +82,16 @@ pub fn write_head(
         out.extend_from_slice(b"\r\n");
     }
     let length = match framing {
-        BodyFraming::Length(n) => Some(n),
-        BodyFraming::None => cgi.content_length,
-        BodyFraming::Chunked | BodyFraming::Close => None,
+        ClientBody::Length(n) => Some(n),
+        ClientBody::None => cgi.content_length,
+        ClientBody::Chunked | ClientBody::Close => None,
     };
     if let Some(n) = length {
         out.extend_from_slice(b"Content-Length: ");
         crate::http1::put_decimal(out, n);
         out.extend_from_slice(b"\r\n");
     }
-    if framing == BodyFraming::Chunked {
+    if framing == ClientBody::Chunked {
         out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
     }
     match (keep_alive, minor_version) {
@@ -110,7 +110,7 @@ mod tests {
 
     const DATE: &[u8] = b"Sun, 06 Nov 1994 08:49:37 GMT";
 
-    fn head(cgi: &[u8], framing: BodyFraming, keep_alive: bool, minor: u8) -> String {
+    fn head(cgi: &[u8], framing: ClientBody, keep_alive: bool, minor: u8) -> String {
         let mut storage = header_storage();
         let parsed = parse_cgi_head(cgi, &mut storage, 8192).unwrap().unwrap();
         let mut out = Vec::new();
@@ -122,21 +122,21 @@ mod tests {
     fn status_fields_and_framing() {
         let cgi = b"Status: 404 Gone Fishing\r\nContent-Type: text/plain\r\nConnection: x\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n\r\n";
         assert_eq!(
-            head(cgi, BodyFraming::Chunked, true, 1),
+            head(cgi, ClientBody::Chunked, true, 1),
             "HTTP/1.1 404 Gone Fishing\r\nContent-Type: text/plain\r\nSet-Cookie: a=1\r\n\
              Set-Cookie: b=2\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
              Transfer-Encoding: chunked\r\n\r\n"
         );
         let cgi = b"Location: /next\nContent-Length: 99\n\n";
         assert_eq!(
-            head(cgi, BodyFraming::Length(3), false, 1),
+            head(cgi, ClientBody::Length(3), false, 1),
             "HTTP/1.1 302 Found\r\nLocation: /next\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
              Content-Length: 3\r\nConnection: close\r\n\r\n"
         );
         // HEAD keeps the script's length; HTTP/1.0 keep-alive says so.
         let cgi = b"Content-Length: 10\r\nDate: today\r\n\r\n";
         assert_eq!(
-            head(cgi, BodyFraming::None, true, 0),
+            head(cgi, ClientBody::None, true, 0),
             "HTTP/1.0 200 OK\r\nDate: today\r\nContent-Length: 10\r\nConnection: keep-alive\r\n\r\n"
         );
     }

@@ -15,7 +15,7 @@ pub struct Malformed(pub &'static str);
 
 /// How the request body is framed in the HTTP/1.1 head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyFraming {
+pub enum RequestBody {
     /// END_STREAM came with the head: no body.
     None,
     /// `content-length` was given: exactly that many DATA bytes follow (the `h2` crate checks
@@ -34,7 +34,7 @@ pub struct Head {
     /// The head's bytes, ending in the empty line.
     pub bytes: Vec<u8>,
     /// How the body follows.
-    pub body: BodyFraming,
+    pub body: RequestBody,
     /// The method is HEAD (its response has no body).
     pub is_head: bool,
 }
@@ -88,25 +88,25 @@ pub fn to_http1(parts: &Parts, end_stream: bool) -> Result<Head, Malformed> {
         out.extend_from_slice(b"\r\n");
         return Ok(Head {
             bytes: out,
-            body: BodyFraming::Tunnel,
+            body: RequestBody::Tunnel,
             is_head: false,
         });
     }
     let body = match (end_stream, length) {
         (true, Some(n)) if n > 0 => return Err(Malformed("content-length without DATA")),
-        (true, _) => BodyFraming::None,
-        (false, Some(n)) => BodyFraming::Length(n),
-        (false, None) => BodyFraming::Chunked,
+        (true, _) => RequestBody::None,
+        (false, Some(n)) => RequestBody::Length(n),
+        (false, None) => RequestBody::Chunked,
     };
     match body {
-        BodyFraming::Length(n) => {
+        RequestBody::Length(n) => {
             out.extend_from_slice(b"content-length: ");
             out.extend_from_slice(n.to_string().as_bytes());
             out.extend_from_slice(b"\r\n");
         }
-        BodyFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-        BodyFraming::None if length == Some(0) => out.extend_from_slice(b"content-length: 0\r\n"),
-        BodyFraming::None | BodyFraming::Tunnel => {}
+        RequestBody::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        RequestBody::None if length == Some(0) => out.extend_from_slice(b"content-length: 0\r\n"),
+        RequestBody::None | RequestBody::Tunnel => {}
     }
     out.extend_from_slice(b"\r\n");
     Ok(Head {
@@ -239,18 +239,18 @@ mod tests {
             String::from_utf8(head.bytes).unwrap(),
             "GET /a?b=1 HTTP/1.1\r\nhost: example.com\r\naccept: */*\r\ncookie: a=1; b=2\r\n\r\n"
         );
-        assert_eq!(head.body, BodyFraming::None);
+        assert_eq!(head.body, RequestBody::None);
     }
 
     #[test]
     fn bodies_are_framed_by_length_or_chunked() {
         let p = parts(http::Request::post("https://h/").header("content-length", "5"));
         let head = to_http1(&p, false).unwrap();
-        assert_eq!(head.body, BodyFraming::Length(5));
+        assert_eq!(head.body, RequestBody::Length(5));
         assert!(head.bytes.ends_with(b"content-length: 5\r\n\r\n"));
         let p = parts(http::Request::post("https://h/"));
         let head = to_http1(&p, false).unwrap();
-        assert_eq!(head.body, BodyFraming::Chunked);
+        assert_eq!(head.body, RequestBody::Chunked);
         assert!(head.bytes.ends_with(b"transfer-encoding: chunked\r\n\r\n"));
         let p = parts(http::Request::post("https://h/").header("content-length", "3"));
         assert!(to_http1(&p, true).is_err());
@@ -281,7 +281,7 @@ mod tests {
         p.extensions
             .insert(h2::ext::Protocol::from_static("websocket"));
         let head = to_http1(&p, false).unwrap();
-        assert_eq!(head.body, BodyFraming::Tunnel);
+        assert_eq!(head.body, RequestBody::Tunnel);
         let text = String::from_utf8(head.bytes).unwrap();
         assert!(
             text.starts_with(

@@ -19,7 +19,7 @@ use h2::{Reason, RecvStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::body::{h2_error, invalid, Inbound, Outbound};
-use super::request::{BodyFraming, Head};
+use super::request::{Head, RequestBody};
 use super::response::from_http1;
 
 /// One HTTP/2 stream, read and written as HTTP/1.1 bytes.
@@ -49,9 +49,9 @@ impl H2Stream {
         respond: SendResponse<Bytes>,
         max_head: usize,
     ) -> H2Stream {
-        let has_body = head.body != BodyFraming::None;
-        let chunked = head.body == BodyFraming::Chunked;
-        let tunnel = head.body == BodyFraming::Tunnel;
+        let has_body = head.body != RequestBody::None;
+        let chunked = head.body == RequestBody::Chunked;
+        let tunnel = head.body == RequestBody::Tunnel;
         H2Stream {
             reader: Inbound::new(Bytes::from(head.bytes), recv, has_body, chunked),
             writer: RefCell::new(Writer {

@@ -33,7 +33,32 @@ pub enum Stream {
     Mock(Box<tokio_test::io::Mock>),
 }
 
+/// nginx's name of a TLS version (`$ssl_protocol`).
+pub fn version_name(v: Option<rustls::ProtocolVersion>) -> &'static str {
+    match v {
+        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+        Some(_) => "TLS",
+        None => "",
+    }
+}
+
+impl From<crate::uring::accept::Accepted> for Stream {
+    fn from(accepted: crate::uring::accept::Accepted) -> Stream {
+        match accepted {
+            crate::uring::accept::Accepted::Ring(s) => Stream::Uring(Box::new(s)),
+            crate::uring::accept::Accepted::Epoll(s) => Stream::Tcp(s),
+        }
+    }
+}
+
 impl Stream {
+    /// A plain TCP connection on this worker's ring if it runs one, else on tokio's epoll. An
+    /// error (the socket could not leave epoll) loses the connection.
+    pub fn adopt(tcp: TcpStream) -> io::Result<Stream> {
+        crate::uring::adopt(tcp).map(Stream::from)
+    }
+
     /// The TCP socket underneath, when bytes may move on it without passing through user space
     /// (a TLS stream will answer `None`).
     pub fn tcp(&self) -> Option<&TcpStream> {
@@ -64,9 +89,7 @@ impl Stream {
     /// The TLS version of a client connection over TLS (nginx's names), else `""`.
     pub fn tls_version(&self) -> &'static str {
         match self {
-            Stream::TlsServer(s) => {
-                crate::tls::accept::version_name(s.get_ref().1.protocol_version())
-            }
+            Stream::TlsServer(s) => version_name(s.get_ref().1.protocol_version()),
             Stream::H2(s) => s.tls_version,
             _ => "",
         }

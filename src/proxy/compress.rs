@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::relay::read_whole;
 use super::{Client, Conn, Ctx, Outcome};
 use crate::compress::encoder::{compress_whole, Encoder};
-use crate::compress::head::{rewrite, BodyFraming};
+use crate::compress::head::{rewrite, CompressedBody};
 use crate::compress::{eligible, Coding};
 use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
@@ -60,11 +60,11 @@ pub(super) fn would_compress(cx: &Ctx<'_>, entry: &crate::files::cache::Entry) -
 }
 
 /// The framing of a streamed compressed body for this request's client.
-pub(super) fn stream_framing(cx: &Ctx<'_>) -> BodyFraming {
+pub(super) fn stream_framing(cx: &Ctx<'_>) -> CompressedBody {
     if cx.request.minor_version == 0 {
-        BodyFraming::Close
+        CompressedBody::Close
     } else {
-        BodyFraming::Chunked
+        CompressedBody::Chunked
     }
 }
 
@@ -117,7 +117,7 @@ pub(super) async fn relay(
         keep_alive,
     };
     if r.framing == Framing::Empty {
-        let head = rewrite(r.client_head, Some(coding), BodyFraming::Bodiless);
+        let head = rewrite(r.client_head, Some(coding), CompressedBody::Bodiless);
         if r.reusable && ubuf.len() == r.head_len {
             up.reuse(cx.worker, group);
         }
@@ -137,7 +137,7 @@ pub(super) async fn relay(
             let body = &ubuf[r.head_len..end];
             let packed = compress_whole(coding, settings, body).map_err(failed(counters))?;
             count(counters, n, packed.len() as u64);
-            let framing = BodyFraming::Length(packed.len() as u64);
+            let framing = CompressedBody::Length(packed.len() as u64);
             let head = rewrite(r.client_head, Some(coding), framing);
             if r.reusable && end == ubuf.len() {
                 up.reuse(cx.worker, group);
@@ -147,11 +147,11 @@ pub(super) async fn relay(
         }
     }
     let framing = stream_framing(cx);
-    let keep_alive = r.keep_alive && framing != BodyFraming::Close;
+    let keep_alive = r.keep_alive && framing != CompressedBody::Close;
     let head = rewrite(r.client_head, Some(coding), framing);
     let mut body = Streamed {
         encoder: Some(Encoder::new(coding, settings).map_err(failed(counters))?),
-        chunked: framing == BodyFraming::Chunked,
+        chunked: framing == CompressedBody::Chunked,
         head: Some(head),
         bytes_in: 0,
         bytes_out: 0,

@@ -12,7 +12,7 @@ use std::rc::Rc;
 use super::compress::{self, send, send_framed, Decision};
 use super::{exchange, Client, Ctx, Outcome, Tried};
 use crate::compress::encoder::{compress_whole, Encoder};
-use crate::compress::head::{rewrite, BodyFraming};
+use crate::compress::head::{rewrite, CompressedBody};
 use crate::compress::Coding;
 use crate::error::{Error, Kind};
 use crate::files::cache::Entry;
@@ -55,12 +55,12 @@ pub(super) async fn serve_files(
             let mut plan = plan(&entry, req, route, framing);
             cx.add_response_fields(&mut plan.head, 0);
             if plan.status == 304 && compress::would_compress(cx, &entry) {
-                plan.head = rewrite(&plan.head, Some(Coding::Gzip), BodyFraming::NotModified);
+                plan.head = rewrite(&plan.head, Some(Coding::Gzip), CompressedBody::NotModified);
             }
             match compress::decide(cx, &plan.head) {
                 Decision::Unchanged => send_plan(cx, client, &plan, framing).await?,
                 Decision::VaryOnly => {
-                    plan.head = rewrite(&plan.head, None, BodyFraming::Chunked);
+                    plan.head = rewrite(&plan.head, None, CompressedBody::Chunked);
                     send_plan(cx, client, &plan, framing).await?
                 }
                 Decision::Compress(coding) => {
@@ -245,7 +245,7 @@ async fn send_compressed(
         let head = rewrite(
             &plan.head,
             Some(coding),
-            BodyFraming::Length(packed.len() as u64),
+            CompressedBody::Length(packed.len() as u64),
         );
         let body = if head_only { &[][..] } else { &packed[..] };
         send(&mut client.stream, &[&head, body], timeout).await?;
@@ -257,7 +257,7 @@ async fn send_compressed(
         });
     }
     if head_only {
-        let head = rewrite(&plan.head, Some(coding), BodyFraming::Bodiless);
+        let head = rewrite(&plan.head, Some(coding), CompressedBody::Bodiless);
         send(&mut client.stream, &[&head], timeout).await?;
         return Ok(Outcome {
             status: plan.status,
@@ -266,7 +266,7 @@ async fn send_compressed(
         });
     }
     let body_framing = compress::stream_framing(cx);
-    let chunked = body_framing == BodyFraming::Chunked;
+    let chunked = body_framing == CompressedBody::Chunked;
     let mut head = rewrite(&plan.head, Some(coding), body_framing);
     let mut encoder = Encoder::new(coding, settings).map_err(compress::failed(counters))?;
     let mut piece = vec![0; FILE_PIECE];

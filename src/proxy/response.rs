@@ -12,7 +12,7 @@ use super::relay::{self, RequestBody, ResponseBody};
 use super::request::Prepared;
 use super::{tunnel, Client, Conn, Ctx, Outcome};
 use crate::buffers::MIN_BUFFER;
-use crate::compress::head::{rewrite, BodyFraming};
+use crate::compress::head::{rewrite, CompressedBody};
 use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
 use crate::http1::request::header_storage;
@@ -192,7 +192,7 @@ pub(super) async fn respond(
     let read_timeout = group.read_timeout;
     match decision {
         Decision::Unchanged => {}
-        Decision::VaryOnly => head.out = rewrite(&head.out, None, BodyFraming::Chunked),
+        Decision::VaryOnly => head.out = rewrite(&head.out, None, CompressedBody::Chunked),
         Decision::Compress(coding) => {
             let r = compress::Upstream {
                 status: head.status,

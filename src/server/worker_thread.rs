@@ -119,7 +119,7 @@ impl Acceptor {
     async fn accept(&mut self) -> std::io::Result<(Accepted, std::net::SocketAddr)> {
         match self {
             Acceptor::Epoll(l) => l.accept().await.map(|(s, p)| (Accepted::Epoll(s), p)),
-            Acceptor::Ring(l) => l.accept().await.map(|(s, p)| (Accepted::Ring(s), p)),
+            Acceptor::Ring(l) => l.accept().await.map(|(s, p)| (Accepted::Ring(s.into()), p)),
         }
     }
 
@@ -177,7 +177,7 @@ async fn serve_accepted(w: Rc<Worker>, accepted: Accepted, peer: std::net::Socke
     };
     match kind {
         Kind::Plain => {
-            if let Ok(stream) = crate::uring::adopt(stream) {
+            if let Ok(stream) = crate::net::Stream::adopt(stream) {
                 proxy::serve(w, stream, peer).await;
             }
         }
@@ -252,7 +252,7 @@ async fn serve_plain_or_h2c(
     };
     if speaks_http2(&first[..n]) {
         Box::pin(proxy::serve_http2(worker, stream.into(), peer)).await;
-    } else if let Ok(stream) = crate::uring::adopt(stream) {
+    } else if let Ok(stream) = crate::net::Stream::adopt(stream) {
         proxy::serve(worker, stream, peer).await;
     }
 }

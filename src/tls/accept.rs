@@ -89,13 +89,3 @@ fn failure(e: &std::io::Error) -> Counter {
         _ => Counter::TlsOtherFailures,
     }
 }
-
-/// nginx's name of a TLS version (`$ssl_protocol`).
-pub fn version_name(v: Option<rustls::ProtocolVersion>) -> &'static str {
-    match v {
-        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
-        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
-        Some(_) => "TLS",
-        None => "",
-    }
-}

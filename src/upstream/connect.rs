@@ -25,7 +25,7 @@ pub async fn connect(
     ServerStats::bump(&stats.connects);
     let error = match tokio::time::timeout(timeout, open_with(addr, tls)).await {
         // A worker running a ring reads and writes plain upstream connections through it.
-        Ok(Ok(Stream::Tcp(tcp))) => match crate::uring::adopt(tcp) {
+        Ok(Ok(Stream::Tcp(tcp))) => match Stream::adopt(tcp) {
             Ok(stream) => return Ok(stream),
             Err(e) => Some(e),
         },

@@ -27,6 +27,16 @@ pub struct UringListener {
     epoll: Option<tokio::net::TcpListener>,
 }
 
+/// A connection the listener took: on the ring, or through tokio's epoll once the ring has
+/// failed (`net::Stream` wraps either).
+#[derive(Debug)]
+pub enum Accepted {
+    /// Read and written through the worker's ring.
+    Ring(UringTcp),
+    /// A plain tokio socket.
+    Epoll(tokio::net::TcpStream),
+}
+
 impl UringListener {
     /// Takes a bound, listening socket; its connections come through `driver`.
     pub fn new(socket: std::net::TcpListener, driver: Rc<Driver>) -> UringListener {
@@ -43,7 +53,7 @@ impl UringListener {
     /// calls again, which starts a new multishot accept.
     /// Once the ring has failed, connections come through tokio's epoll instead (those the
     /// ring took before are handed out first).
-    pub async fn accept(&mut self) -> io::Result<(crate::net::Stream, SocketAddr)> {
+    pub async fn accept(&mut self) -> io::Result<(Accepted, SocketAddr)> {
         loop {
             if self.accepting.is_none() && self.driver.failed() {
                 return self.accept_on_epoll().await;
@@ -83,13 +93,13 @@ impl UringListener {
             // A client that has already gone is dropped (and closed) here, not reported.
             if let Ok(peer) = socket.peer_addr() {
                 let socket = UringTcp::accepted(socket, self.driver.clone());
-                return Ok((crate::net::Stream::Uring(Box::new(socket)), peer));
+                return Ok((Accepted::Ring(socket), peer));
             }
         }
     }
 
     /// The next connection through tokio's epoll (the ring has failed).
-    async fn accept_on_epoll(&mut self) -> io::Result<(crate::net::Stream, SocketAddr)> {
+    async fn accept_on_epoll(&mut self) -> io::Result<(Accepted, SocketAddr)> {
         let listener = match &self.epoll {
             Some(listener) => listener,
             None => {
@@ -100,7 +110,7 @@ impl UringListener {
             }
         };
         let (tcp, peer) = listener.accept().await?;
-        Ok((crate::net::Stream::Tcp(tcp), peer))
+        Ok((Accepted::Epoll(tcp), peer))
     }
 
     /// Stops taking connections (they wait in the kernel's backlog) until the next

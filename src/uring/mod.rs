@@ -52,14 +52,15 @@ pub fn current() -> Option<Rc<Driver>> {
     RING.with(|r| r.borrow().clone()).filter(|d| !d.failed())
 }
 
-/// A plain TCP connection on this thread's ring if it runs one, else on tokio's epoll. An
-/// error (the socket could not leave epoll) loses the connection.
-pub fn adopt(tcp: tokio::net::TcpStream) -> std::io::Result<crate::net::Stream> {
+/// A plain TCP connection on this thread's ring if it runs one, else left on tokio's epoll
+/// (`net::Stream::adopt` wraps either). An error (the socket could not leave epoll) loses the
+/// connection.
+pub fn adopt(tcp: tokio::net::TcpStream) -> std::io::Result<accept::Accepted> {
     let Some(driver) = current() else {
-        return Ok(crate::net::Stream::Tcp(tcp));
+        return Ok(accept::Accepted::Epoll(tcp));
     };
     let socket = stream::UringTcp::new(tcp.into_std()?, driver)?;
-    Ok(crate::net::Stream::Uring(Box::new(socket)))
+    Ok(accept::Accepted::Ring(socket))
 }
 
 /// A plain listener whose connections this thread's ring accepts, if it runs one.

@@ -243,7 +243,7 @@ fn one_multishot_accept_takes_every_connection_and_a_dropped_listener_closes_wha
                 .unwrap()
                 .unwrap();
             assert_eq!(peer, client.local_addr().unwrap());
-            let crate::net::Stream::Uring(conn) = stream else {
+            let super::accept::Accepted::Ring(conn) = stream else {
                 panic!("an accepted connection is not on the ring");
             };
             client.write_all(&[i]).unwrap();
@@ -597,8 +597,8 @@ fn a_fatal_enter_error_moves_the_worker_to_epoll_logged_and_counted() {
             .await
             .unwrap()
             .unwrap();
-        assert!(matches!(ring_conn, crate::net::Stream::Uring(_)));
-        let crate::net::Stream::Uring(ring_conn) = ring_conn else {
+        assert!(matches!(ring_conn, super::accept::Accepted::Ring(_)));
+        let super::accept::Accepted::Ring(ring_conn) = ring_conn else {
             unreachable!()
         };
         // A read waits in the kernel when the ring is cut off.
@@ -638,7 +638,7 @@ fn a_fatal_enter_error_moves_the_worker_to_epoll_logged_and_counted() {
             .await
             .unwrap()
             .unwrap();
-        let crate::net::Stream::Tcp(tcp) = stream else {
+        let super::accept::Accepted::Epoll(tcp) = stream else {
             panic!("a connection after the failure is not on epoll");
         };
         second.write_all(b"epoll").unwrap();
@@ -648,7 +648,7 @@ fn a_fatal_enter_error_moves_the_worker_to_epoll_logged_and_counted() {
             .unwrap();
         assert_eq!(&got, b"epoll");
         let adopted = super::adopt(tokio::net::TcpStream::connect(at).await.unwrap()).unwrap();
-        assert!(matches!(adopted, crate::net::Stream::Tcp(_)));
+        assert!(matches!(adopted, super::accept::Accepted::Epoll(_)));
         assert_eq!(failures.get(), 1);
     });
 }

@@ -10,12 +10,12 @@ use std::cell::Cell;
 
 use super::send::RESPONSE_BUFFER;
 use crate::compress::encoder::{compress_whole, Encoder};
-use crate::compress::head::{rewrite, BodyFraming as BodyHead};
+use crate::compress::head::{rewrite, CompressedBody};
 use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
 use crate::fastcgi::cgi::parse_cgi_head;
 use crate::fastcgi::record::{parse_record, Record};
-use crate::fastcgi::response::{bodiless, write_head, BodyFraming};
+use crate::fastcgi::response::{bodiless, write_head, ClientBody};
 use crate::files::respond::http_date_now;
 use crate::http1::request::header_storage;
 use crate::http1::{chunk_size_line, LAST_CHUNK};
@@ -43,7 +43,7 @@ enum Stage {
     Parsed { head_len: usize, status: u16 },
     /// The head went out with this framing; `sent` body bytes since.
     Streaming {
-        framing: BodyFraming,
+        framing: ClientBody,
         sent: u64,
         status: u16,
     },
@@ -144,8 +144,8 @@ pub(super) async fn relay(
 }
 
 /// Whether the client connection stays open after a response with `framing`.
-fn keep_alive(cx: &Ctx<'_>, framing: BodyFraming) -> bool {
-    cx.request.keep_alive && framing != BodyFraming::Close && !cx.worker.shutting_down()
+fn keep_alive(cx: &Ctx<'_>, framing: ClientBody) -> bool {
+    cx.request.keep_alive && framing != ClientBody::Close && !cx.worker.shutting_down()
 }
 
 impl Relay {
@@ -269,29 +269,29 @@ impl Relay {
             }
             body = &p.out;
         }
-        if let BodyFraming::Length(n) = *framing {
+        if let ClientBody::Length(n) = *framing {
             // Never more than the head announced.
             body = &body[..body.len().min((n - *sent) as usize)];
         }
         let mut size_line = [0u8; 20];
         let (before, after): (&[u8], &[u8]) = match *framing {
-            BodyFraming::None => (&[], &[]),
-            BodyFraming::Chunked if body.is_empty() => (&[], &[]),
-            BodyFraming::Chunked => (chunk_size_line(body.len(), &mut size_line), b"\r\n"),
-            BodyFraming::Length(_) | BodyFraming::Close => (&[], &[]),
+            ClientBody::None => (&[], &[]),
+            ClientBody::Chunked if body.is_empty() => (&[], &[]),
+            ClientBody::Chunked => (chunk_size_line(body.len(), &mut size_line), b"\r\n"),
+            ClientBody::Length(_) | ClientBody::Close => (&[], &[]),
         };
-        if *framing == BodyFraming::None {
+        if *framing == ClientBody::None {
             body = &[];
         }
         *sent += body.len() as u64;
         self.body_bytes += body.len() as u64;
         let done = self.ended;
-        let last: &[u8] = if done && *framing == BodyFraming::Chunked {
+        let last: &[u8] = if done && *framing == ClientBody::Chunked {
             LAST_CHUNK
         } else {
             &[]
         };
-        let short = matches!(*framing, BodyFraming::Length(n) if done && *sent < n);
+        let short = matches!(*framing, ClientBody::Length(n) if done && *sent < n);
         // A small response goes out as one buffer: send(2) costs less than writev(2).
         let whole = !out.is_empty() && body.len() <= SMALL_BODY;
         if whole {
@@ -339,15 +339,15 @@ impl Relay {
             return Err(Error::new(Kind::BadResponse("invalid CGI response head")));
         };
         let framing = if bodiless(status, p.is_head) {
-            BodyFraming::None
+            ClientBody::None
         } else if self.ended {
-            BodyFraming::Length((self.cgi.len() - head_len) as u64)
+            ClientBody::Length((self.cgi.len() - head_len) as u64)
         } else if let Some(n) = head.content_length {
-            BodyFraming::Length(n)
+            ClientBody::Length(n)
         } else if p.minor_version == 1 {
-            BodyFraming::Chunked
+            ClientBody::Chunked
         } else {
-            BodyFraming::Close
+            ClientBody::Close
         };
         let keep = keep_alive(cx, framing);
         out.reserve(head_len + 128);
@@ -373,12 +373,12 @@ impl Relay {
         head_len: usize,
         out: &mut Vec<u8>,
         start: usize,
-        framing: BodyFraming,
-    ) -> Result<BodyFraming, Error> {
+        framing: ClientBody,
+    ) -> Result<ClientBody, Error> {
         let coding = match compress::decide(cx, &out[start..]) {
             Decision::Unchanged => return Ok(framing),
             Decision::VaryOnly => {
-                let head = rewrite(&out[start..], None, BodyHead::Chunked);
+                let head = rewrite(&out[start..], None, CompressedBody::Chunked);
                 out.truncate(start);
                 out.extend_from_slice(&head);
                 return Ok(framing);
@@ -387,8 +387,8 @@ impl Relay {
         };
         let settings = &cx.config().compression;
         let failed = compress::failed(&cx.worker.counters);
-        let (framing, packing, new_head) = if framing == BodyFraming::None {
-            (framing, None, BodyHead::Bodiless)
+        let (framing, packing, new_head) = if framing == ClientBody::None {
+            (framing, None, CompressedBody::Bodiless)
         } else if self.ended {
             // The whole body is here: compressed in one go, sent with its length.
             let body = &self.cgi[head_len..];
@@ -399,7 +399,11 @@ impl Relay {
                 bytes_in: body.len() as u64,
                 out: packed,
             };
-            (BodyFraming::Length(n), Some(packing), BodyHead::Length(n))
+            (
+                ClientBody::Length(n),
+                Some(packing),
+                CompressedBody::Length(n),
+            )
         } else {
             let encoder = Encoder::new(coding, settings).map_err(failed)?;
             let packing = Packing {
@@ -408,8 +412,8 @@ impl Relay {
                 bytes_in: 0,
             };
             match compress::stream_framing(cx) {
-                BodyHead::Close => (BodyFraming::Close, Some(packing), BodyHead::Close),
-                _ => (BodyFraming::Chunked, Some(packing), BodyHead::Chunked),
+                CompressedBody::Close => (ClientBody::Close, Some(packing), CompressedBody::Close),
+                _ => (ClientBody::Chunked, Some(packing), CompressedBody::Chunked),
             }
         };
         let head = rewrite(&out[start..], Some(coding), new_head);
