@@ -171,6 +171,11 @@ pub struct Error {
     pub started: Option<u16>,
     /// The upstream server involved, for logs.
     pub server: Option<Address>,
+    /// The HTTP/2 error code an upstream stream was reset with, when it means something to the
+    /// client too (CANCEL, ENHANCE_YOUR_CALM, INADEQUATE_SECURITY: gRPC reads them as
+    /// CANCELLED, RESOURCE_EXHAUSTED and PERMISSION_DENIED): an HTTP/2 client's stream is reset
+    /// with it instead of INTERNAL_ERROR.
+    pub reset: Option<u32>,
 }
 
 /// What the client gets for a failure, and how it is counted.
@@ -187,6 +192,19 @@ pub struct Answer {
     pub counter: Counter,
 }
 
+/// The error code of an upstream HTTP/2 server's reset worth passing on to the client (see
+/// [`Error::reset`]); the others (PROTOCOL_ERROR and the like) are the upstream hop's own.
+fn passed_on_reset(e: &io::Error) -> Option<u32> {
+    let h2 = e.get_ref()?.downcast_ref::<h2::Error>()?;
+    let reason = h2.reason().filter(|_| h2.is_reset() && h2.is_remote())?;
+    let passed = [
+        h2::Reason::CANCEL,
+        h2::Reason::ENHANCE_YOUR_CALM,
+        h2::Reason::INADEQUATE_SECURITY,
+    ];
+    passed.contains(&reason).then(|| u32::from(reason))
+}
+
 impl Error {
     /// A failure of `kind` that allows no retry.
     pub fn new(kind: Kind) -> Error {
@@ -195,6 +213,7 @@ impl Error {
             retry: Retry::Never,
             started: None,
             server: None,
+            reset: None,
         }
     }
 
@@ -205,6 +224,7 @@ impl Error {
             retry: Retry::NotSent,
             started: None,
             server: None,
+            reset: None,
         }
     }
 
@@ -235,11 +255,15 @@ impl Error {
         if let Some(client) = Error::clients_body(e) {
             return client;
         }
-        Error::new(match e.kind() {
+        let kind = match e.kind() {
             io::ErrorKind::TimedOut => Kind::UpstreamTimeout,
             io::ErrorKind::InvalidData => Kind::BadResponse("invalid response body framing"),
             _ => Kind::UpstreamFailed,
-        })
+        };
+        Error {
+            reset: passed_on_reset(e),
+            ..Error::new(kind)
+        }
     }
 
     /// A request body that failed on its way to the upstream by its own fault: a gRPC-Web

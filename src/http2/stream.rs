@@ -32,6 +32,9 @@ pub struct H2Stream {
     pub tls_version: &'static str,
     /// The local address of the connection.
     pub local: Option<SocketAddr>,
+    /// What the stream is reset with if its response does not end: INTERNAL_ERROR, or the
+    /// upstream server's own reason ([`H2Stream::abort_with`]).
+    abort: Reason,
 }
 
 impl std::fmt::Debug for H2Stream {
@@ -63,7 +66,14 @@ impl H2Stream {
             }),
             tls_version: "",
             local: None,
+            abort: Reason::INTERNAL_ERROR,
         }
+    }
+
+    /// Resets the stream with HTTP/2 error `code` (the upstream's reset, passed on) rather
+    /// than INTERNAL_ERROR if its response does not end.
+    pub fn abort_with(&mut self, code: u32) {
+        self.abort = Reason::from(code);
     }
 
     /// Takes the body that has already arrived, up to `limit` bytes of it (nginx's
@@ -103,8 +113,8 @@ impl Drop for H2Stream {
         // A response that did not end must not be taken for whole.
         match &mut w.out {
             Out::Body(body) if body.is_done() => {}
-            Out::Body(body) => body.reset(Reason::INTERNAL_ERROR),
-            Out::Head(_) => w.respond.send_reset(Reason::INTERNAL_ERROR),
+            Out::Body(body) => body.reset(self.abort),
+            Out::Head(_) => w.respond.send_reset(self.abort),
         }
     }
 }

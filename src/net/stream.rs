@@ -86,6 +86,14 @@ impl Stream {
         }
     }
 
+    /// Marks a client's HTTP/2 stream to be reset with HTTP/2 error `code` (an upstream's reset
+    /// passed on, see `Error::reset`) instead of INTERNAL_ERROR; other streams close as they do.
+    pub fn abort_with(&mut self, code: Option<u32>) {
+        if let (Stream::H2(s), Some(code)) = (self, code) {
+            s.abort_with(code);
+        }
+    }
+
     /// The TLS version of a client connection over TLS (nginx's names), else `""`.
     pub fn tls_version(&self) -> &'static str {
         match self {

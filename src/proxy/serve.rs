@@ -456,7 +456,8 @@ async fn answer_failure(cx: &Ctx<'_>, client: &mut Client, buf: &mut Vec<u8>, e:
                 .respond(status, (keep_alive, p.is_head), cx.config(), p.routed.site)
                 .await;
         }
-        None => {}
+        // Mid-response: only the way the stream ends is left to say.
+        None => client.stream.abort_with(e.reset),
     }
     if keep_alive {
         buf.drain(..p.head_len.min(buf.len()));

@@ -452,6 +452,8 @@ enum Script {
     /// `200 ok` at once, before the request's body, then RST_STREAM(NO_ERROR): the client
     /// is to stop sending (RFC 9113 section 8.1).
     AnswerAndStop,
+    /// `200` and part of a body, then RST_STREAM(CANCEL).
+    StartThenCancel,
 }
 
 /// A scripted h2c server on its own thread, doing `script` to every stream. Counts
@@ -502,8 +504,17 @@ impl ScriptedH2 {
                             }
                             let head = http::Response::builder().status(200).body(()).unwrap();
                             let mut body = respond.send_response(head, false).unwrap();
-                            body.send_data(bytes::Bytes::from_static(b"ok"), true)
+                            let cancel = script == Script::StartThenCancel;
+                            body.send_data(bytes::Bytes::from_static(b"ok"), !cancel)
                                 .unwrap();
+                            if cancel {
+                                let flush = std::future::poll_fn(|cx| conn.poll_closed(cx));
+                                let wait = std::time::Duration::from_millis(100);
+                                let _ = tokio::time::timeout(wait, flush).await;
+                                body.send_reset(h2::Reason::CANCEL);
+                                let _ = std::future::poll_fn(|cx| conn.poll_closed(cx)).await;
+                                return;
+                            }
                             if script == Script::AnswerAndStop {
                                 // The answer goes out first (a reset drops what is queued).
                                 let flush = std::future::poll_fn(|cx| conn.poll_closed(cx));
@@ -615,4 +626,34 @@ fn a_server_that_answers_and_stops_the_body_is_no_failure() {
     let raw = exchange_until_close(proxy.local_addrs()[0], &request);
     assert_eq!(status_of(&raw), 200, "{}", String::from_utf8_lossy(&raw));
     assert!(raw.ends_with(b"\r\n\r\n2\r\nok\r\n0\r\n\r\n"), "{raw:?}");
+}
+
+#[test]
+fn an_upstream_stream_cancelled_mid_answer_is_cancelled_for_the_client_too() {
+    let server = ScriptedH2::start(Script::StartThenCancel);
+    let proxy = grpc_proxy(
+        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
+        None,
+    );
+    let addr = proxy.local_addrs()[0];
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&crate::http2::runtime(), async {
+        let client = crate::http2::h2c(addr).await;
+        let req = http::Request::get("http://a.test/stream").body(()).unwrap();
+        let mut ready = client.ready().await.unwrap();
+        let (response, _) = ready.send_request(req, true).unwrap();
+        let (parts, mut body) = response.await.unwrap().into_parts();
+        assert_eq!(parts.status, 200);
+        let mut got = Vec::new();
+        let error = loop {
+            match body.data().await {
+                Some(Ok(d)) => got.extend_from_slice(&d),
+                Some(Err(e)) => break e,
+                None => panic!("the body ended cleanly: {got:?}"),
+            }
+        };
+        // gRPC reads CANCEL as CANCELLED; INTERNAL_ERROR would be INTERNAL.
+        assert_eq!(error.reason(), Some(h2::Reason::CANCEL), "{error}");
+        assert_eq!(got, b"ok");
+    });
 }
