@@ -5,8 +5,8 @@
 //! type back, and the server's trailers, which a browser cannot read, become the body's last
 //! frame (flag `0x80`, then `name:value\r\n` lines); a `-text` response is encoded as base64.
 //!
-//! [`Decoder`] and [`Encoder`] stream: a body arrives and leaves in pieces of any size, so
-//! nothing is held beyond three bytes. Fuzzed (`fuzz/fuzz_targets/grpc.rs`).
+//! A `-text` body streams both ways: [`Decoder`] takes pieces of any size (holding at most
+//! three characters), and [`encode`] turns each piece of the response into base64 at once. Fuzzed (`fuzz/fuzz_targets/grpc.rs`).
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -145,50 +145,14 @@ fn decode(groups: &[u8], out: &mut Vec<u8>) -> Result<(), NotBase64> {
     STANDARD.decode_vec(groups, out).map_err(|_| NotBase64)
 }
 
-/// Encodes a `-text` response body piece by piece: whole groups of three bytes as they come,
-/// the last one or two bytes, padded, at the end.
-#[derive(Debug, Default)]
-pub struct Encoder {
-    carry: [u8; 2],
-    carried: usize,
-}
-
-impl Encoder {
-    /// Appends the base64 of `input` onto `out`, keeping up to two bytes for the next piece.
-    pub fn feed(&mut self, mut input: &[u8], out: &mut Vec<u8>) {
-        if self.carried > 0 {
-            let take = input.len().min(3 - self.carried);
-            let mut group = [0u8; 3];
-            group[..self.carried].copy_from_slice(&self.carry[..self.carried]);
-            group[self.carried..self.carried + take].copy_from_slice(&input[..take]);
-            input = &input[take..];
-            if self.carried + take < 3 {
-                self.carry[..self.carried + take].copy_from_slice(&group[..self.carried + take]);
-                self.carried += take;
-                return;
-            }
-            self.carried = 0;
-            encode(&group, out);
-        }
-        let whole = input.len() - input.len() % 3;
-        encode(&input[..whole], out);
-        let rest = &input[whole..];
-        self.carry[..rest.len()].copy_from_slice(rest);
-        self.carried = rest.len();
-    }
-
-    /// Appends the last bytes, padded.
-    pub fn finish(&mut self, out: &mut Vec<u8>) {
-        encode(&self.carry[..self.carried], out);
-        self.carried = 0;
-    }
-}
-
-fn encode(bytes: &[u8], out: &mut Vec<u8>) {
+/// Appends the base64 of `piece` of a `-text` response body, padded: each piece (a DATA
+/// frame, the trailers' frame) is encoded whole and goes out at once, so a message is never
+/// held back waiting for the next one's bytes (clients decode padding between pieces).
+pub fn encode(piece: &[u8], out: &mut Vec<u8>) {
     let start = out.len();
-    out.resize(start + bytes.len().div_ceil(3) * 4, 0);
+    out.resize(start + piece.len().div_ceil(3) * 4, 0);
     let written = STANDARD
-        .encode_slice(bytes, &mut out[start..])
+        .encode_slice(piece, &mut out[start..])
         .expect("room for the encoding was made");
     out.truncate(start + written);
 }
@@ -231,11 +195,12 @@ mod tests {
         let body: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
         let whole = STANDARD.encode(&body);
         for cut in [1, 2, 3, 5, 7, 64] {
+            // Pieces encoded one by one (padding between them) decode as the whole does.
             let mut encoded = Vec::new();
-            let mut encoder = Encoder::default();
-            body.chunks(cut).for_each(|c| encoder.feed(c, &mut encoded));
-            encoder.finish(&mut encoded);
-            assert_eq!(encoded, whole.as_bytes(), "cut {cut}");
+            body.chunks(cut).for_each(|c| encode(c, &mut encoded));
+            let mut once = Vec::new();
+            encode(&body, &mut once);
+            assert_eq!(once, whole.as_bytes());
             let mut decoded = Vec::new();
             let mut decoder = Decoder::default();
             for c in encoded.chunks(cut) {

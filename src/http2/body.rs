@@ -77,9 +77,9 @@ pub(super) struct Inbound {
     /// DATA bytes in `pending`.
     pub(super) pending_data: usize,
     progress: Progress,
-    /// A gRPC-Web response: its trailers become the body's last frame, and with `Some`
-    /// encoder the body is base64 (`-text`).
-    web: Option<Option<web::Encoder>>,
+    /// A gRPC-Web response: its trailers become the body's last frame, and the body is base64
+    /// (each DATA frame encoded whole) when `Text`.
+    web: Option<web::Encoding>,
 }
 
 impl Inbound {
@@ -103,7 +103,7 @@ impl Inbound {
     /// Makes this (chunked) body a gRPC-Web response's: the trailers become its last frame,
     /// and a `Text` body is base64.
     pub(super) fn as_grpc_web(&mut self, encoding: web::Encoding) {
-        self.web = Some((encoding == web::Encoding::Text).then(web::Encoder::default));
+        self.web = Some(encoding);
     }
 
     /// Stages `data` as one chunk (or as it is, unchunked).
@@ -126,16 +126,15 @@ impl Inbound {
     /// frame and an empty one.
     fn stage_end(&mut self, trailers: Option<http::HeaderMap>) {
         let fields = trailers.iter().flatten();
-        if let Some(text) = &mut self.web {
+        if let Some(encoding) = self.web {
             let frame = web::trailer_frame(fields.map(|(n, v)| (n.as_str(), v.as_bytes())));
-            let frame = match text {
-                Some(encoder) => {
+            let frame = match encoding {
+                web::Encoding::Text => {
                     let mut out = Vec::with_capacity(frame.len() * 4 / 3 + 4);
-                    encoder.feed(&frame, &mut out);
-                    encoder.finish(&mut out);
+                    web::encode(&frame, &mut out);
                     out
                 }
-                None => frame,
+                web::Encoding::Binary => frame,
             };
             self.stage(Bytes::from(frame));
             self.pending
@@ -182,13 +181,10 @@ impl Inbound {
                     Some(Ok(d)) if d.is_empty() => continue,
                     Some(Ok(d)) => {
                         let _ = self.recv.flow_control().release_capacity(d.len());
-                        let d = match &mut self.web {
-                            Some(Some(encoder)) => {
+                        let d = match self.web {
+                            Some(web::Encoding::Text) => {
                                 let mut out = Vec::with_capacity(d.len() * 4 / 3 + 4);
-                                encoder.feed(&d, &mut out);
-                                if out.is_empty() {
-                                    continue;
-                                }
+                                web::encode(&d, &mut out);
                                 Bytes::from(out)
                             }
                             _ => d,
@@ -409,9 +405,14 @@ impl Outbound {
             }
             Out::Done => Err(invalid("bytes after the end of the body")),
         };
-        // A send refused because the peer reset the stream: its reason is the error.
+        // A send h2 refused because the peer reset the stream: its reason is the error.
+        let refused = |e: &io::Error| {
+            e.get_ref()
+                .and_then(|i| i.downcast_ref::<h2::Error>())
+                .is_some()
+        };
         let result = result.map_err(|e| match self.send.poll_reset(cx) {
-            Poll::Ready(Ok(reason)) => h2_error(reason.into()),
+            Poll::Ready(Ok(reason)) if refused(&e) => h2_error(reason.into()),
             _ => e,
         });
         Poll::Ready(result)

@@ -117,6 +117,29 @@ impl H2Upstream {
         Poll::Ready(Ok(used))
     }
 
+    /// The server reset the stream with NO_ERROR while the body was being sent. After an
+    /// answer (RFC 9113 section 8.1) that means: stop sending; the rest of the body is dropped
+    /// and the answer stands. Without one (a GOAWAY that left this stream out gives the same
+    /// reason), `e` is the failure.
+    fn stop_sending(&mut self, cx: &mut Context<'_>, e: io::Error) -> io::Result<()> {
+        let answered = match &mut self.reader {
+            Reader::Body(_) | Reader::Interim(..) => true,
+            Reader::Waiting(future) => match Pin::new(future).poll(cx) {
+                Poll::Ready(Ok(response)) => {
+                    self.reader = Reader::Body(from_http2(response, self.is_head, self.web));
+                    true
+                }
+                _ => false,
+            },
+            Reader::NotSent => false,
+        };
+        if !answered {
+            return Err(e);
+        }
+        self.writer = Writer::Stopped;
+        Ok(())
+    }
+
     fn poll_read_inner(
         &mut self,
         cx: &mut Context<'_>,
@@ -315,6 +338,13 @@ fn from_http2(
 ) -> Inbound {
     let (parts, recv) = response.into_parts();
     let status = parts.status;
+    // Only a gRPC answer is translated: another (a 404 page, say) passes as it is.
+    let web = web.filter(|_| {
+        parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+    });
     let mut head = Vec::with_capacity(64 + parts.headers.len() * 40);
     head.extend_from_slice(b"HTTP/1.1 ");
     head.extend_from_slice(status.as_str().as_bytes());
@@ -382,8 +412,7 @@ impl AsyncWrite for H2Upstream {
             Writer::Head(..) => this.write_head(cx, buf),
             Writer::Body(out) => match ready!(out.poll_write(cx, buf)) {
                 Err(e) if is_stop_sending(&e) => {
-                    this.writer = Writer::Stopped;
-                    Poll::Ready(Ok(buf.len()))
+                    Poll::Ready(this.stop_sending(cx, e).map(|()| buf.len()))
                 }
                 other => Poll::Ready(other),
             },
@@ -395,14 +424,11 @@ impl AsyncWrite for H2Upstream {
         Poll::Ready(Ok(()))
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         Poll::Ready(match &mut this.writer {
             Writer::Body(out) => match out.shutdown() {
-                Err(e) if is_stop_sending(&e) => {
-                    this.writer = Writer::Stopped;
-                    Ok(())
-                }
+                Err(e) if is_stop_sending(&e) => this.stop_sending(cx, e),
                 other => other,
             },
             Writer::Stopped => Ok(()),

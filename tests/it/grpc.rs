@@ -442,7 +442,7 @@ fn http_health_checks_of_an_h2c_group_speak_http2() {
 
 /// What a [`ScriptedH2`] server does with each stream.
 #[derive(Clone, Copy, PartialEq)]
-enum Script {
+pub(crate) enum Script {
     /// RST_STREAM REFUSED_STREAM.
     Refuse,
     /// `200 ok`, then GOAWAY: every connection carries one request.
@@ -458,14 +458,14 @@ enum Script {
 
 /// A scripted h2c server on its own thread, doing `script` to every stream. Counts
 /// connections and streams.
-struct ScriptedH2 {
-    addr: SocketAddr,
+pub(crate) struct ScriptedH2 {
+    pub(crate) addr: SocketAddr,
     connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     streams: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ScriptedH2 {
-    fn start(script: Script) -> ScriptedH2 {
+    pub(crate) fn start(script: Script) -> ScriptedH2 {
         use std::sync::atomic::{AtomicUsize, Ordering};
         use std::sync::Arc;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

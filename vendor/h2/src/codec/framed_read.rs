@@ -72,13 +72,10 @@ impl<T> FramedRead<T> {
         self.inner.get_mut()
     }
 
-    /// Frees the read buffer when it holds nothing (slipstream: an idle connection holds no
-    /// buffer); the next read grows it again.
+    /// Frees the HPACK decoder's buffer (slipstream: an idle connection holds as little as
+    /// it can). The read buffer stays: one made anew would lose the size it grows back to,
+    /// and every later read would be a small one.
     pub fn release_buffer(&mut self) {
-        let buffer = self.inner.read_buffer_mut();
-        if buffer.is_empty() {
-            *buffer = bytes::BytesMut::new();
-        }
         self.decoder.hpack.release_buffer();
     }
 
