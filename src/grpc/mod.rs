@@ -25,6 +25,14 @@ pub mod status {
     pub const UNAVAILABLE: u8 = 14;
 }
 
+/// Whether a message with these fields is gRPC (or gRPC-Web): `content-type:
+/// application/grpc...`.
+pub fn is_grpc(fields: &http::HeaderMap) -> bool {
+    fields
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
 /// For a request with this `content-type`, the content type of the gRPC error the proxy
 /// answers its failures with (a gRPC-Web client's own kind); `None` when it is not a gRPC
 /// call.

@@ -18,7 +18,7 @@ use tokio::io::ReadBuf;
 
 use super::response::trailer_fields;
 use crate::grpc::web;
-use crate::http1::{chunk_size_line, ChunkedReader, Framing, CHUNK_END};
+use crate::http1::{chunk_size_line, put_field, ChunkedReader, Framing, CHUNK_END};
 
 /// An `h2` failure as the I/O error the request path sees. A stream the peer never processed
 /// (RST_STREAM REFUSED_STREAM, or above the last stream id of its GOAWAY) is
@@ -143,10 +143,7 @@ impl Inbound {
         }
         let mut end = b"0\r\n".to_vec();
         for (name, value) in fields {
-            end.extend_from_slice(name.as_str().as_bytes());
-            end.extend_from_slice(b": ");
-            end.extend_from_slice(value.as_bytes());
-            end.extend_from_slice(b"\r\n");
+            put_field(&mut end, name.as_str().as_bytes(), value.as_bytes());
         }
         end.extend_from_slice(b"\r\n");
         self.pending.push_back((Bytes::from(end), false));

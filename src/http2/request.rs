@@ -5,6 +5,7 @@
 //! read differently is refused here ([`Malformed`]), so nothing ambiguous is ever forwarded
 //! (RFC 9113 section 8.2 and 8.3).
 
+use crate::http1::put_field;
 use http::request::Parts;
 use http::{header, Method};
 
@@ -74,7 +75,7 @@ pub fn to_http1(parts: &Parts, end_stream: bool) -> Result<Head, Malformed> {
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let host = host_field(parts, authority)?;
     if let Some(host) = host {
-        put(&mut out, b"host", host);
+        put_field(&mut out, b"host", host);
     }
     let length = put_fields(parts, &mut out)?;
     if websocket {
@@ -84,7 +85,7 @@ pub fn to_http1(parts: &Parts, end_stream: bool) -> Result<Head, Malformed> {
         // The HTTP/1.1 handshake: the key is fresh (the upstream's accept is not checked, as
         // the HTTP/2 client does not see it).
         out.extend_from_slice(b"connection: upgrade\r\nupgrade: websocket\r\n");
-        put(&mut out, b"sec-websocket-key", &websocket_key());
+        put_field(&mut out, b"sec-websocket-key", &websocket_key());
         out.extend_from_slice(b"\r\n");
         return Ok(Head {
             bytes: out,
@@ -158,7 +159,7 @@ fn put_fields(parts: &Parts, out: &mut Vec<u8>) -> Result<Option<u64>, Malformed
             cookies.push(v);
             continue;
         }
-        put(out, name.as_str().as_bytes(), v);
+        put_field(out, name.as_str().as_bytes(), v);
     }
     if !cookies.is_empty() {
         out.extend_from_slice(b"cookie: ");
@@ -195,26 +196,13 @@ fn host_field<'a>(
 
 /// A `Sec-WebSocket-Key`: 16 random bytes in base64.
 fn websocket_key() -> [u8; 24] {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let random = fastrand::u128(..).to_be_bytes();
-    let mut key = [b'='; 24];
-    for (i, group) in random.chunks(3).enumerate() {
-        let n = group
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (j, b)| n | u32::from(*b) << (16 - 8 * j));
-        for k in 0..=group.len() {
-            key[i * 4 + k] = ALPHABET[(n >> (18 - 6 * k)) as usize & 63];
-        }
-    }
+    use base64::Engine;
+    let mut key = [0u8; 24];
+    let written = base64::engine::general_purpose::STANDARD
+        .encode_slice(fastrand::u128(..).to_be_bytes(), &mut key)
+        .expect("16 bytes are 24 characters");
+    debug_assert_eq!(written, 24);
     key
-}
-
-fn put(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::body::{h2_error, invalid, is_stop_sending, Inbound, Outbound};
 use crate::grpc::web;
-use crate::http1::{Framing, MAX_HEADERS};
+use crate::http1::{put_field, Framing, MAX_HEADERS};
 
 /// One request stream to an HTTP/2 server, written and read as HTTP/1.1 bytes.
 pub struct H2Upstream {
@@ -266,10 +266,7 @@ pub(crate) fn to_http2(buf: &[u8], scheme: &'static str) -> io::Result<Option<Co
         fields.append(name, value);
     }
     let web = grpc_web(&mut fields)?;
-    let grpc = fields
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-    if grpc && !fields.contains_key(http::header::TE) {
+    if crate::grpc::is_grpc(&fields) && !fields.contains_key(http::header::TE) {
         // HTTP/1.1 drops TE as hop-by-hop; gRPC servers want it (as nginx's grpc_pass sends).
         fields.insert(http::header::TE, HeaderValue::from_static("trailers"));
     }
@@ -312,20 +309,23 @@ fn grpc_web(fields: &mut http::HeaderMap) -> io::Result<Option<web::Encoding>> {
 
 /// An interim (1xx) response as an HTTP/1.1 head.
 fn interim_head(interim: &Response<()>) -> Bytes {
-    let mut head = Vec::with_capacity(64 + interim.headers().len() * 40);
-    head.extend_from_slice(b"HTTP/1.1 ");
-    head.extend_from_slice(interim.status().as_str().as_bytes());
-    head.push(b' ');
-    head.extend_from_slice(interim.status().canonical_reason().unwrap_or("").as_bytes());
-    head.extend_from_slice(b"\r\n");
+    let mut head = status_line(interim.status(), interim.headers().len());
     for (name, value) in interim.headers() {
-        head.extend_from_slice(name.as_str().as_bytes());
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(value.as_bytes());
-        head.extend_from_slice(b"\r\n");
+        put_field(&mut head, name.as_str().as_bytes(), value.as_bytes());
     }
     head.extend_from_slice(b"\r\n");
     Bytes::from(head)
+}
+
+/// An HTTP/1.1 status line for `status`, with room for `fields` fields after it.
+fn status_line(status: http::StatusCode, fields: usize) -> Vec<u8> {
+    let mut head = Vec::with_capacity(64 + fields * 40);
+    head.extend_from_slice(b"HTTP/1.1 ");
+    head.extend_from_slice(status.as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    head.extend_from_slice(b"\r\n");
+    head
 }
 
 /// The response as HTTP/1.1 bytes: its head, then its body (chunked, with the trailers, unless
@@ -339,18 +339,8 @@ fn from_http2(
     let (parts, recv) = response.into_parts();
     let status = parts.status;
     // Only a gRPC answer is translated: another (a 404 page, say) passes as it is.
-    let web = web.filter(|_| {
-        parts
-            .headers
-            .get(http::header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
-    });
-    let mut head = Vec::with_capacity(64 + parts.headers.len() * 40);
-    head.extend_from_slice(b"HTTP/1.1 ");
-    head.extend_from_slice(status.as_str().as_bytes());
-    head.push(b' ');
-    head.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    head.extend_from_slice(b"\r\n");
+    let web = web.filter(|_| crate::grpc::is_grpc(&parts.headers));
+    let mut head = status_line(status, parts.headers.len());
     let mut has_length = false;
     for (name, value) in &parts.headers {
         let mut value = value.as_bytes();
@@ -366,10 +356,7 @@ fn from_http2(
             }
         }
         has_length |= name == http::header::CONTENT_LENGTH;
-        head.extend_from_slice(name.as_str().as_bytes());
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(value);
-        head.extend_from_slice(b"\r\n");
+        put_field(&mut head, name.as_str().as_bytes(), value);
     }
     let no_body = is_head || status.as_u16() == 204 || status.as_u16() == 304;
     let ended = recv.is_end_stream();
