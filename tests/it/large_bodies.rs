@@ -13,13 +13,21 @@ const GIB: u64 = 1 << 30;
 /// concurrent slow downloads; one transfer needs far less).
 const RSS_BOUND_KB: u64 = 64 * 1024;
 
-/// Runs the built binary on a one-worker config with `zero_copy` on or off.
+/// Runs the built binary on a one-worker config with `zero_copy` on or off, once it has
+/// finished starting.
 fn run_proxy(upstream: SocketAddr, zero_copy: bool, name: &str) -> Running {
     let toml = format!(
         "workers = 1\nadmin = \"{{admin}}\"\n[limits]\nzero_copy = {zero_copy}\n[[listen]]\naddress = \"{{listen}}\"\n\
          [upstreams.app]\nservers = [\"{upstream}\"]\n[[sites]]\ndefault = true\nroutes = [{{ path = \"/\", upstream = \"app\" }}]\n"
     );
-    Running::config(name, &toml)
+    let mut proxy = Running::config(name, &toml);
+    // The listener accepts before the process writes its pid file; the disk counters start
+    // after that write, which it logs "listening on" behind.
+    assert!(
+        proxy.wait_logged("listening on"),
+        "the proxy did not finish starting"
+    );
+    proxy
 }
 
 /// Bytes the proxy moved with splice, from its admin endpoint.
