@@ -26,7 +26,8 @@ pub struct Http2Settings {
     /// Request body bytes read ahead before the request is served (nginx's
     /// `http2_body_preread_size`); 0 serves at once.
     pub body_preread: usize,
-    /// Response bytes buffered per stream waiting for the client's window.
+    /// Response bytes queued per stream for the client's connection; the response relay holds
+    /// no more than this besides (one frame by default, as HAProxy's 16 KB buffer per stream).
     pub max_send_buffer: usize,
     /// Cheap-frame rates beyond which a connection gets GOAWAY(ENHANCE_YOUR_CALM).
     pub flood: guard::Limits,
@@ -43,7 +44,7 @@ impl Http2Settings {
             initial_window_size: 256 * 1024,
             connection_window_size: 1024 * 1024,
             max_frame_size: 16 * 1024,
-            max_send_buffer: 128 * 1024,
+            max_send_buffer: 16 * 1024,
             body_preread: 64 * 1024,
             flood: guard::Limits {
                 max_header_block: max_header_list_size.saturating_mul(2),

@@ -9,7 +9,9 @@
 //! capacity for, so memory per stream stays within the windows.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes};
@@ -225,6 +227,10 @@ impl Inbound {
 /// A window this open is always worth sending into (the frame header is then well under 1%).
 const WORTH_A_FRAME: usize = 4096;
 
+/// How long a sliver of window is left unsent for a larger one. A peer may hold its
+/// WINDOW_UPDATE until the window is used up (h2spec does), and would otherwise wait forever.
+const SLIVER_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// How much of a `want`-byte write to send into `cap` bytes of window: all of it if it fits,
 /// else as much as fits, but never leaving a remainder too small to be worth a frame of its
 /// own (a window one byte short of a write would otherwise make a one-byte frame next).
@@ -241,6 +247,15 @@ fn take(cap: usize, want: usize) -> usize {
     } else {
         cap
     }
+}
+
+/// Whether a sliver of window has waited [`SLIVER_WAIT`] for more; starts the wait, and wakes
+/// the task when it ends.
+fn sliver_waited(due: &mut Option<Pin<Box<tokio::time::Sleep>>>, cx: &mut Context<'_>) -> bool {
+    due.get_or_insert_with(|| Box::pin(tokio::time::sleep(SLIVER_WAIT)))
+        .as_mut()
+        .poll(cx)
+        .is_ready()
 }
 
 /// How far an outgoing body has been written.
@@ -261,6 +276,8 @@ pub(super) struct Outbound {
     out: Out,
     /// The most send capacity the stream has had at once: the peer's usable window.
     best_room: usize,
+    /// While a sliver of window waits for more: when it goes out anyway ([`SLIVER_WAIT`]).
+    sliver_due: Option<Pin<Box<tokio::time::Sleep>>>,
     /// A gRPC-Web `-text` request: the body is base64, sent decoded.
     text: Option<web::Decoder>,
 }
@@ -284,6 +301,7 @@ impl Outbound {
             send,
             out,
             best_room: 0,
+            sliver_due: None,
             text: None,
         }
     }
@@ -314,14 +332,16 @@ impl Outbound {
     /// A sliver of window is not sent into (the silly window syndrome: a peer that returns
     /// each frame's bytes as it reads them would otherwise get one tiny frame per window
     /// update, for the rest of the body): it waits until the window holds 4 KiB, all
-    /// of `want`, or half the most the peer has opened.
+    /// of `want`, or half the most the peer has opened, or for [`SLIVER_WAIT`] at most.
     fn poll_room(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
         let send = &mut self.send;
         send.reserve_capacity(want);
         loop {
             let cap = send.capacity();
             self.best_room = self.best_room.max(cap);
-            if cap > 0 && (cap >= want.min(WORTH_A_FRAME) || cap >= self.best_room / 2) {
+            let worth = cap >= want.min(WORTH_A_FRAME) || cap >= self.best_room / 2;
+            if cap > 0 && (worth || sliver_waited(&mut self.sliver_due, cx)) {
+                self.sliver_due = None;
                 return Poll::Ready(Ok(take(cap, want)));
             }
             match send.poll_capacity(cx) {

@@ -75,6 +75,14 @@ impl Stream {
         }
     }
 
+    /// Whether what is written waits in the proxy's own memory until the peer takes it (an
+    /// HTTP/2 client stream: its send buffer, drained as the client's window opens), rather
+    /// than in a kernel socket buffer. The response relay then holds no more than that buffer
+    /// itself, so the rest of a slow answer waits in the upstream's socket.
+    pub fn queues_writes(&self) -> bool {
+        matches!(self, Stream::H2(_))
+    }
+
     /// The local address of a TCP connection, TLS or not.
     pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
         match self {

@@ -410,14 +410,16 @@ impl Attempt<'_> {
         let read_timeout = p
             .grpc_timeout
             .map_or(group.read_timeout, |t| t.min(group.read_timeout));
-        let hint =
-            cx.worker
-                .response_buffer_hint(&conn.server, limits.max_buffer, limits.zero_copy);
-        if early.is_empty() && crate::buffers::is_large(hint) {
-            // With many requests waiting on their upstreams, a large buffer taken for each
-            // would add up to megabytes, out of the cache by the time its answer lands (the
-            // kernel's copies into and out of it then cost nearly twice as much): take it when
-            // the answer is there, the pool's most recently used.
+        let most = response::response_buffer_limit(cx.config(), &client.stream);
+        let hint = cx
+            .worker
+            .response_buffer_hint(&conn.server, most, limits.zero_copy);
+        let many_waiting = client.stream.queues_writes();
+        if early.is_empty() && (crate::buffers::is_large(hint) || many_waiting) {
+            // With many requests waiting on their upstreams (an HTTP/2 client's streams), a
+            // buffer taken for each would add up to megabytes, out of the cache by the time its
+            // answer lands (the kernel's copies into and out of it then cost nearly twice as
+            // much): take it when the answer is there, the pool's most recently used.
             tokio::select! {
                 r = wait_readable(&conn.stream, read_timeout) => {
                     r.map_err(|e| Error::no_response(&e))?;

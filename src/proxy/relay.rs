@@ -80,8 +80,11 @@ pub(super) async fn relay_response(
     mut r: ResponseBody<'_>,
     head_sent: &mut bool,
 ) -> Result<Relayed, Error> {
-    // Splicing needs the bytes unchanged on the way.
-    let mut pipes = r.pipes.filter(|_| r.relay == Relay::Pass);
+    // Splicing needs the bytes unchanged on the way, and a kernel socket at both ends (the
+    // buffer is let go before a splice: it must not be for a pair that cannot).
+    let mut pipes = r
+        .pipes
+        .filter(|_| r.relay == Relay::Pass && can_splice(r.upstream, r.client));
     let mut head = Some(r.head_out);
     let mut at = Cursor {
         out_start: r.head_len,
@@ -197,6 +200,11 @@ enum Spliced {
     More,
     /// splice(2) cannot be used on these streams: copy the rest.
     Unsupported,
+}
+
+/// Whether bytes may move from `from` to `to` with splice(2): both are plain TCP sockets.
+fn can_splice(from: &Stream, to: &Stream) -> bool {
+    from.tcp().is_some() && to.tcp().is_some()
 }
 
 /// Splices the opaque run ahead, if long enough.
@@ -319,7 +327,7 @@ pub(super) struct RequestBody<'a> {
 /// with the body unfinished, when the upstream answers first and `early` was given.
 pub(super) async fn relay_request_body(r: RequestBody<'_>) -> Result<(), Error> {
     let max = r.max_buffer.min(64 * 1024);
-    let mut pipes = r.pipes;
+    let mut pipes = r.pipes.filter(|_| can_splice(r.client, r.upstream));
     let mut early = r.early;
     while !r.reader.is_done() {
         let opaque = r.reader.opaque_len();

@@ -347,8 +347,25 @@ async fn send_whole(
     })
 }
 
-/// Relays the body as it arrives: a response that fits `max_buffer` is collected and sent with
-/// one write; a larger one streams (spliced beyond the first buffer when possible).
+/// The most of a response the relay holds at once for `client`: `max_buffer`, or for a client
+/// that queues writes in the proxy's memory (an HTTP/2 stream) no more than that queue's
+/// `[http2] max_send_buffer`, so a thousand streams in flight cost a thousand small buffers,
+/// not a thousand whole answers held twice.
+pub(super) fn response_buffer_limit(
+    config: &crate::config::Config,
+    client: &crate::net::Stream,
+) -> usize {
+    let max = config.limits.max_buffer;
+    if client.queues_writes() {
+        max.min(config.http2.max_send_buffer.max(MIN_BUFFER))
+    } else {
+        max
+    }
+}
+
+/// Relays the body as it arrives: a response that fits the buffer limit
+/// ([`response_buffer_limit`]) is collected and sent with one write; a larger one streams
+/// (spliced beyond the first buffer when possible).
 async fn relay_body(
     cx: &Ctx<'_>,
     group: &UpstreamGroup,
@@ -358,10 +375,11 @@ async fn relay_body(
     head: FinalHead,
 ) -> Result<Outcome, Error> {
     let limits = &cx.config().limits;
+    let max_buffer = response_buffer_limit(cx.config(), &client.stream);
     let wait_whole = match head.framing {
         Framing::Length(n) => {
             let total = head.head_len as u64 + n;
-            let fits = total <= limits.max_buffer as u64;
+            let fits = total <= max_buffer as u64;
             // A little slack past the end, so the last read comes back short: a short read
             // clears the socket's readiness, and the pool's liveness check needs no syscall.
             let want = total as usize + READ_SLACK;
@@ -383,7 +401,7 @@ async fn relay_body(
         reader: crate::http1::BodyReader::for_response(head.framing),
         relay: head.relay,
         wait_whole,
-        max_buffer: limits.max_buffer,
+        max_buffer,
         read_timeout: group.read_timeout,
         send_timeout: limits.client_body_timeout,
         pipes: limits.zero_copy.then_some(&cx.worker.pipes),

@@ -20,6 +20,7 @@ const RST_STREAM: u8 = 3;
 const SETTINGS: u8 = 4;
 const PING: u8 = 6;
 const GOAWAY: u8 = 7;
+const WINDOW_UPDATE: u8 = 8;
 const CONTINUATION: u8 = 9;
 const END_STREAM: u8 = 1;
 const END_HEADERS: u8 = 4;
@@ -487,6 +488,67 @@ fn floods_are_cut_off_with_goaway_and_memory_stays_bounded() {
         .parse()
         .unwrap();
     assert_eq!(floods, 5);
+}
+
+/// A client that opens every window as wide as it goes and then stops reading gets, for each
+/// of its streams, no more of the proxy's memory than the stream's send buffer and one relay
+/// buffer: the rest of each answer waits in the upstream's socket. Then every byte arrives.
+#[test]
+fn streams_to_a_client_that_stops_reading_hold_bounded_memory() {
+    const LEN: u64 = 1 << 20;
+    const STREAMS: u32 = 100;
+    let up = Upstream::start(|_| Reply::Pattern {
+        head: format!("HTTP/1.1 200 OK\r\nContent-Length: {LEN}\r\n\r\n").into_bytes(),
+        len: LEN,
+    });
+    let running = Running::config("h2-stalled.toml", &h2c_config(up.addr, ""));
+    let before = running.status_kb("VmRSS");
+    let mut s = TcpStream::connect(running.addr).unwrap();
+    let widest = 0x7fff_ffffu32;
+    // SETTINGS_INITIAL_WINDOW_SIZE (4) and the connection's window, both at their largest.
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(
+        SETTINGS,
+        0,
+        0,
+        &[&[0, 4][..], &widest.to_be_bytes()].concat(),
+    ));
+    out.extend(frame(WINDOW_UPDATE, 0, 0, &(widest - 65_535).to_be_bytes()));
+    for i in 0..STREAMS {
+        out.extend(headers(2 * i + 1, true, &get_block("/big")));
+    }
+    s.write_all(&out).unwrap();
+    // Everything the proxy will take while the client reads nothing is taken once the upstreams
+    // stop getting ahead.
+    let mut last = 0;
+    for _ in 0..150 {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = up.written.load(std::sync::atomic::Ordering::SeqCst);
+        if now > 0 && now == last {
+            break;
+        }
+        last = now;
+    }
+    let grew = running.status_kb("VmRSS").saturating_sub(before);
+    // 16 KiB queued and at most about as much in the relay per stream: a few MiB in all, where
+    // whole answers held would be 100 MiB.
+    assert!(
+        grew < 16 * 1024,
+        "the stalled client's streams hold {grew} kB"
+    );
+    let mut got = std::collections::HashMap::<u32, u64>::new();
+    let mut ended = 0;
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    while ended < STREAMS {
+        let f = read_frame(&mut s).unwrap();
+        if f.kind == DATA {
+            *got.entry(f.stream).or_default() += f.payload.len() as u64;
+            ended += u32::from(f.flags & END_STREAM != 0);
+        }
+        assert_ne!(f.kind, RST_STREAM, "stream {} was reset", f.stream);
+    }
+    assert_eq!(got.len(), STREAMS as usize);
+    assert!(got.values().all(|&n| n == LEN), "{got:?}");
 }
 
 #[test]
