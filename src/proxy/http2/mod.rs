@@ -270,5 +270,8 @@ async fn serve_stream(
             return;
         }
     }
-    super::serve::serve_one(worker, Stream::H2(Box::new(stream)), info.peer, info.id).await;
+    // Boxed: the request's state (about 7 KB) would otherwise be the task's, copied whole into
+    // the task when it is spawned and again when its output is stored and when it is dropped.
+    let stream = Stream::H2(Box::new(stream));
+    Box::pin(super::serve::serve_one(worker, stream, info.peer, info.id)).await;
 }
