@@ -357,7 +357,7 @@ pub(super) fn response_buffer_limit(
 ) -> usize {
     let max = config.limits.max_buffer;
     if client.queues_writes() {
-        max.min(config.http2.max_send_buffer.max(MIN_BUFFER))
+        max.min(config.http2.max_send_buffer)
     } else {
         max
     }

@@ -90,6 +90,18 @@ impl Drop for GrpcServer {
     }
 }
 
+/// Drives a scripted server's connection for a moment, so what is queued on it goes out before
+/// a reset that would drop it.
+async fn flush_briefly(conn: &mut h2::server::Connection<tokio::net::TcpStream, bytes::Bytes>) {
+    let flush = std::future::poll_fn(|cx| conn.poll_closed(cx));
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(100), flush).await;
+}
+
+/// The `[upstreams.app]` lines of [`grpc_proxy`] for one h2c server.
+pub(crate) fn h2c_group(addr: std::net::SocketAddr) -> String {
+    format!("servers = [\"{addr}\"]\nprotocol = \"h2c\"")
+}
+
 /// A one-worker proxy in front of `group` (the upstream section's keys), with an h2c
 /// listener, or a TLS one for `localhost` when `pki` is given.
 pub(crate) fn grpc_proxy(group: &str, pki: Option<&TestPki>) -> slipstream::server::Server {
@@ -160,10 +172,7 @@ fn grpcurl(addr: SocketAddr, args: &[&str]) -> (bool, String) {
 #[test]
 fn the_interop_suite_passes_through_an_h2c_upstream_on_one_connection() {
     let server = GrpcServer::start(None, &[]);
-    let proxy = grpc_proxy(
-        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
-        None,
-    );
+    let proxy = grpc_proxy(&h2c_group(server.addr), None);
     let port = proxy.local_addrs()[0].port();
     let failed: Vec<String> = INTEROP_CASES
         .iter()
@@ -213,10 +222,7 @@ fn the_interop_suite_passes_over_tls_to_an_h2_upstream() {
 #[test]
 fn grpcurl_lists_calls_and_checks_health_through_the_proxy() {
     let server = GrpcServer::start(None, &["-not_serving", "sleepy"]);
-    let proxy = grpc_proxy(
-        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
-        None,
-    );
+    let proxy = grpc_proxy(&h2c_group(server.addr), None);
     let addr = proxy.local_addrs()[0];
     let (ok, list) = grpcurl(addr, &["--", "list"]);
     assert!(ok, "{list}");
@@ -265,10 +271,7 @@ fn a_busy_grpc_client_is_not_taken_for_a_flood() {
     // grpc-go probes the link with a PING per burst of answers: under load, far more than the
     // PING flood limit per second, on a connection opening thousands of streams.
     let server = GrpcServer::start(None, &[]);
-    let proxy = grpc_proxy(
-        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
-        None,
-    );
+    let proxy = grpc_proxy(&h2c_group(server.addr), None);
     let out = Command::new(go_tool("bin/ghz"))
         .args(["--insecure", "--call", "grpc.testing.TestService/UnaryCall"])
         .args([
@@ -357,10 +360,7 @@ fn a_grpc_timeout_shorter_than_read_timeout_bounds_the_wait() {
 #[test]
 fn an_http1_client_reaches_an_h2c_upstream_and_gets_its_trailers_chunked() {
     let server = GrpcServer::start(None, &[]);
-    let proxy = grpc_proxy(
-        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
-        None,
-    );
+    let proxy = grpc_proxy(&h2c_group(server.addr), None);
     let addr = proxy.local_addrs()[0];
     // An empty Health/Check request: one gRPC message of length 0.
     let mut request = format!(
@@ -508,18 +508,14 @@ impl ScriptedH2 {
                             body.send_data(bytes::Bytes::from_static(b"ok"), !cancel)
                                 .unwrap();
                             if cancel {
-                                let flush = std::future::poll_fn(|cx| conn.poll_closed(cx));
-                                let wait = std::time::Duration::from_millis(100);
-                                let _ = tokio::time::timeout(wait, flush).await;
+                                flush_briefly(&mut conn).await;
                                 body.send_reset(h2::Reason::CANCEL);
                                 let _ = std::future::poll_fn(|cx| conn.poll_closed(cx)).await;
                                 return;
                             }
                             if script == Script::AnswerAndStop {
                                 // The answer goes out first (a reset drops what is queued).
-                                let flush = std::future::poll_fn(|cx| conn.poll_closed(cx));
-                                let wait = std::time::Duration::from_millis(100);
-                                let _ = tokio::time::timeout(wait, flush).await;
+                                flush_briefly(&mut conn).await;
                                 respond.send_reset(h2::Reason::NO_ERROR);
                                 // Keep the connection served while the proxy reacts.
                                 let _ = std::future::poll_fn(|cx| conn.poll_closed(cx)).await;
@@ -571,10 +567,7 @@ fn a_stream_the_server_refused_goes_to_another_server_even_a_post() {
 #[test]
 fn a_server_that_sends_goaway_gets_new_requests_on_a_new_connection() {
     let server = ScriptedH2::start(Script::Answer);
-    let proxy = grpc_proxy(
-        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
-        None,
-    );
+    let proxy = grpc_proxy(&h2c_group(server.addr), None);
     let agent = http_client();
     for i in 0..5 {
         let url = format!("http://{}/{i}", proxy.local_addrs()[0]);
@@ -590,10 +583,7 @@ fn a_server_that_sends_goaway_gets_new_requests_on_a_new_connection() {
 #[test]
 fn an_interim_response_from_an_http2_server_is_passed_on() {
     let server = ScriptedH2::start(Script::HintThenAnswer);
-    let proxy = grpc_proxy(
-        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
-        None,
-    );
+    let proxy = grpc_proxy(&h2c_group(server.addr), None);
     let raw = exchange_until_close(
         proxy.local_addrs()[0],
         b"GET /page HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
@@ -610,10 +600,7 @@ fn an_interim_response_from_an_http2_server_is_passed_on() {
 #[test]
 fn a_server_that_answers_and_stops_the_body_is_no_failure() {
     let server = ScriptedH2::start(Script::AnswerAndStop);
-    let proxy = grpc_proxy(
-        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
-        None,
-    );
+    let proxy = grpc_proxy(&h2c_group(server.addr), None);
     // A body far larger than the stream's window: most of it is still to send when the
     // server has answered and reset the stream with NO_ERROR.
     let body = vec![b'x'; 4 << 20];
@@ -631,10 +618,7 @@ fn a_server_that_answers_and_stops_the_body_is_no_failure() {
 #[test]
 fn an_upstream_stream_cancelled_mid_answer_is_cancelled_for_the_client_too() {
     let server = ScriptedH2::start(Script::StartThenCancel);
-    let proxy = grpc_proxy(
-        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
-        None,
-    );
+    let proxy = grpc_proxy(&h2c_group(server.addr), None);
     let addr = proxy.local_addrs()[0];
     let local = tokio::task::LocalSet::new();
     local.block_on(&crate::http2::runtime(), async {

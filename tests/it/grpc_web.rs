@@ -59,10 +59,7 @@ fn post(url: &str, content_type: &str, body: &[u8], args: &[&str]) -> (String, V
 #[test]
 fn grpc_web_calls_reach_a_grpc_server_in_both_encodings() {
     let server = GrpcServer::start(None, &[]);
-    let proxy = grpc_proxy(
-        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
-        None,
-    );
+    let proxy = grpc_proxy(&crate::grpc::h2c_group(server.addr), None);
     let addr = proxy.local_addrs()[0];
     let call = format!("http://{addr}/grpc.testing.TestService/StreamingOutputCall");
     // A server-streaming call asking for two responses, of 3 and 5 payload bytes.
@@ -180,10 +177,7 @@ fn chunks(mut body: &[u8]) -> Vec<Vec<u8>> {
 #[test]
 fn a_text_stream_sends_each_message_whole_at_once() {
     let server = GrpcServer::start(None, &[]);
-    let proxy = grpc_proxy(
-        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
-        None,
-    );
+    let proxy = grpc_proxy(&crate::grpc::h2c_group(server.addr), None);
     let addr = proxy.local_addrs()[0];
     // Two answers of 12 and 14 bytes: neither a multiple of 3, so base64 held across pieces
     // would leave part of a message waiting for the next.
@@ -210,10 +204,7 @@ fn a_text_stream_sends_each_message_whole_at_once() {
 fn an_answer_that_is_not_grpc_is_passed_as_it_is() {
     // A server that answers `200 ok` with no gRPC content type (an error page, say).
     let server = ScriptedH2::start(Script::Answer);
-    let proxy = grpc_proxy(
-        &format!("servers = [\"{}\"]\nprotocol = \"h2c\"", server.addr),
-        None,
-    );
+    let proxy = grpc_proxy(&crate::grpc::h2c_group(server.addr), None);
     let url = format!("http://{}/x.Y/Z", proxy.local_addrs()[0]);
     let (head, body) = post(&url, "application/grpc-web-text", b"AAAAAAA=", &[]);
     assert!(head.starts_with("http/1.1 200"), "{head}");
