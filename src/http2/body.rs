@@ -333,7 +333,11 @@ impl Outbound {
     /// each frame's bytes as it reads them would otherwise get one tiny frame per window
     /// update, for the rest of the body): it waits until the window holds 4 KiB, all
     /// of `want`, or half the most the peer has opened, or for [`SLIVER_WAIT`] at most.
-    fn poll_room(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
+    pub(super) fn poll_room(
+        &mut self,
+        cx: &mut Context<'_>,
+        want: usize,
+    ) -> Poll<io::Result<usize>> {
         let send = &mut self.send;
         send.reserve_capacity(want);
         loop {

@@ -97,6 +97,16 @@ impl H2Stream {
         .await
     }
 
+    /// Ready when the response's body may take bytes: its send queue has room for `want`
+    /// (or for a worthwhile part of it) within the client's window; gives how many bytes it
+    /// takes without waiting. Before the head is sent, `want` at once.
+    pub fn poll_room(&self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
+        match &mut self.writer.borrow_mut().out {
+            Out::Body(body) => body.poll_room(cx, want),
+            Out::Head(_) => Poll::Ready(Ok(want)),
+        }
+    }
+
     /// Ready when the client reset the stream (or the connection went away).
     pub fn poll_reset(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut w = self.writer.borrow_mut();

@@ -174,6 +174,17 @@ impl Stream {
         }
     }
 
+    /// Waits until a write of up to `want` bytes would be taken, at least in part, into the
+    /// proxy's own queue without waiting ([`Stream::queues_writes`]: an HTTP/2 client stream,
+    /// whose queue drains as the client's window opens), and gives how many bytes it would
+    /// take; `want` at once for every other stream, whose writes wait in the kernel instead.
+    pub async fn room(&self, want: usize) -> io::Result<usize> {
+        match self {
+            Stream::H2(s) => std::future::poll_fn(|cx| s.poll_room(cx, want)).await,
+            _ => Ok(want),
+        }
+    }
+
     /// Resolves when the peer has closed its sending side (EOF) or reset the connection (a
     /// failed peek). Bytes waiting to be read (pipelined requests) are not a hang-up; this
     /// never resolves on a stream that cannot tell.

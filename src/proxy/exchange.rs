@@ -50,15 +50,25 @@ pub(super) async fn exchange(
     let buffered = body
         .feed_in_place(buf, p.head_len)
         .map_err(|_| Error::new(Kind::BadRequest("invalid chunked body")))?;
-    let initial_end = p.head_len + buffered;
+    let mut initial_end = p.head_len + buffered;
     // The whole body is in the buffer: the request can be sent again if a connection fails.
     let body_in_hand = body.is_done();
+    let mut body_start = p.head_len;
+    let max_buffer = cx.config().limits.max_buffer;
+    if body_in_hand && buffered == 0 && buf.len() == initial_end {
+        // No body and nothing pipelined: a retry needs nothing from the read buffer (the head
+        // sent upstream is the request's own), so it goes back to the pool now rather than
+        // wait out the upstream's answer; many HTTP/2 streams waiting hold none each.
+        buf.clear();
+        cx.worker.buffers.give(std::mem::take(buf), max_buffer);
+        (body_start, initial_end) = (0, 0);
+    }
     let (lease, conn, mut ubuf) = loop {
         let lease = pick(cx, route, tried)?;
         let attempt = Attempt {
             group,
             lease: &lease,
-            initial_end,
+            body: body_start..initial_end,
             body_in_hand,
             timed: balancer.wants_latency(),
         };
@@ -71,7 +81,6 @@ pub(super) async fn exchange(
         // The request is fully sent; what follows it in the buffer is the next request.
         buf.drain(..initial_end.min(buf.len()));
     }
-    let max_buffer = cx.config().limits.max_buffer;
     if buf.is_empty() {
         // Nothing pipelined: the read buffer goes back to the pool for the whole response.
         cx.worker.buffers.give(std::mem::take(buf), max_buffer);
@@ -339,7 +348,8 @@ fn stale(e: &Error, body_in_hand: bool) -> bool {
 struct Attempt<'a> {
     group: &'a UpstreamGroup,
     lease: &'a Lease,
-    initial_end: usize,
+    /// Where the body bytes that came with the head lie in the read buffer.
+    body: std::ops::Range<usize>,
     body_in_hand: bool,
     /// Measure the time to the response head for the balancer.
     timed: bool,
@@ -375,10 +385,7 @@ impl Attempt<'_> {
         let group = self.group;
         let limits = &cx.config().limits;
         let started = self.timed.then(Instant::now);
-        let parts = [
-            p.upstream_head.as_slice(),
-            &buf[p.head_len..self.initial_end],
-        ];
+        let parts = [p.upstream_head.as_slice(), &buf[self.body.clone()]];
         write_all(&mut conn.stream, &parts, group.send_timeout)
             .await
             .map_err(|e| Error::no_response(&e))?;
@@ -386,7 +393,7 @@ impl Attempt<'_> {
         let mut early = Vec::new();
         let duplex = matches!(client.stream, Stream::H2(_));
         if !body.is_done() {
-            buf.drain(..self.initial_end);
+            buf.drain(..self.body.end);
             if p.expect_continue && p.minor_version == 1 {
                 write_all(&mut client.stream, &[CONTINUE], limits.client_body_timeout)
                     .await

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncRead;
 
+use crate::buffers::BufferPool;
 use crate::error::{Error, Kind};
 use crate::http1::response::Relay;
 use crate::http1::{chunk_size_line, BodyReader, Framing, CHUNK_END, LAST_CHUNK};
@@ -46,6 +47,9 @@ pub(super) struct ResponseBody<'a> {
     pub(super) pipes: Option<&'a PipePool>,
     /// The worker's counters.
     pub(super) counters: &'a Shard,
+    /// The worker's buffer pool and the most it keeps: for a client that queues writes
+    /// ([`Stream::queues_writes`]), `buf` goes back to it while the relay waits.
+    pub(super) buffers: Option<(&'a BufferPool, usize)>,
 }
 
 /// How a relayed response ended.
@@ -98,7 +102,12 @@ pub(super) async fn relay_response(
         scan(&mut r, &mut at)?;
         let complete = r.reader.is_done() || at.eof;
         if !complete && should_read(&r, &at, head.is_some(), pipes.is_some()) {
-            let n = upstream_read(r.upstream, r.buf, r.max_buffer, r.read_timeout).await?;
+            let most = if r.buf.capacity() == 0 {
+                wait_without_buffer(&mut r).await?
+            } else {
+                r.max_buffer
+            };
+            let n = upstream_read(r.upstream, r.buf, most, r.read_timeout).await?;
             if n == 0 {
                 if !matches!(r.reader, BodyReader::UntilClose) {
                     return Err(Error::new(Kind::UpstreamFailed));
@@ -120,6 +129,11 @@ pub(super) async fn relay_response(
         at.decoded.clear();
         at.out_start = 0;
         at.scanned = 0;
+        if let (Some((pool, most)), true) = (r.buffers, r.buf.is_empty()) {
+            if r.client.queues_writes() {
+                pool.give(std::mem::take(r.buf), most);
+            }
+        }
         if let Some(pool) = pipes {
             match splice_response(&mut r, pool, &mut at).await? {
                 Spliced::Ended(done) => return Ok(done),
@@ -128,6 +142,28 @@ pub(super) async fn relay_response(
             }
         }
     }
+}
+
+/// Pull backpressure for a client that queues writes in the proxy's memory (an HTTP/2
+/// stream): with the buffer given back, waits until the client's queue has room and the
+/// upstream has bytes to read, then takes a buffer from the pool; returns how much to read,
+/// no more than the queue takes at once, so the write that follows does not wait holding the
+/// buffer. A stream waiting on either holds no buffer: a thousand streams behind slow clients
+/// hold only their send queues.
+async fn wait_without_buffer(r: &mut ResponseBody<'_>) -> Result<usize, Error> {
+    let room = match tokio::time::timeout(r.send_timeout, r.client.room(r.max_buffer)).await {
+        Ok(Ok(n)) => n.clamp(1, r.max_buffer),
+        Ok(Err(_)) | Err(_) => return Err(Error::client_write()),
+    };
+    match tokio::time::timeout(r.read_timeout, r.upstream.readable()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(Error::upstream_io(&e)),
+        Err(_) => return Err(Error::new(Kind::UpstreamTimeout)),
+    }
+    if let Some((pool, _)) = r.buffers {
+        *r.buf = pool.take(r.max_buffer);
+    }
+    Ok(room)
 }
 
 /// Feeds the bytes read since the last call to the framing tracker. Passed through as they

@@ -406,6 +406,7 @@ async fn relay_body(
         send_timeout: limits.client_body_timeout,
         pipes: limits.zero_copy.then_some(&cx.worker.pipes),
         counters: &cx.worker.counters,
+        buffers: Some((&cx.worker.buffers, limits.max_buffer)),
     };
     let relayed = match relay::relay_response(body, &mut head_sent).await {
         Ok(r) => r,

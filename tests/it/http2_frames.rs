@@ -491,8 +491,8 @@ fn floods_are_cut_off_with_goaway_and_memory_stays_bounded() {
 }
 
 /// A client that opens every window as wide as it goes and then stops reading gets, for each
-/// of its streams, no more of the proxy's memory than the stream's send buffer and one relay
-/// buffer: the rest of each answer waits in the upstream's socket. Then every byte arrives.
+/// of its streams, no more of the proxy's memory than the stream's send buffer: the rest of
+/// each answer waits in the upstream's socket. Then every byte arrives.
 #[test]
 fn streams_to_a_client_that_stops_reading_hold_bounded_memory() {
     const LEN: u64 = 1 << 20;
@@ -530,8 +530,8 @@ fn streams_to_a_client_that_stops_reading_hold_bounded_memory() {
         last = now;
     }
     let grew = running.status_kb("VmRSS").saturating_sub(before);
-    // 16 KiB queued and at most about as much in the relay per stream: a few MiB in all, where
-    // whole answers held would be 100 MiB.
+    // 16 KiB queued per stream (the relay gives its buffer back while the queue is full): a
+    // few MiB in all, where whole answers held would be 100 MiB.
     assert!(
         grew < 16 * 1024,
         "the stalled client's streams hold {grew} kB"

@@ -73,6 +73,7 @@ impl Case {
                 send_timeout: TIMEOUT,
                 pipes: None,
                 counters: &counters,
+                buffers: None,
             };
             let result = relay_response(body, &mut head_sent).await;
             (result, head_sent)
