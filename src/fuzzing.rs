@@ -8,7 +8,7 @@ use crate::config::{Config, HashKey};
 use crate::fastcgi::cgi::parse_cgi_head;
 use crate::fastcgi::record::{parse_pairs, parse_record, put_params, Record};
 use crate::files::conditional::{
-    evaluate, if_range_allows, Conditions, Outcome as ConditionalOutcome, Validators,
+    evaluate, if_range_allows, Conditions, Precondition as ConditionalOutcome, Validators,
 };
 use crate::files::path::resolve as resolve_path;
 use crate::files::range::{parse_range, Ranges, MAX_RANGES};
@@ -589,11 +589,11 @@ pub fn tls_pem(data: &[u8]) {
 /// A client's HTTP/2 byte stream (after a first byte that chooses the split size and small
 /// limits): never panics, and feeding it in pieces gives the verdict feeding it whole does.
 pub fn http2_frames(data: &[u8]) {
-    use crate::http2::guard::{FrameGuard, Limits};
+    use crate::http2::guard::{FloodLimits, FrameGuard};
     let Some((&seed, data)) = data.split_first() else {
         return;
     };
-    let limits = Limits {
+    let limits = FloodLimits {
         resets_per_sec: 3,
         pings_per_sec: 3,
         settings_per_sec: 3,
@@ -660,7 +660,7 @@ pub fn http2_server(data: &[u8]) {
 /// the same framing.
 pub fn http2_convert(data: &[u8]) {
     use crate::http1::Framing;
-    use crate::http2::request::{to_http1, RequestBody};
+    use crate::http2::request::{to_http1, BodyKind};
     let Some((&flags, data)) = data.split_first() else {
         return;
     };
@@ -712,9 +712,9 @@ pub fn http2_convert(data: &[u8]) {
                 assert_eq!(h.host, Some(authority.as_str().as_bytes()));
             }
             let want = match head.body {
-                RequestBody::None | RequestBody::Length(0) | RequestBody::Tunnel => Framing::Empty,
-                RequestBody::Length(n) => Framing::Length(n),
-                RequestBody::Chunked => Framing::Chunked,
+                BodyKind::None | BodyKind::Length(0) | BodyKind::Tunnel => Framing::Empty,
+                BodyKind::Length(n) => Framing::Length(n),
+                BodyKind::Chunked => Framing::Chunked,
             };
             let no_body = |f: Framing| {
                 if f == Framing::Length(0) {

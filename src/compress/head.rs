@@ -8,7 +8,7 @@ use crate::http1::{list_elements, put_decimal};
 
 /// What the fields of a response head say about compressing it.
 #[derive(Debug, Default)]
-pub(super) struct Fields<'a> {
+pub(super) struct HeadFields<'a> {
     pub(super) status: u16,
     pub(super) content_type: Option<&'a [u8]>,
     pub(super) content_length: Option<u64>,
@@ -27,14 +27,14 @@ fn field_lines(head: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
     })
 }
 
-impl<'a> Fields<'a> {
-    pub(super) fn scan(head: &'a [u8]) -> Fields<'a> {
-        let mut f = Fields {
+impl<'a> HeadFields<'a> {
+    pub(super) fn scan(head: &'a [u8]) -> HeadFields<'a> {
+        let mut f = HeadFields {
             status: head
                 .get(9..12)
                 .and_then(|s| std::str::from_utf8(s).ok()?.parse().ok())
                 .unwrap_or(0),
-            ..Fields::default()
+            ..HeadFields::default()
         };
         for (name, value) in field_lines(head) {
             if name.eq_ignore_ascii_case(b"content-type") {

@@ -10,7 +10,7 @@ pub mod encoder;
 pub mod head;
 
 pub use crate::http1::accept::{Coding, Codings};
-use head::Fields;
+use head::HeadFields;
 
 /// How responses are compressed: the `[compression]` section.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,7 +96,7 @@ fn type_matches(pattern: &[u8], media: &[u8]) -> bool {
 /// a compressible type, and a length (when known) of at least `min_length`, which
 /// `identity_refused` waives.
 pub fn eligible(head: &[u8], settings: &Settings, identity_refused: bool) -> bool {
-    let f = Fields::scan(head);
+    let f = HeadFields::scan(head);
     let status_ok = (200..600).contains(&f.status) && !matches!(f.status, 204 | 206 | 304);
     let long_enough = identity_refused || f.content_length.is_none_or(|n| n >= settings.min_length);
     status_ok

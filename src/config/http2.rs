@@ -30,7 +30,7 @@ pub struct Http2Settings {
     /// no more than this besides (one frame by default, as HAProxy's 16 KB buffer per stream).
     pub max_send_buffer: usize,
     /// Cheap-frame rates beyond which a connection gets GOAWAY(ENHANCE_YOUR_CALM).
-    pub flood: guard::Limits,
+    pub flood: guard::FloodLimits,
 }
 
 impl Http2Settings {
@@ -46,9 +46,9 @@ impl Http2Settings {
             max_frame_size: 16 * 1024,
             max_send_buffer: 16 * 1024,
             body_preread: 64 * 1024,
-            flood: guard::Limits {
+            flood: guard::FloodLimits {
                 max_header_block: max_header_list_size.saturating_mul(2),
-                ..guard::Limits::default()
+                ..guard::FloodLimits::default()
             },
         }
     }
@@ -88,7 +88,7 @@ impl Validator<'_> {
         ) as u32;
         let rate =
             |v: &Option<Spanned<u32>>, default: u32| v.as_ref().map_or(default, |s| *s.get_ref());
-        let flood = guard::Limits {
+        let flood = guard::FloodLimits {
             resets_per_sec: rate(&f.max_resets_per_second, d.flood.resets_per_sec),
             pings_per_sec: rate(&f.max_pings_per_second, d.flood.pings_per_sec),
             settings_per_sec: rate(&f.max_settings_per_second, d.flood.settings_per_sec),

@@ -64,7 +64,7 @@ impl Stamp {
 
 /// A cached file with its siblings.
 #[derive(Debug)]
-pub struct Entry {
+pub struct CachedFile {
     /// The file as it is.
     pub identity: Representation,
     /// `Content-Type` of the file (siblings share it).
@@ -75,7 +75,7 @@ pub struct Entry {
     last_used: Cell<Instant>,
 }
 
-impl Entry {
+impl CachedFile {
     /// Whether any precompressed sibling exists (responses then carry `Vary: Accept-Encoding`).
     pub fn has_siblings(&self) -> bool {
         self.siblings.iter().any(Option::is_some)
@@ -84,7 +84,7 @@ impl Entry {
 
 /// Entries of one route directory, in four tables by the route options that change what
 /// opening finds (precompressed siblings looked up; symlinks out of the directory followed).
-type Tables = [HashMap<PathBuf, Rc<Entry>, Xxh3DefaultBuilder>; 4];
+type Tables = [HashMap<PathBuf, Rc<CachedFile>, Xxh3DefaultBuilder>; 4];
 
 struct Root {
     file: Rc<File>,
@@ -97,7 +97,7 @@ struct Root {
 #[derive(Debug)]
 pub enum Found {
     /// A regular file.
-    File(Rc<Entry>),
+    File(Rc<CachedFile>),
     /// A directory.
     Directory(File),
 }
@@ -147,7 +147,7 @@ impl FileCache {
             Opened::Directory(d) => return Ok(Found::Directory(d)),
             Opened::File(f, m) => (f, m),
         };
-        let entry = Rc::new(Entry {
+        let entry = Rc::new(CachedFile {
             identity: representation(file, &meta, None, settings),
             content_type: content_type(rel, settings),
             siblings: if route.precompressed {
@@ -238,7 +238,7 @@ fn evict_oldest(roots: &mut HashMap<PathBuf, Root, Xxh3DefaultBuilder>) -> bool 
 }
 
 /// Reopens an entry's path and its siblings' and compares what is there now.
-fn still_current(entry: &Entry, dir: &File, rel: &Path, route: &FileRoute) -> bool {
+fn still_current(entry: &CachedFile, dir: &File, rel: &Path, route: &FileRoute) -> bool {
     let current = |rel: &Path| match open_beneath(dir, rel, route.symlinks_out_of_root) {
         Ok(Opened::File(_, m)) => Some(Stamp::of(&m)),
         _ => None,

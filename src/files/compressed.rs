@@ -8,14 +8,14 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
-use super::cache::Entry;
+use super::cache::CachedFile;
 use crate::compress::Coding;
 
 /// One compressed copy.
 struct Copy {
     /// The entry it was made from: alive while the file's version is current. Holding it
     /// weakly keeps its address from being reused by another entry.
-    entry: Weak<Entry>,
+    entry: Weak<CachedFile>,
     bytes: Rc<[u8]>,
     last_used: Cell<u64>,
 }
@@ -37,7 +37,7 @@ pub struct Stored {
 
 impl CompressedCache {
     /// The compressed copy of `entry` in `coding`, if kept.
-    pub fn get(&self, entry: &Rc<Entry>, coding: Coding) -> Option<Rc<[u8]>> {
+    pub fn get(&self, entry: &Rc<CachedFile>, coding: Coding) -> Option<Rc<[u8]>> {
         let copies = self.copies.borrow();
         let copy = copies.get(&(key(entry), coding))?;
         if !copy.entry.upgrade().is_some_and(|e| Rc::ptr_eq(&e, entry)) {
@@ -49,7 +49,13 @@ impl CompressedCache {
 
     /// Keeps a compressed copy, dropping the least recently used (and the stale) to stay
     /// within `budget` bytes; a copy larger than a quarter of the budget is not kept.
-    pub fn put(&self, entry: &Rc<Entry>, coding: Coding, bytes: Rc<[u8]>, budget: usize) -> Stored {
+    pub fn put(
+        &self,
+        entry: &Rc<CachedFile>,
+        coding: Coding,
+        bytes: Rc<[u8]>,
+        budget: usize,
+    ) -> Stored {
         let mut stored = Stored::default();
         if bytes.len() > budget / 4 {
             return stored;
@@ -98,6 +104,6 @@ impl CompressedCache {
     }
 }
 
-fn key(entry: &Rc<Entry>) -> usize {
+fn key(entry: &Rc<CachedFile>) -> usize {
     Rc::as_ptr(entry) as usize
 }

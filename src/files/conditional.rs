@@ -41,7 +41,7 @@ pub struct Conditions<'a> {
 
 /// What the preconditions decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Precondition {
     /// Serve the file.
     Proceed,
     /// 304 Not Modified (GET and HEAD).
@@ -51,30 +51,30 @@ pub enum Outcome {
 }
 
 /// Evaluates the preconditions for a GET or HEAD (`safe`) or another method.
-pub fn evaluate(c: &Conditions<'_>, v: &Validators, safe: bool) -> Outcome {
+pub fn evaluate(c: &Conditions<'_>, v: &Validators, safe: bool) -> Precondition {
     if let Some(list) = c.if_match {
         if !matches_any(list, &v.etag, true) {
-            return Outcome::Failed;
+            return Precondition::Failed;
         }
     } else if let Some(date) = c.if_unmodified_since.and_then(parse_date) {
         if v.last_modified > date {
-            return Outcome::Failed;
+            return Precondition::Failed;
         }
     }
     if let Some(list) = c.if_none_match {
         if matches_any(list, &v.etag, false) {
             return if safe {
-                Outcome::NotModified
+                Precondition::NotModified
             } else {
-                Outcome::Failed
+                Precondition::Failed
             };
         }
     } else if let Some(date) = c.if_modified_since.filter(|_| safe).and_then(parse_date) {
         if v.last_modified <= date {
-            return Outcome::NotModified;
+            return Precondition::NotModified;
         }
     }
-    Outcome::Proceed
+    Precondition::Proceed
 }
 
 /// Whether `If-Range` lets a Range apply: a strong tag equal to the file's, or a date equal to
@@ -134,7 +134,7 @@ mod tests {
         Validators::new(31, UNIX_EPOCH + Duration::from_secs(1_700_000_000))
     }
 
-    fn run(c: Conditions<'_>) -> Outcome {
+    fn run(c: Conditions<'_>) -> Precondition {
         evaluate(&c, &file(), true)
     }
 
@@ -145,7 +145,7 @@ mod tests {
             if_none_match: Some(tag.as_bytes()),
             ..Default::default()
         };
-        assert_eq!(run(c), Outcome::NotModified);
+        assert_eq!(run(c), Precondition::NotModified);
         let weak = format!("\"x\", W/{tag}");
         let c = Conditions {
             if_none_match: Some(weak.as_bytes()),
@@ -153,31 +153,31 @@ mod tests {
         };
         assert_eq!(
             run(c),
-            Outcome::NotModified,
+            Precondition::NotModified,
             "weak comparison for If-None-Match"
         );
         assert_eq!(
             evaluate(&c, &file(), false),
-            Outcome::Failed,
+            Precondition::Failed,
             "a PUT gets 412"
         );
         let c = Conditions {
             if_modified_since: Some(b"Tue, 14 Nov 2023 22:13:20 GMT"),
             ..Default::default()
         };
-        assert_eq!(run(c), Outcome::NotModified);
+        assert_eq!(run(c), Precondition::NotModified);
         let c = Conditions {
             if_modified_since: Some(b"Tue, 14 Nov 2023 22:13:19 GMT"),
             ..Default::default()
         };
-        assert_eq!(run(c), Outcome::Proceed);
+        assert_eq!(run(c), Precondition::Proceed);
         // If-None-Match wins over If-Modified-Since.
         let c = Conditions {
             if_none_match: Some(b"\"other\""),
             if_modified_since: Some(b"Tue, 14 Nov 2023 22:13:20 GMT"),
             ..Default::default()
         };
-        assert_eq!(run(c), Outcome::Proceed);
+        assert_eq!(run(c), Precondition::Proceed);
     }
 
     #[test]
@@ -185,11 +185,11 @@ mod tests {
         let tag = file().etag;
         let weak = format!("W/{tag}");
         for (list, want) in [
-            (tag.as_str(), Outcome::Proceed),
-            ("*", Outcome::Proceed),
-            (weak.as_str(), Outcome::Failed),
-            ("\"nope\"", Outcome::Failed),
-            ("garbage", Outcome::Failed),
+            (tag.as_str(), Precondition::Proceed),
+            ("*", Precondition::Proceed),
+            (weak.as_str(), Precondition::Failed),
+            ("\"nope\"", Precondition::Failed),
+            ("garbage", Precondition::Failed),
         ] {
             let c = Conditions {
                 if_match: Some(list.as_bytes()),
@@ -201,12 +201,12 @@ mod tests {
             if_unmodified_since: Some(b"Tue, 14 Nov 2023 22:13:19 GMT"),
             ..Default::default()
         };
-        assert_eq!(run(c), Outcome::Failed);
+        assert_eq!(run(c), Precondition::Failed);
         let c = Conditions {
             if_unmodified_since: Some(b"not a date"),
             ..Default::default()
         };
-        assert_eq!(run(c), Outcome::Proceed, "an invalid date is ignored");
+        assert_eq!(run(c), Precondition::Proceed, "an invalid date is ignored");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::Instant;
 
-use super::cache::{Entry, FileCache, Found};
+use super::cache::{CachedFile, FileCache, Found};
 use super::open::OpenError;
 use super::path::{normalize, resolve, RelativePath};
 use crate::config::{Fallback, FileRoute, FilesSettings};
@@ -20,7 +20,7 @@ use crate::routing::UpstreamTarget;
 #[derive(Debug)]
 pub enum Resolution {
     /// A file.
-    File(Rc<Entry>),
+    File(Rc<CachedFile>),
     /// A directory without an index file, on a route that lists directories.
     Listing {
         /// The directory.

@@ -63,9 +63,9 @@ pub fn parse_range(value: &[u8], len: u64) -> Ranges {
         }
         any = true;
         match parse_piece(piece, len) {
-            Piece::Invalid => return Ranges::Whole,
-            Piece::Unsatisfiable => {}
-            Piece::Range(r) => ranges.push(r),
+            RangePart::Invalid => return Ranges::Whole,
+            RangePart::Unsatisfiable => {}
+            RangePart::Range(r) => ranges.push(r),
         }
     }
     if !any {
@@ -80,46 +80,46 @@ pub fn parse_range(value: &[u8], len: u64) -> Ranges {
     }
 }
 
-enum Piece {
+enum RangePart {
     Range(ByteRange),
     Unsatisfiable,
     Invalid,
 }
 
-fn parse_piece(piece: &[u8], len: u64) -> Piece {
+fn parse_piece(piece: &[u8], len: u64) -> RangePart {
     let Some(dash) = piece.iter().position(|&b| b == b'-') else {
-        return Piece::Invalid;
+        return RangePart::Invalid;
     };
     let (first, last) = (trim(&piece[..dash]), trim(&piece[dash + 1..]));
     if first.is_empty() {
         // suffix-range: the last N bytes
         let Some(n) = digits(last) else {
-            return Piece::Invalid;
+            return RangePart::Invalid;
         };
         if n == 0 || len == 0 {
-            return Piece::Unsatisfiable;
+            return RangePart::Unsatisfiable;
         }
         let start = len.saturating_sub(n);
-        return Piece::Range(ByteRange {
+        return RangePart::Range(ByteRange {
             start,
             end: len - 1,
         });
     }
     let Some(start) = digits(first) else {
-        return Piece::Invalid;
+        return RangePart::Invalid;
     };
     let end = if last.is_empty() {
         u64::MAX
     } else {
         match digits(last) {
             Some(e) if e >= start => e,
-            _ => return Piece::Invalid,
+            _ => return RangePart::Invalid,
         }
     };
     if start >= len {
-        return Piece::Unsatisfiable;
+        return RangePart::Unsatisfiable;
     }
-    Piece::Range(ByteRange {
+    RangePart::Range(ByteRange {
         start,
         end: end.min(len - 1),
     })

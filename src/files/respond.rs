@@ -2,8 +2,8 @@
 //! precompressed sibling), which status (200, 206, 304, 412, 416, 405), the response head, and
 //! which bytes make the body. The caller sends what the [`Plan`] says.
 
-use super::cache::{Entry, Representation, CODINGS};
-use super::conditional::{evaluate, if_range_allows, Conditions, Outcome};
+use super::cache::{CachedFile, Representation, CODINGS};
+use super::conditional::{evaluate, if_range_allows, Conditions, Precondition};
 use super::range::{parse_range, ByteRange, Ranges};
 use crate::config::FileRoute;
 use crate::http1::accept::{accepted_codings, Codings};
@@ -163,7 +163,7 @@ impl Body {
 
 /// How the response head ends: the connection decision.
 #[derive(Debug, Clone, Copy)]
-pub struct Framing {
+pub struct KeepAlive {
     /// The connection stays open.
     pub keep_alive: bool,
     /// The client speaks HTTP/1.0 (keep-alive is then announced).
@@ -172,10 +172,10 @@ pub struct Framing {
 
 /// Decides the response for `entry`.
 pub fn plan<'e>(
-    entry: &'e Entry,
+    entry: &'e CachedFile,
     req: &FileRequest,
     route: &FileRoute,
-    framing: Framing,
+    framing: KeepAlive,
 ) -> Plan<'e> {
     let rep = choose(entry, req.codings, route.precompressed);
     let vary = route.precompressed && entry.has_siblings();
@@ -193,12 +193,12 @@ pub fn plan<'e>(
         if_unmodified_since: req.if_unmodified_since.as_deref(),
     };
     match evaluate(&conditions, &rep.validators, true) {
-        Outcome::Proceed => {}
-        Outcome::Failed => {
+        Precondition::Proceed => {}
+        Precondition::Failed => {
             let text = h.text(412);
             return h.finish_text(text, rep, req);
         }
-        Outcome::NotModified => {
+        Precondition::NotModified => {
             h.status(304);
             h.raw(&rep.fields);
             h.cache_fields(route, vary);
@@ -268,7 +268,7 @@ pub fn plan<'e>(
 
 /// The representation to send: the first precompressed sibling the client accepts, else the
 /// file.
-fn choose(entry: &Entry, codings: Codings, precompressed: bool) -> &Representation {
+fn choose(entry: &CachedFile, codings: Codings, precompressed: bool) -> &Representation {
     if precompressed {
         for ((coding, _), sibling) in CODINGS.iter().zip(&entry.siblings) {
             if let Some(s) = sibling {
@@ -312,12 +312,12 @@ fn multipart(list: &[ByteRange], boundary: &str, content_type: &[u8], size: u64)
 /// Writes a response head.
 struct HeadWriter {
     out: Vec<u8>,
-    framing: Framing,
+    framing: KeepAlive,
     status: u16,
 }
 
 impl HeadWriter {
-    fn new(framing: Framing) -> HeadWriter {
+    fn new(framing: KeepAlive) -> HeadWriter {
         HeadWriter {
             out: Vec::with_capacity(320),
             framing,
@@ -412,7 +412,7 @@ pub fn simple(
     fields: &[(&str, &[u8])],
     body: Option<(&[u8], Vec<u8>)>,
     method: Method,
-    framing: Framing,
+    framing: KeepAlive,
 ) -> (Vec<u8>, Vec<u8>) {
     let mut h = HeadWriter::new(framing);
     let (content_type, text) = match body {

@@ -54,7 +54,7 @@ impl std::fmt::Display for ChunkError {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+enum ChunkState {
     /// At the first hex digit of a size line.
     SizeStart,
     /// Inside the hex digits.
@@ -86,7 +86,7 @@ enum State {
 /// Incremental validator of one chunked body.
 #[derive(Debug, Clone)]
 pub struct ChunkedReader {
-    state: State,
+    state: ChunkState,
     /// Chunk size being parsed, then data bytes still to come in the current chunk.
     remaining: u64,
     /// Digits, extension or trailer bytes seen on the current line / section.
@@ -113,7 +113,7 @@ impl ChunkedReader {
     /// error (a request's body).
     pub fn new() -> Self {
         ChunkedReader {
-            state: State::SizeStart,
+            state: ChunkState::SizeStart,
             remaining: 0,
             counted: 0,
             trailer_colon: false,
@@ -135,7 +135,7 @@ impl ChunkedReader {
 
     /// True once the last chunk and trailer section have been read.
     pub fn is_done(&self) -> bool {
-        self.state == State::Done
+        self.state == ChunkState::Done
     }
 
     /// True while the reader is inside the trailer section (after the last chunk, before the
@@ -143,7 +143,7 @@ impl ChunkedReader {
     pub fn in_trailers(&self) -> bool {
         matches!(
             self.state,
-            State::TrailerStart | State::Trailer | State::TrailerLf
+            ChunkState::TrailerStart | ChunkState::Trailer | ChunkState::TrailerLf
         )
     }
 
@@ -151,7 +151,7 @@ impl ChunkedReader {
     /// A caller may move this many bytes without looking at them (e.g. with splice) and then
     /// report them through [`ChunkedReader::skip_data`].
     pub fn data_remaining(&self) -> u64 {
-        if self.state == State::Data {
+        if self.state == ChunkState::Data {
             self.remaining
         } else {
             0
@@ -163,7 +163,7 @@ impl ChunkedReader {
         debug_assert!(n <= self.data_remaining());
         self.remaining -= n;
         if self.remaining == 0 {
-            self.state = State::DataCr;
+            self.state = ChunkState::DataCr;
         }
     }
 
@@ -177,10 +177,10 @@ impl ChunkedReader {
     ) -> Result<usize, ChunkError> {
         let mut i = 0;
         while i < input.len() {
-            if self.state == State::Done {
+            if self.state == ChunkState::Done {
                 return Ok(i);
             }
-            if self.state == State::Data {
+            if self.state == ChunkState::Data {
                 let take = (input.len() - i).min(self.remaining.min(usize::MAX as u64) as usize);
                 on_data(&input[i..i + take]);
                 i += take;
@@ -207,15 +207,15 @@ impl ChunkedReader {
         let mut line_start = None;
         let mut i = from;
         let mut gap = 0;
-        if matches!(self.state, State::Trailer | State::TrailerLf) {
+        if matches!(self.state, ChunkState::Trailer | ChunkState::TrailerLf) {
             // The unfinished line of the last call is back at `from`.
             line_start = Some(from);
             i = (from + self.line_len as usize).min(buf.len());
         }
         while i < buf.len() {
             match self.state {
-                State::Done => break,
-                State::Data => {
+                ChunkState::Done => break,
+                ChunkState::Data => {
                     let take = (buf.len() - i).min(self.remaining.min(usize::MAX as u64) as usize);
                     if gap > 0 {
                         buf.copy_within(i..i + take, i - gap);
@@ -224,14 +224,14 @@ impl ChunkedReader {
                     self.skip_data(take as u64);
                     continue;
                 }
-                State::TrailerStart if buf[i] != b'\r' => line_start = Some(i),
+                ChunkState::TrailerStart if buf[i] != b'\r' => line_start = Some(i),
                 _ => {}
             }
             let before = self.state;
             self.step(buf[i])?;
             buf[i - gap] = buf[i];
             i += 1;
-            if before == State::TrailerLf {
+            if before == ChunkState::TrailerLf {
                 if let Some(start) = line_start.take() {
                     if !self.keeps(&buf[start - gap..i - gap]) {
                         gap += i - start;
@@ -261,81 +261,81 @@ impl ChunkedReader {
 
     fn step(&mut self, b: u8) -> Result<(), ChunkError> {
         match self.state {
-            State::SizeStart | State::Size => {
+            ChunkState::SizeStart | ChunkState::Size => {
                 if let Some(d) = hex_value(b) {
                     self.counted += 1;
                     if self.counted > MAX_SIZE_DIGITS {
                         return Err(ChunkError::SizeOverflow);
                     }
                     self.remaining = (self.remaining << 4) | u64::from(d);
-                    self.state = State::Size;
-                } else if self.state == State::SizeStart {
+                    self.state = ChunkState::Size;
+                } else if self.state == ChunkState::SizeStart {
                     return Err(ChunkError::InvalidSize);
                 } else {
                     self.counted = 0;
-                    self.state = State::SizeEnd;
+                    self.state = ChunkState::SizeEnd;
                     return self.step(b);
                 }
             }
-            State::SizeEnd => match b {
+            ChunkState::SizeEnd => match b {
                 b' ' | b'\t' => self.count_ext()?,
-                b';' => self.state = State::Extension,
-                b'\r' => self.state = State::SizeLf,
+                b';' => self.state = ChunkState::Extension,
+                b'\r' => self.state = ChunkState::SizeLf,
                 _ => return Err(ChunkError::InvalidSize),
             },
-            State::Extension => match b {
-                b'\r' => self.state = State::SizeLf,
+            ChunkState::Extension => match b {
+                b'\r' => self.state = ChunkState::SizeLf,
                 b'\t' => self.count_ext()?,
                 0..=0x1f | 0x7f => return Err(ChunkError::ControlByte),
                 _ => self.count_ext()?,
             },
-            State::SizeLf => {
+            ChunkState::SizeLf => {
                 if b != b'\n' {
                     return Err(ChunkError::BadLineEnding);
                 }
                 self.counted = 0;
                 self.state = if self.remaining == 0 {
-                    State::TrailerStart
+                    ChunkState::TrailerStart
                 } else {
-                    State::Data
+                    ChunkState::Data
                 };
             }
-            State::Data => unreachable!("data is consumed in bulk by feed"),
-            State::DataCr => {
+            ChunkState::Data => unreachable!("data is consumed in bulk by feed"),
+            ChunkState::DataCr => {
                 if b != b'\r' {
                     return Err(ChunkError::BadLineEnding);
                 }
-                self.state = State::DataLf;
+                self.state = ChunkState::DataLf;
             }
-            State::DataLf => {
+            ChunkState::DataLf => {
                 if b != b'\n' {
                     return Err(ChunkError::BadLineEnding);
                 }
-                self.state = State::SizeStart;
+                self.state = ChunkState::SizeStart;
             }
-            State::TrailerStart | State::Trailer => self.step_trailer(b)?,
-            State::TrailerLf => {
+            ChunkState::TrailerStart | ChunkState::Trailer => self.step_trailer(b)?,
+            ChunkState::TrailerLf => {
                 if b != b'\n' {
                     return Err(ChunkError::BadLineEnding);
                 }
-                self.state = State::TrailerStart;
+                self.state = ChunkState::TrailerStart;
             }
-            State::EndLf => {
+            ChunkState::EndLf => {
                 if b != b'\n' {
                     return Err(ChunkError::BadLineEnding);
                 }
-                self.state = State::Done;
+                self.state = ChunkState::Done;
             }
-            State::Done => {}
+            ChunkState::Done => {}
         }
         Ok(())
     }
 
     /// One byte of a trailer line (or of the final empty line at its start).
     fn step_trailer(&mut self, b: u8) -> Result<(), ChunkError> {
-        if self.state == State::TrailerStart {
+        if self.state == ChunkState::TrailerStart {
             if b == b'\r' {
-                self.state = State::EndLf;
+                self.state = ChunkState::EndLf;
                 return Ok(());
             }
             if b == b'\n' {
@@ -344,7 +344,7 @@ impl ChunkedReader {
             self.trailer_colon = false;
             self.line_bad = false;
             self.line_len = 0;
-            self.state = State::Trailer;
+            self.state = ChunkState::Trailer;
             if !is_token_byte(b) {
                 // An empty name, whitespace before it (obs-fold), a control byte.
                 self.bad_field(ChunkError::BadTrailer)?;
@@ -358,7 +358,7 @@ impl ChunkedReader {
                 if !self.trailer_colon {
                     self.bad_field(ChunkError::BadTrailer)?;
                 }
-                self.state = State::TrailerLf;
+                self.state = ChunkState::TrailerLf;
             }
             b'\n' => return Err(ChunkError::ControlByte),
             b':' if !self.trailer_colon => self.trailer_colon = true,

@@ -131,7 +131,7 @@ pub fn parse_request<'h, 'b>(
 
 /// What the fields of a request head say about framing, Host, Expect, Upgrade and Connection.
 #[derive(Default)]
-struct Fields<'b> {
+struct RequestFields<'b> {
     host: Option<&'b [u8]>,
     content_length: Option<u64>,
     has_content_length: bool,
@@ -144,8 +144,8 @@ struct Fields<'b> {
 }
 
 /// Reads the fields that matter to the proxy, refusing repeated or invalid ones.
-fn scan_fields<'b>(headers: &[httparse::Header<'b>]) -> Result<Fields<'b>, RequestError> {
-    let mut f = Fields::default();
+fn scan_fields<'b>(headers: &[httparse::Header<'b>]) -> Result<RequestFields<'b>, RequestError> {
+    let mut f = RequestFields::default();
     for h in headers {
         let name = h.name;
         if name.eq_ignore_ascii_case("host") {
@@ -183,7 +183,7 @@ fn scan_fields<'b>(headers: &[httparse::Header<'b>]) -> Result<Fields<'b>, Reque
 }
 
 /// The body framing of a request (RFC 9112 section 6.3), refusing every ambiguous form.
-fn request_framing(f: &Fields<'_>, minor_version: u8) -> Result<Framing, RequestError> {
+fn request_framing(f: &RequestFields<'_>, minor_version: u8) -> Result<Framing, RequestError> {
     if !f.te_seen {
         return Ok(f.content_length.map_or(Framing::Empty, Framing::Length));
     }

@@ -122,7 +122,7 @@ pub fn parse_response<'h, 'b>(
 
 /// What the fields of a response head say about framing and the connection.
 #[derive(Default)]
-struct Fields {
+struct ResponseFields {
     content_length: Option<u64>,
     te_seen: bool,
     chunked_last: bool,
@@ -130,8 +130,8 @@ struct Fields {
 }
 
 /// Reads the framing and Connection fields, refusing ambiguous framing.
-fn scan_fields(headers: &[httparse::Header<'_>]) -> Result<Fields, ResponseError> {
-    let mut f = Fields::default();
+fn scan_fields(headers: &[httparse::Header<'_>]) -> Result<ResponseFields, ResponseError> {
+    let mut f = ResponseFields::default();
     let mut chunked_count = 0;
     for h in headers {
         if h.name.eq_ignore_ascii_case("content-length") {
@@ -382,7 +382,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
         412 => "Precondition Failed",
         416 => "Range Not Satisfiable",
         417 => "Expectation Failed",
-        431 => "Request Header Fields Too Large",
+        431 => "Request Header ResponseFields Too Large",
         500 => "Internal Server Error",
         501 => "Not Implemented",
         502 => "Bad Gateway",

@@ -259,7 +259,7 @@ fn sliver_waited(due: &mut Option<Pin<Box<tokio::time::Sleep>>>, cx: &mut Contex
 }
 
 /// How far an outgoing body has been written.
-enum Out {
+enum BodyState {
     /// Body bytes still to come.
     Length(u64),
     /// A chunked body: its reader, and the trailer section's bytes.
@@ -273,7 +273,7 @@ enum Out {
 /// An outgoing HTTP/2 body, written as the HTTP/1.1 body of the head already sent.
 pub(super) struct Outbound {
     send: SendStream<Bytes>,
-    out: Out,
+    out: BodyState,
     /// The most send capacity the stream has had at once: the peer's usable window.
     best_room: usize,
     /// While a sliver of window waits for more: when it goes out anyway ([`SLIVER_WAIT`]).
@@ -292,10 +292,10 @@ impl Outbound {
     /// `framing` (nothing more to send when [`Outbound::is_empty`]).
     pub(super) fn new(send: SendStream<Bytes>, framing: Framing) -> Outbound {
         let out = match framing {
-            Framing::Empty | Framing::Length(0) => Out::Done,
-            Framing::Length(n) => Out::Length(n),
-            Framing::Chunked => Out::Chunked(ChunkedReader::new(), Vec::new()),
-            Framing::UntilClose => Out::UntilClose,
+            Framing::Empty | Framing::Length(0) => BodyState::Done,
+            Framing::Length(n) => BodyState::Length(n),
+            Framing::Chunked => BodyState::Chunked(ChunkedReader::new(), Vec::new()),
+            Framing::UntilClose => BodyState::UntilClose,
         };
         Outbound {
             send,
@@ -314,7 +314,7 @@ impl Outbound {
 
     /// Whether END_STREAM has been sent.
     pub(super) fn is_done(&self) -> bool {
-        matches!(self.out, Out::Done)
+        matches!(self.out, BodyState::Done)
     }
 
     /// Resets the stream (a body that ended early must not look whole).
@@ -396,35 +396,35 @@ impl Outbound {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let result = match &mut self.out {
-            Out::Length(left) => {
+            BodyState::Length(left) => {
                 let want = buf.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
                 let n = ready!(self.poll_room(cx, want))?;
-                let Out::Length(left) = &mut self.out else {
+                let BodyState::Length(left) = &mut self.out else {
                     unreachable!()
                 };
                 *left -= n as u64;
                 let end = *left == 0;
                 if end {
-                    self.out = Out::Done;
+                    self.out = BodyState::Done;
                 }
                 self.send_data(&buf[..n], end).map(|()| n)
             }
-            Out::Chunked(reader, _) if reader.data_remaining() > 0 => {
+            BodyState::Chunked(reader, _) if reader.data_remaining() > 0 => {
                 let want = buf
                     .len()
                     .min(usize::try_from(reader.data_remaining()).unwrap_or(usize::MAX));
                 let n = ready!(self.poll_room(cx, want))?;
-                if let Out::Chunked(reader, _) = &mut self.out {
+                if let BodyState::Chunked(reader, _) = &mut self.out {
                     reader.skip_data(n as u64);
                 }
                 self.send_data(&buf[..n], false).map(|()| n)
             }
-            Out::Chunked(..) => self.write_chunk_framing(buf),
-            Out::UntilClose => {
+            BodyState::Chunked(..) => self.write_chunk_framing(buf),
+            BodyState::UntilClose => {
                 let n = ready!(self.poll_room(cx, buf.len()))?;
                 self.send_data(&buf[..n], false).map(|()| n)
             }
-            Out::Done => Err(invalid("bytes after the end of the body")),
+            BodyState::Done => Err(invalid("bytes after the end of the body")),
         };
         // A send h2 refused because the peer reset the stream: its reason is the error.
         let refused = |e: &io::Error| {
@@ -442,7 +442,7 @@ impl Outbound {
     /// Reads chunk framing up to the next chunk's data (or the end of the body, when the
     /// trailers go out as a HEADERS frame).
     fn write_chunk_framing(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let Out::Chunked(reader, trailers) = &mut self.out else {
+        let BodyState::Chunked(reader, trailers) = &mut self.out else {
             unreachable!()
         };
         let mut i = 0;
@@ -457,7 +457,7 @@ impl Outbound {
         }
         if reader.is_done() {
             let fields = trailer_fields(trailers);
-            self.out = Out::Done;
+            self.out = BodyState::Done;
             if fields.is_empty() {
                 self.send_data(&[], true)?;
             } else {
@@ -473,9 +473,9 @@ impl Outbound {
     /// Ends a body that runs until shutdown; any other body must have ended by its framing.
     pub(super) fn shutdown(&mut self) -> io::Result<()> {
         match self.out {
-            Out::Done => Ok(()),
-            Out::UntilClose => {
-                self.out = Out::Done;
+            BodyState::Done => Ok(()),
+            BodyState::UntilClose => {
+                self.out = BodyState::Done;
                 self.send_data(&[], true)
             }
             _ => Err(invalid("body ended early")),

@@ -26,7 +26,7 @@ const FLAG_END_HEADERS: u8 = 0x4;
 
 /// What one connection may send per second, and the most bytes one header block may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct FloodLimits {
     /// RST_STREAM frames (Rapid Reset, CVE-2023-44487), while they are also more than half
     /// the streams the client opened.
     pub resets_per_sec: u32,
@@ -44,9 +44,9 @@ pub struct Limits {
     pub max_header_block: u32,
 }
 
-impl Default for Limits {
+impl Default for FloodLimits {
     fn default() -> Self {
-        Limits {
+        FloodLimits {
             resets_per_sec: 100,
             pings_per_sec: 20,
             settings_per_sec: 20,
@@ -90,7 +90,7 @@ struct Counts {
 /// Scans one connection's inbound bytes.
 #[derive(Debug, Clone)]
 pub struct FrameGuard {
-    limits: Limits,
+    limits: FloodLimits,
     position: Position,
     header: [u8; HEADER_LEN],
     /// Bytes of the header block in progress, when one is open.
@@ -110,7 +110,7 @@ pub struct FrameGuard {
 
 impl FrameGuard {
     /// A guard for a connection whose first bytes are the client preface.
-    pub fn new(limits: Limits) -> FrameGuard {
+    pub fn new(limits: FloodLimits) -> FrameGuard {
         FrameGuard {
             limits,
             position: Position::Preface(0),
@@ -286,7 +286,7 @@ mod tests {
         frames.push(frame(PING, 0, 0, &[0; 8]));
         let bytes = connection(&frames);
         for chunk in [1, 2, 9, 10, 4096] {
-            let mut guard = FrameGuard::new(Limits::default());
+            let mut guard = FrameGuard::new(FloodLimits::default());
             for piece in bytes.chunks(chunk) {
                 assert_eq!(guard.feed(piece, 0), Verdict::Ok, "chunk {chunk}");
             }
@@ -303,7 +303,7 @@ mod tests {
             (frame(DATA, 0, 1, &[]), "empty frames"),
         ];
         for (one, name) in cases {
-            let limits = Limits::default();
+            let limits = FloodLimits::default();
             let mut guard = FrameGuard::new(limits);
             assert_eq!(guard.feed(PREFACE, 0), Verdict::Ok);
             let mut verdict = Verdict::Ok;
@@ -329,7 +329,7 @@ mod tests {
         let reset = |id| frame(RST_STREAM, 0, id, &[0, 0, 0, 8]);
         let open = |id| frame(HEADERS, 0x5, id, &[0x82; 20]);
         // A client cancelling one call in three, 900 calls in one second.
-        let mut cancelling = FrameGuard::new(Limits::default());
+        let mut cancelling = FrameGuard::new(FloodLimits::default());
         cancelling.feed(PREFACE, 0);
         for (n, id) in (1..1800u32).step_by(2).enumerate() {
             assert_eq!(cancelling.feed(&open(id), 0), Verdict::Ok);
@@ -343,7 +343,7 @@ mod tests {
             assert_eq!(cancelling.feed(&reset(id + 2), 1000), Verdict::Ok);
         }
         // Rapid Reset: each stream opened and reset at once.
-        let mut attack = FrameGuard::new(Limits::default());
+        let mut attack = FrameGuard::new(FloodLimits::default());
         attack.feed(PREFACE, 0);
         let mut verdict = Verdict::Ok;
         for id in (1..1000u32).step_by(2) {
@@ -356,7 +356,7 @@ mod tests {
         }
         assert_eq!(verdict, Verdict::Abuse("RST_STREAM"));
         // Trailers (HEADERS on an open stream) open nothing.
-        let mut trailers = FrameGuard::new(Limits::default());
+        let mut trailers = FrameGuard::new(FloodLimits::default());
         trailers.feed(PREFACE, 0);
         trailers.feed(&open(1), 0);
         trailers.feed(&open(1), 0);
@@ -368,7 +368,7 @@ mod tests {
         let ping = frame(PING, 0, 0, &[0; 8]);
         let open = |id| frame(HEADERS, 0x5, id, &[0x82; 20]);
         // grpc-go under load: a PING (its bandwidth probe) for every few calls, 300 a second.
-        let mut busy = FrameGuard::new(Limits::default());
+        let mut busy = FrameGuard::new(FloodLimits::default());
         busy.feed(PREFACE, 0);
         for (n, id) in (1..2400u32).step_by(2).enumerate() {
             assert_eq!(busy.feed(&open(id), 0), Verdict::Ok);
@@ -377,14 +377,14 @@ mod tests {
             }
         }
         // A flood: PINGs and nothing else, cut at the limit.
-        let mut flood = FrameGuard::new(Limits::default());
+        let mut flood = FrameGuard::new(FloodLimits::default());
         flood.feed(PREFACE, 0);
         for n in 1..=20 {
             assert_eq!(flood.feed(&ping, 0), Verdict::Ok, "ping {n}");
         }
         assert_eq!(flood.feed(&ping, 0), Verdict::Abuse("PING"));
         // Opening a stream now and then does not buy a flood.
-        let mut sly = FrameGuard::new(Limits::default());
+        let mut sly = FrameGuard::new(FloodLimits::default());
         sly.feed(PREFACE, 0);
         let mut verdict = Verdict::Ok;
         for n in 0..100u32 {
@@ -401,7 +401,7 @@ mod tests {
 
     #[test]
     fn acknowledgements_are_not_counted() {
-        let mut guard = FrameGuard::new(Limits::default());
+        let mut guard = FrameGuard::new(FloodLimits::default());
         guard.feed(PREFACE, 0);
         for _ in 0..1000 {
             assert_eq!(guard.feed(&frame(PING, 1, 0, &[0; 8]), 0), Verdict::Ok);
@@ -411,7 +411,7 @@ mod tests {
 
     #[test]
     fn an_endless_header_block_is_abuse() {
-        let mut guard = FrameGuard::new(Limits::default());
+        let mut guard = FrameGuard::new(FloodLimits::default());
         guard.feed(PREFACE, 0);
         assert_eq!(
             guard.feed(&frame(HEADERS, 0, 1, &[0; 16384]), 0),
@@ -424,7 +424,7 @@ mod tests {
         }
         assert_eq!(guard.feed(&more, 0), Verdict::Abuse("CONTINUATION"));
         // A block that ends in time resets the count.
-        let mut ok = FrameGuard::new(Limits::default());
+        let mut ok = FrameGuard::new(FloodLimits::default());
         ok.feed(PREFACE, 0);
         for id in (1..100).step_by(2) {
             ok.feed(&frame(HEADERS, 0, id, &[0; 16384]), 0);

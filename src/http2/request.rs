@@ -16,7 +16,7 @@ pub struct Malformed(pub &'static str);
 
 /// How the request body is framed in the HTTP/1.1 head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestBody {
+pub enum BodyKind {
     /// END_STREAM came with the head: no body.
     None,
     /// `content-length` was given: exactly that many DATA bytes follow (the `h2` crate checks
@@ -35,7 +35,7 @@ pub struct Head {
     /// The head's bytes, ending in the empty line.
     pub bytes: Vec<u8>,
     /// How the body follows.
-    pub body: RequestBody,
+    pub body: BodyKind,
     /// The method is HEAD (its response has no body).
     pub is_head: bool,
 }
@@ -89,25 +89,25 @@ pub fn to_http1(parts: &Parts, end_stream: bool) -> Result<Head, Malformed> {
         out.extend_from_slice(b"\r\n");
         return Ok(Head {
             bytes: out,
-            body: RequestBody::Tunnel,
+            body: BodyKind::Tunnel,
             is_head: false,
         });
     }
     let body = match (end_stream, length) {
         (true, Some(n)) if n > 0 => return Err(Malformed("content-length without DATA")),
-        (true, _) => RequestBody::None,
-        (false, Some(n)) => RequestBody::Length(n),
-        (false, None) => RequestBody::Chunked,
+        (true, _) => BodyKind::None,
+        (false, Some(n)) => BodyKind::Length(n),
+        (false, None) => BodyKind::Chunked,
     };
     match body {
-        RequestBody::Length(n) => {
+        BodyKind::Length(n) => {
             out.extend_from_slice(b"content-length: ");
             out.extend_from_slice(n.to_string().as_bytes());
             out.extend_from_slice(b"\r\n");
         }
-        RequestBody::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-        RequestBody::None if length == Some(0) => out.extend_from_slice(b"content-length: 0\r\n"),
-        RequestBody::None | RequestBody::Tunnel => {}
+        BodyKind::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        BodyKind::None if length == Some(0) => out.extend_from_slice(b"content-length: 0\r\n"),
+        BodyKind::None | BodyKind::Tunnel => {}
     }
     out.extend_from_slice(b"\r\n");
     Ok(Head {
@@ -227,18 +227,18 @@ mod tests {
             String::from_utf8(head.bytes).unwrap(),
             "GET /a?b=1 HTTP/1.1\r\nhost: example.com\r\naccept: */*\r\ncookie: a=1; b=2\r\n\r\n"
         );
-        assert_eq!(head.body, RequestBody::None);
+        assert_eq!(head.body, BodyKind::None);
     }
 
     #[test]
     fn bodies_are_framed_by_length_or_chunked() {
         let p = parts(http::Request::post("https://h/").header("content-length", "5"));
         let head = to_http1(&p, false).unwrap();
-        assert_eq!(head.body, RequestBody::Length(5));
+        assert_eq!(head.body, BodyKind::Length(5));
         assert!(head.bytes.ends_with(b"content-length: 5\r\n\r\n"));
         let p = parts(http::Request::post("https://h/"));
         let head = to_http1(&p, false).unwrap();
-        assert_eq!(head.body, RequestBody::Chunked);
+        assert_eq!(head.body, BodyKind::Chunked);
         assert!(head.bytes.ends_with(b"transfer-encoding: chunked\r\n\r\n"));
         let p = parts(http::Request::post("https://h/").header("content-length", "3"));
         assert!(to_http1(&p, true).is_err());
@@ -269,7 +269,7 @@ mod tests {
         p.extensions
             .insert(h2::ext::Protocol::from_static("websocket"));
         let head = to_http1(&p, false).unwrap();
-        assert_eq!(head.body, RequestBody::Tunnel);
+        assert_eq!(head.body, BodyKind::Tunnel);
         let text = String::from_utf8(head.bytes).unwrap();
         assert!(
             text.starts_with(

@@ -9,7 +9,7 @@ use crate::http1::{parse_response, Framing, ResponseError, MAX_HEADERS};
 
 /// A complete response head, converted.
 #[derive(Debug)]
-pub struct Converted {
+pub struct ConvertedResponse {
     /// Status and fields for the HEADERS frame.
     pub response: Response<()>,
     /// How the HTTP/1.1 body that follows is delimited.
@@ -23,7 +23,7 @@ pub fn from_http1(
     buf: &[u8],
     max_head: usize,
     request_was_head: bool,
-) -> Result<Option<Converted>, ResponseError> {
+) -> Result<Option<ConvertedResponse>, ResponseError> {
     let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let Some(head) = parse_response(buf, &mut storage, max_head, request_was_head)? else {
         return Ok(None);
@@ -53,7 +53,7 @@ pub fn from_http1(
     let mut response = Response::new(());
     *response.status_mut() = status;
     *response.headers_mut() = fields;
-    Ok(Some(Converted {
+    Ok(Some(ConvertedResponse {
         response,
         framing: head.framing,
         head_len: head.head_len,

@@ -19,7 +19,7 @@ use h2::{Reason, RecvStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::body::{h2_error, invalid, Inbound, Outbound};
-use super::request::{Head, RequestBody};
+use super::request::{BodyKind, Head};
 use super::response::from_http1;
 
 /// One HTTP/2 stream, read and written as HTTP/1.1 bytes.
@@ -27,7 +27,7 @@ pub struct H2Stream {
     reader: Inbound,
     /// Behind a `RefCell`: [`H2Stream::poll_reset`] watches for the client's RST_STREAM
     /// through a shared reference while the request path waits on an upstream.
-    writer: RefCell<Writer>,
+    writer: RefCell<ResponseWriter>,
     /// The TLS version of the connection (nginx's names), `""` for h2c.
     pub tls_version: &'static str,
     /// The local address of the connection.
@@ -52,14 +52,14 @@ impl H2Stream {
         respond: SendResponse<Bytes>,
         max_head: usize,
     ) -> H2Stream {
-        let has_body = head.body != RequestBody::None;
-        let chunked = head.body == RequestBody::Chunked;
-        let tunnel = head.body == RequestBody::Tunnel;
+        let has_body = head.body != BodyKind::None;
+        let chunked = head.body == BodyKind::Chunked;
+        let tunnel = head.body == BodyKind::Tunnel;
         H2Stream {
             reader: Inbound::new(Bytes::from(head.bytes), recv, has_body, chunked),
-            writer: RefCell::new(Writer {
+            writer: RefCell::new(ResponseWriter {
                 respond,
-                out: Out::Head(Vec::new()),
+                out: ResponseState::Head(Vec::new()),
                 is_head: head.is_head,
                 tunnel,
                 max_head,
@@ -102,8 +102,8 @@ impl H2Stream {
     /// takes without waiting. Before the head is sent, `want` at once.
     pub fn poll_room(&self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
         match &mut self.writer.borrow_mut().out {
-            Out::Body(body) => body.poll_room(cx, want),
-            Out::Head(_) => Poll::Ready(Ok(want)),
+            ResponseState::Body(body) => body.poll_room(cx, want),
+            ResponseState::Head(_) => Poll::Ready(Ok(want)),
         }
     }
 
@@ -111,8 +111,8 @@ impl H2Stream {
     pub fn poll_reset(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut w = self.writer.borrow_mut();
         match &mut w.out {
-            Out::Body(body) => body.poll_reset(cx),
-            Out::Head(_) => w.respond.poll_reset(cx).map(|_| ()),
+            ResponseState::Body(body) => body.poll_reset(cx),
+            ResponseState::Head(_) => w.respond.poll_reset(cx).map(|_| ()),
         }
     }
 }
@@ -122,15 +122,15 @@ impl Drop for H2Stream {
         let w = self.writer.get_mut();
         // A response that did not end must not be taken for whole.
         match &mut w.out {
-            Out::Body(body) if body.is_done() => {}
-            Out::Body(body) => body.reset(self.abort),
-            Out::Head(_) => w.respond.send_reset(self.abort),
+            ResponseState::Body(body) if body.is_done() => {}
+            ResponseState::Body(body) => body.reset(self.abort),
+            ResponseState::Head(_) => w.respond.send_reset(self.abort),
         }
     }
 }
 
 /// How far the response has been written.
-enum Out {
+enum ResponseState {
     /// Head bytes so far.
     Head(Vec<u8>),
     /// HEADERS went out; the body follows.
@@ -138,9 +138,9 @@ enum Out {
 }
 
 /// The response side.
-struct Writer {
+struct ResponseWriter {
     respond: SendResponse<Bytes>,
-    out: Out,
+    out: ResponseState,
     is_head: bool,
     /// The request is a WebSocket's extended CONNECT: the upstream's 101 is the stream's 200,
     /// and the bytes after it the stream's DATA until either side ends it.
@@ -148,9 +148,9 @@ struct Writer {
     max_head: usize,
 }
 
-impl Writer {
+impl ResponseWriter {
     fn write_head(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let Out::Head(acc) = &mut self.out else {
+        let ResponseState::Head(acc) = &mut self.out else {
             unreachable!()
         };
         let before = acc.len();
@@ -173,7 +173,7 @@ impl Writer {
                 .send_response(response, false)
                 .map_err(h2_error)?;
             let body = Outbound::new(send, crate::http1::Framing::UntilClose);
-            self.out = Out::Body(body);
+            self.out = ResponseState::Body(body);
             return Ok(used);
         }
         if status.is_informational() {
@@ -190,7 +190,7 @@ impl Writer {
             .respond
             .send_response(converted.response, Outbound::is_empty(framing))
             .map_err(h2_error)?;
-        self.out = Out::Body(Outbound::new(send, framing));
+        self.out = ResponseState::Body(Outbound::new(send, framing));
         Ok(used)
     }
 
@@ -199,15 +199,15 @@ impl Writer {
             return Poll::Ready(Ok(0));
         }
         match &mut self.out {
-            Out::Head(_) => Poll::Ready(self.write_head(buf)),
-            Out::Body(body) => body.poll_write(cx, buf),
+            ResponseState::Head(_) => Poll::Ready(self.write_head(buf)),
+            ResponseState::Body(body) => body.poll_write(cx, buf),
         }
     }
 
     fn poll_shutdown(&mut self) -> Poll<io::Result<()>> {
         Poll::Ready(match &mut self.out {
-            Out::Body(body) => body.shutdown(),
-            Out::Head(_) => Err(invalid("response ended early")),
+            ResponseState::Body(body) => body.shutdown(),
+            ResponseState::Head(_) => Err(invalid("response ended early")),
         })
     }
 }

@@ -31,7 +31,7 @@ use crate::http1::{put_field, Framing, MAX_HEADERS};
 
 /// One request stream to an HTTP/2 server, written and read as HTTP/1.1 bytes.
 pub struct H2Upstream {
-    writer: Writer,
+    writer: RequestWriter,
     reader: Reader,
     /// `https` over TLS, else `http`: the request's `:scheme`.
     scheme: &'static str,
@@ -49,7 +49,7 @@ impl std::fmt::Debug for H2Upstream {
 }
 
 /// The request side.
-enum Writer {
+enum RequestWriter {
     /// Head bytes so far, and the connection's handle to open the stream with.
     Head(SendRequest<Bytes>, Vec<u8>),
     /// HEADERS went out; the body follows.
@@ -76,7 +76,7 @@ impl H2Upstream {
     /// may take `max_head` bytes.
     pub fn new(send: SendRequest<Bytes>, tls: bool, max_head: usize) -> H2Upstream {
         H2Upstream {
-            writer: Writer::Head(send, Vec::new()),
+            writer: RequestWriter::Head(send, Vec::new()),
             reader: Reader::NotSent,
             scheme: if tls { "https" } else { "http" },
             max_head,
@@ -86,7 +86,7 @@ impl H2Upstream {
     }
 
     fn write_head(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let Writer::Head(send, acc) = &mut self.writer else {
+        let RequestWriter::Head(send, acc) = &mut self.writer else {
             unreachable!()
         };
         if let Err(e) = ready!(send.poll_ready(cx)) {
@@ -113,7 +113,7 @@ impl H2Upstream {
         if converted.web == Some(web::Encoding::Text) {
             body.decode_base64();
         }
-        self.writer = Writer::Body(body);
+        self.writer = RequestWriter::Body(body);
         Poll::Ready(Ok(used))
     }
 
@@ -136,7 +136,7 @@ impl H2Upstream {
         if !answered {
             return Err(e);
         }
-        self.writer = Writer::Stopped;
+        self.writer = RequestWriter::Stopped;
         Ok(())
     }
 
@@ -185,7 +185,7 @@ impl H2Upstream {
 
 impl Drop for H2Upstream {
     fn drop(&mut self) {
-        let Writer::Body(out) = &mut self.writer else {
+        let RequestWriter::Body(out) = &mut self.writer else {
             return;
         };
         let response_read = matches!(&self.reader, Reader::Body(r) if r.is_done());
@@ -197,7 +197,7 @@ impl Drop for H2Upstream {
 }
 
 /// A request head converted.
-pub(crate) struct Converted {
+pub(crate) struct ConvertedRequest {
     pub(crate) request: Request<()>,
     pub(crate) framing: Framing,
     pub(crate) head_len: usize,
@@ -207,7 +207,7 @@ pub(crate) struct Converted {
 
 /// The HTTP/1.1 request head at the start of `buf` (as the proxy wrote it) as an HTTP/2
 /// request; `Ok(None)` while it is incomplete.
-pub(crate) fn to_http2(buf: &[u8], scheme: &'static str) -> io::Result<Option<Converted>> {
+pub(crate) fn to_http2(buf: &[u8], scheme: &'static str) -> io::Result<Option<ConvertedRequest>> {
     let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Request::new(&mut storage);
     let head_len = match parsed.parse(buf) {
@@ -282,7 +282,7 @@ pub(crate) fn to_http2(buf: &[u8], scheme: &'static str) -> io::Result<Option<Co
         http::Method::from_bytes(method.as_bytes()).map_err(|_| invalid("bad method"))?;
     *request.uri_mut() = uri;
     *request.headers_mut() = fields;
-    Ok(Some(Converted {
+    Ok(Some(ConvertedRequest {
         request,
         framing,
         head_len,
@@ -396,14 +396,14 @@ impl AsyncWrite for H2Upstream {
             return Poll::Ready(Ok(0));
         }
         match &mut this.writer {
-            Writer::Head(..) => this.write_head(cx, buf),
-            Writer::Body(out) => match ready!(out.poll_write(cx, buf)) {
+            RequestWriter::Head(..) => this.write_head(cx, buf),
+            RequestWriter::Body(out) => match ready!(out.poll_write(cx, buf)) {
                 Err(e) if is_stop_sending(&e) => {
                     Poll::Ready(this.stop_sending(cx, e).map(|()| buf.len()))
                 }
                 other => Poll::Ready(other),
             },
-            Writer::Stopped => Poll::Ready(Ok(buf.len())),
+            RequestWriter::Stopped => Poll::Ready(Ok(buf.len())),
         }
     }
 
@@ -414,12 +414,12 @@ impl AsyncWrite for H2Upstream {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         Poll::Ready(match &mut this.writer {
-            Writer::Body(out) => match out.shutdown() {
+            RequestWriter::Body(out) => match out.shutdown() {
                 Err(e) if is_stop_sending(&e) => this.stop_sending(cx, e),
                 other => other,
             },
-            Writer::Stopped => Ok(()),
-            Writer::Head(..) => Err(invalid("request ended early")),
+            RequestWriter::Stopped => Ok(()),
+            RequestWriter::Head(..) => Err(invalid("request ended early")),
         })
     }
 }

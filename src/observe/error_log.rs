@@ -205,14 +205,14 @@ struct ErrorLogLayer {
 
 /// An event's fields: the message, then the rest in order.
 #[derive(Default)]
-struct Fields {
+struct EventFields {
     message: String,
     /// `conn` and `peer`: shown, but not part of what makes two messages "the same".
     context: Vec<(&'static str, String)>,
     other: Vec<(&'static str, String)>,
 }
 
-impl Visit for Fields {
+impl Visit for EventFields {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
         let text = format!("{value:?}");
         self.put(field.name(), text);
@@ -223,7 +223,7 @@ impl Visit for Fields {
     }
 }
 
-impl Fields {
+impl EventFields {
     fn put(&mut self, name: &'static str, value: String) {
         match name {
             "message" => self.message = value,
@@ -244,7 +244,7 @@ impl Fields {
 
 impl<S: Subscriber> Layer<S> for ErrorLogLayer {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        let mut fields = Fields::default();
+        let mut fields = EventFields::default();
         event.record(&mut fields);
         let level = event.metadata().level();
         let key = fields.key(level);
@@ -269,9 +269,9 @@ impl Sink {
     /// `... (repeated N times)` for a suppressed message, `key` being "LEVEL message fields".
     fn write_summary(&self, key: &str, n: u64) {
         let (level, rest) = key.split_once(' ').unwrap_or(("WARN", key));
-        let mut fields = Fields {
+        let mut fields = EventFields {
             message: format!("{rest} (repeated {n} times)"),
-            ..Fields::default()
+            ..EventFields::default()
         };
         fields.other.clear();
         let level = level.parse().unwrap_or(tracing::Level::WARN);
@@ -279,7 +279,7 @@ impl Sink {
         self.write(line.as_bytes());
     }
 
-    fn format(&self, level: &tracing::Level, f: &Fields) -> String {
+    fn format(&self, level: &tracing::Level, f: &EventFields) -> String {
         let time = chrono::Local::now().format("%Y-%m-%dT%H:%M:%S%.3f%:z");
         let thread = std::thread::current();
         let thread = thread.name().unwrap_or("main");

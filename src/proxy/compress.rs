@@ -48,7 +48,7 @@ pub(super) fn decide(cx: &Ctx<'_>, head: &[u8]) -> Decision {
 
 /// Whether the full response for a static file would be compressed for this client: a 304
 /// for it then carries the weak ETag and Vary its 200 would have.
-pub(super) fn would_compress(cx: &Ctx<'_>, entry: &crate::files::cache::Entry) -> bool {
+pub(super) fn would_compress(cx: &Ctx<'_>, entry: &crate::files::cache::CachedFile) -> bool {
     let Some(codings) = cx.request.compress else {
         return false;
     };

@@ -53,7 +53,7 @@ pub(super) struct Ended {
 }
 
 /// One direction: bytes read from one side, checked by a framing tracker, written to the other.
-struct Pipe {
+struct Direction {
     buf: Vec<u8>,
     /// Start of the bytes not yet written.
     out: usize,
@@ -78,9 +78,9 @@ enum Fault {
     Framing,
 }
 
-impl Pipe {
-    fn new(reader: BodyReader) -> Pipe {
-        Pipe {
+impl Direction {
+    fn new(reader: BodyReader) -> Direction {
+        Direction {
             buf: vec![0; STEP],
             out: 0,
             end: 0,
@@ -170,12 +170,12 @@ pub(super) async fn duplex(d: Duplex<'_>, head_sent: &mut bool) -> Result<Ended,
     write_all(client, &[head_out, &first[..body]], send_timeout)
         .await
         .map_err(|_| Error::client_write())?;
-    let mut down = Pipe::new(response);
+    let mut down = Direction::new(response);
     down.done = down.reader.is_done();
     down.extra = extra;
     down.moved = body as u64;
     // The request's tracker goes back to the caller at the end.
-    let mut up = Pipe::new(std::mem::replace(request, BodyReader::Empty));
+    let mut up = Direction::new(std::mem::replace(request, BodyReader::Empty));
     let mut idle = pin!(tokio::time::sleep(idle_timeout));
     let result = poll_fn(|cx| {
         poll_both(
@@ -203,8 +203,8 @@ pub(super) async fn duplex(d: Duplex<'_>, head_sent: &mut bool) -> Result<Ended,
 /// One turn of both directions: ready when the response has ended, or with the first failure.
 fn poll_both(
     cx: &mut Context<'_>,
-    up: &mut Pipe,
-    down: &mut Pipe,
+    up: &mut Direction,
+    down: &mut Direction,
     client: &mut Stream,
     upstream: &mut Stream,
     mut idle: Pin<&mut Sleep>,

@@ -27,7 +27,7 @@ use crate::observe::metrics::Counter;
 use crate::routing::UpstreamTarget;
 use crate::upstream::connect::connect;
 use crate::upstream::multiplex::Keep;
-use crate::upstream::pool::{Obtained, Slot};
+use crate::upstream::pool::{ConnSlot, Obtained};
 use crate::upstream::stats::ServerStats;
 use crate::upstream::{Balancer, Lease};
 
@@ -253,7 +253,7 @@ enum Reuse {
     /// A pooled connection (HTTP/2: a new stream on an open connection).
     Conn(Conn),
     /// None: open one, holding this slot.
-    Open(Slot),
+    Open(ConnSlot),
 }
 
 /// A pooled connection to the lease's server, or the slot to open one under.
@@ -267,7 +267,7 @@ async fn reuse(
     if group.protocol.is_http2() {
         return Ok(match cx.worker.h2_upstreams.take(server) {
             Some(handle) => Reuse::Conn(h2_stream(cx, group, server, handle)),
-            None => Reuse::Open(Slot::untracked()),
+            None => Reuse::Open(ConnSlot::untracked()),
         });
     }
     Ok(match obtain(cx, group, server, client).await? {
@@ -287,7 +287,7 @@ async fn open(
     cx: &Ctx<'_>,
     group: &UpstreamGroup,
     lease: &Lease,
-    slot: Slot,
+    slot: ConnSlot,
 ) -> Result<Conn, Error> {
     let counters = &cx.worker.counters;
     let (server, stats) = (lease.addr(), lease.stats());
@@ -329,7 +329,7 @@ fn h2_stream(
     Conn {
         server: server.clone(),
         stream: Stream::H2Upstream(Box::new(stream)),
-        slot: Slot::untracked(),
+        slot: ConnSlot::untracked(),
         demand: 0,
     }
 }

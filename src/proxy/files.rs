@@ -15,10 +15,10 @@ use crate::compress::encoder::{compress_whole, Encoder};
 use crate::compress::head::{rewrite, CompressedBody};
 use crate::compress::Coding;
 use crate::error::{Error, Kind};
-use crate::files::cache::Entry;
+use crate::files::cache::CachedFile;
 use crate::files::listing;
 use crate::files::lookup::{Lookup, Refusal, Resolution};
-use crate::files::respond::{plan, simple, Body, Framing, Method, Plan};
+use crate::files::respond::{plan, simple, Body, KeepAlive, Method, Plan};
 use crate::http1::Framing as RequestFraming;
 use crate::net::io::write_all;
 use crate::net::sendfile::{send_file, SendFileError};
@@ -44,7 +44,7 @@ pub(super) async fn serve_files(
         counters: &cx.worker.counters,
     };
     // A request body is never read here: the connection then closes after the response.
-    let framing = Framing {
+    let framing = KeepAlive {
         keep_alive: p.keep_alive
             && p.framing == RequestFraming::Empty
             && !cx.worker.shutting_down(),
@@ -114,7 +114,7 @@ async fn send_simple(
     status: u16,
     mut head: Vec<u8>,
     body: &[u8],
-    framing: Framing,
+    framing: KeepAlive,
 ) -> Result<Outcome, Error> {
     let timeout = cx.config().limits.client_body_timeout;
     cx.add_response_fields(&mut head, 0);
@@ -133,7 +133,7 @@ async fn send_plan(
     cx: &Ctx<'_>,
     client: &mut Client,
     plan: &Plan<'_>,
-    framing: Framing,
+    framing: KeepAlive,
 ) -> Result<Outcome, Error> {
     let timeout = cx.config().limits.client_body_timeout;
     let rep = plan.representation;
@@ -192,7 +192,7 @@ async fn send_plan(
 /// The compressed copy of a whole file from the worker's cache, made and kept on a miss.
 fn cached_copy(
     cx: &Ctx<'_>,
-    entry: &Rc<Entry>,
+    entry: &Rc<CachedFile>,
     rep: &crate::files::cache::Representation,
     coding: Coding,
 ) -> Result<Rc<[u8]>, Error> {
@@ -229,10 +229,10 @@ const FILE_PIECE: usize = 64 * 1024;
 async fn send_compressed(
     cx: &Ctx<'_>,
     client: &mut Client,
-    entry: &Rc<Entry>,
+    entry: &Rc<CachedFile>,
     plan: &Plan<'_>,
     coding: Coding,
-    framing: Framing,
+    framing: KeepAlive,
 ) -> Result<Outcome, Error> {
     let settings = &cx.config().compression;
     let counters = &cx.worker.counters;

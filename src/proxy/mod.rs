@@ -67,7 +67,7 @@ struct Conn {
     server: Address,
     stream: Stream,
     /// Its place under the server's `max_conns`.
-    slot: crate::upstream::pool::Slot,
+    slot: crate::upstream::pool::ConnSlot,
     /// Requests in flight to the server when the connection was taken: the pool keeps at
     /// least this many idle, so the concurrency of the moment (many HTTP/2 streams, say)
     /// finds its connections again instead of opening new ones (`keepalive` is the floor).

@@ -41,7 +41,7 @@ pub fn state_path(pid_file: &Path) -> PathBuf {
 
 /// What the running process last reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct State {
+pub struct SavedState {
     /// The process id.
     pub pid: u32,
     /// The config file it reloads from (absolute; empty without one).
@@ -56,7 +56,7 @@ pub struct State {
     pub refused: Option<String>,
 }
 
-impl State {
+impl SavedState {
     fn render(&self) -> String {
         let mut text = format!(
             "pid {}\nconfig {}\ngeneration {}\nattempts {}\nphase {}\n",
@@ -78,7 +78,7 @@ impl State {
     }
 
     /// Reads a state file's text; `None` when it is not one.
-    pub fn parse(text: &str) -> Option<State> {
+    pub fn parse(text: &str) -> Option<SavedState> {
         let mut lines = text.lines();
         let mut field = |name: &str| -> Option<String> {
             let line = lines.next()?;
@@ -95,7 +95,7 @@ impl State {
             "accepted" => None,
             _ => Some(lines.collect::<Vec<_>>().join("\n")),
         };
-        Some(State {
+        Some(SavedState {
             pid,
             config,
             generation,
@@ -132,7 +132,7 @@ impl PidFile {
     }
 
     /// Rewrites the state file; a failure is logged, never fatal.
-    pub fn record(&self, state: &State) {
+    pub fn record(&self, state: &SavedState) {
         let path = state_path(&self.path);
         if let Err(e) = write_whole(&path, &state.render()) {
             tracing::warn!("cannot write the state file {}: {e}", path.display());
@@ -177,8 +177,8 @@ pub fn read_pid(path: &Path) -> io::Result<u32> {
 }
 
 /// The state file of a pid file, if there is a readable one.
-pub fn read_state(pid_file: &Path) -> Option<State> {
-    State::parse(&std::fs::read_to_string(state_path(pid_file)).ok()?)
+pub fn read_state(pid_file: &Path) -> Option<SavedState> {
+    SavedState::parse(&std::fs::read_to_string(state_path(pid_file)).ok()?)
 }
 
 #[cfg(test)]
@@ -187,7 +187,7 @@ mod tests {
 
     #[test]
     fn state_round_trips() {
-        let refused = State {
+        let refused = SavedState {
             pid: 42,
             config: "/etc/slipstream/slipstream.toml".into(),
             generation: 3,
@@ -195,13 +195,13 @@ mod tests {
             draining: false,
             refused: Some("a.toml:2:1: unknown key\n  |\n2 | x = 1".into()),
         };
-        assert_eq!(State::parse(&refused.render()), Some(refused.clone()));
-        let accepted = State {
+        assert_eq!(SavedState::parse(&refused.render()), Some(refused.clone()));
+        let accepted = SavedState {
             refused: None,
             draining: true,
             ..refused
         };
-        assert_eq!(State::parse(&accepted.render()), Some(accepted));
-        assert_eq!(State::parse("pid x\n"), None);
+        assert_eq!(SavedState::parse(&accepted.render()), Some(accepted));
+        assert_eq!(SavedState::parse("pid x\n"), None);
     }
 }

@@ -7,7 +7,7 @@ use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use super::pid_file::{self, PidFile, State};
+use super::pid_file::{self, PidFile, SavedState};
 use super::{systemd, Server};
 use crate::config::Config;
 use crate::observe::error_log;
@@ -34,7 +34,7 @@ pub fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Re
     });
     let server = Server::start(config)?;
     let pid_file = pid_path.as_deref().map(PidFile::create).transpose()?;
-    let mut state = State {
+    let mut state = SavedState {
         pid: std::process::id(),
         config: config_path
             .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
@@ -44,7 +44,7 @@ pub fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Re
         draining: false,
         refused: None,
     };
-    let record = |state: &State| {
+    let record = |state: &SavedState| {
         if let Some(p) = &pid_file {
             p.record(state);
         }

@@ -50,10 +50,10 @@ pub(super) fn run(worker: Worker, listeners: Vec<Listening>) {
         let worker = Rc::new(worker);
         for l in listeners {
             let kind = match (l.tls, l.redirect, l.h2c) {
-                (true, _, _) => Kind::Tls,
-                (false, true, _) => Kind::Redirect,
-                (false, false, true) => Kind::PlainOrH2c,
-                (false, false, false) => Kind::Plain,
+                (true, _, _) => ListenerKind::Tls,
+                (false, true, _) => ListenerKind::Redirect,
+                (false, false, true) => ListenerKind::PlainOrH2c,
+                (false, false, false) => ListenerKind::Plain,
             };
             match Acceptor::new(l.socket, kind) {
                 Ok(acceptor) => {
@@ -83,7 +83,7 @@ pub(super) fn run(worker: Worker, listeners: Vec<Listening>) {
 
 /// What a listener's connections get.
 #[derive(Clone, Copy)]
-enum Kind {
+enum ListenerKind {
     Plain,
     /// Plain, and HTTP/2 when the client starts with its preface.
     PlainOrH2c,
@@ -99,15 +99,15 @@ enum Acceptor {
 }
 
 /// A new connection: still on tokio's epoll, or on the ring already.
-enum Accepted {
+enum NewConnection {
     Epoll(tokio::net::TcpStream),
     Ring(crate::net::Stream),
 }
 
 impl Acceptor {
-    fn new(socket: std::net::TcpListener, kind: Kind) -> std::io::Result<Acceptor> {
+    fn new(socket: std::net::TcpListener, kind: ListenerKind) -> std::io::Result<Acceptor> {
         let socket = match kind {
-            Kind::Plain => match crate::uring::listener(socket) {
+            ListenerKind::Plain => match crate::uring::listener(socket) {
                 Ok(ring) => return Ok(Acceptor::Ring(ring)),
                 Err(socket) => socket,
             },
@@ -116,10 +116,13 @@ impl Acceptor {
         TcpListener::from_std(socket).map(Acceptor::Epoll)
     }
 
-    async fn accept(&mut self) -> std::io::Result<(Accepted, std::net::SocketAddr)> {
+    async fn accept(&mut self) -> std::io::Result<(NewConnection, std::net::SocketAddr)> {
         match self {
-            Acceptor::Epoll(l) => l.accept().await.map(|(s, p)| (Accepted::Epoll(s), p)),
-            Acceptor::Ring(l) => l.accept().await.map(|(s, p)| (Accepted::Ring(s.into()), p)),
+            Acceptor::Epoll(l) => l.accept().await.map(|(s, p)| (NewConnection::Epoll(s), p)),
+            Acceptor::Ring(l) => l
+                .accept()
+                .await
+                .map(|(s, p)| (NewConnection::Ring(s.into()), p)),
         }
     }
 
@@ -132,8 +135,8 @@ impl Acceptor {
 }
 
 /// Accepts connections until shutdown, pausing (and counting it) at the connection limit.
-/// Accepted sockets inherit TCP_NODELAY from the listener (set in `listener.rs`).
-async fn accept_loop(worker: Rc<Worker>, mut acceptor: Acceptor, limit: usize, kind: Kind) {
+/// NewConnection sockets inherit TCP_NODELAY from the listener (set in `listener.rs`).
+async fn accept_loop(worker: Rc<Worker>, mut acceptor: Acceptor, limit: usize, kind: ListenerKind) {
     let mut shutdown = worker.shutdown.clone();
     while !*shutdown.borrow() {
         if worker.active.get() >= limit {
@@ -170,20 +173,25 @@ async fn accept_loop(worker: Rc<Worker>, mut acceptor: Acceptor, limit: usize, k
 }
 
 /// Serves one accepted connection as its listener's kind says.
-async fn serve_accepted(w: Rc<Worker>, accepted: Accepted, peer: std::net::SocketAddr, kind: Kind) {
+async fn serve_accepted(
+    w: Rc<Worker>,
+    accepted: NewConnection,
+    peer: std::net::SocketAddr,
+    kind: ListenerKind,
+) {
     let stream = match accepted {
-        Accepted::Ring(stream) => return proxy::serve(w, stream, peer).await,
-        Accepted::Epoll(stream) => stream,
+        NewConnection::Ring(stream) => return proxy::serve(w, stream, peer).await,
+        NewConnection::Epoll(stream) => stream,
     };
     match kind {
-        Kind::Plain => {
+        ListenerKind::Plain => {
             if let Ok(stream) = crate::net::Stream::adopt(stream) {
                 proxy::serve(w, stream, peer).await;
             }
         }
-        Kind::PlainOrH2c => serve_plain_or_h2c(w, stream, peer).await,
-        Kind::Tls => serve_tls(w, stream, peer).await,
-        Kind::Redirect => proxy::redirect_to_https(w, stream.into()).await,
+        ListenerKind::PlainOrH2c => serve_plain_or_h2c(w, stream, peer).await,
+        ListenerKind::Tls => serve_tls(w, stream, peer).await,
+        ListenerKind::Redirect => proxy::redirect_to_https(w, stream.into()).await,
     }
 }
 

@@ -40,7 +40,7 @@ struct GroupState {
     health: HashMap<Address, Health>,
 }
 
-struct State {
+struct ControlState {
     generation: u64,
     config: Arc<Config>,
     fleet: Arc<Fleet>,
@@ -51,7 +51,7 @@ impl Control {
     /// Publishes the table of `config` (generation `generation`), with the health known from
     /// before a reload, and starts the thread if any group has checks or names to re-resolve.
     pub fn start(fleet: Arc<Fleet>, config: Arc<Config>, generation: u64) -> io::Result<Control> {
-        let state = State::new(fleet, config, generation);
+        let state = ControlState::new(fleet, config, generation);
         state.publish();
         let (stop, stop_rx) = watch::channel(false);
         let needed = state.config.upstreams.iter().any(needs_control);
@@ -96,8 +96,8 @@ fn has_unresolved(g: &UpstreamGroup) -> bool {
     g.servers.iter().any(|s| s.addrs.is_empty())
 }
 
-impl State {
-    fn new(fleet: Arc<Fleet>, config: Arc<Config>, generation: u64) -> State {
+impl ControlState {
+    fn new(fleet: Arc<Fleet>, config: Arc<Config>, generation: u64) -> ControlState {
         let known = fleet
             .checks
             .lock()
@@ -118,7 +118,7 @@ impl State {
                 GroupState { addrs, health }
             })
             .collect();
-        State {
+        ControlState {
             generation,
             config,
             fleet,
@@ -168,7 +168,7 @@ fn initial_health(g: &UpstreamGroup, known: Option<bool>) -> Health {
     }
 }
 
-fn run(state: State, stop: watch::Receiver<bool>, ready: std::sync::mpsc::Sender<()>) {
+fn run(state: ControlState, stop: watch::Receiver<bool>, ready: std::sync::mpsc::Sender<()>) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -218,7 +218,7 @@ fn run(state: State, stop: watch::Receiver<bool>, ready: std::sync::mpsc::Sender
 /// Checks and re-resolves one group until stopped.
 async fn group_task(
     index: usize,
-    state: Rc<RefCell<State>>,
+    state: Rc<RefCell<ControlState>>,
     resolver: Option<Rc<hickory_resolver::TokioResolver>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -270,7 +270,7 @@ async fn group_task(
 async fn resolve_group(
     index: usize,
     group: &UpstreamGroup,
-    state: &Rc<RefCell<State>>,
+    state: &Rc<RefCell<ControlState>>,
     resolver: &hickory_resolver::TokioResolver,
 ) -> bool {
     let mut changed = false;
@@ -312,7 +312,11 @@ async fn resolve_group(
 }
 
 /// Checks every address of the group at once; true when one went up or down.
-async fn check_group(index: usize, group: &UpstreamGroup, state: &Rc<RefCell<State>>) -> bool {
+async fn check_group(
+    index: usize,
+    group: &UpstreamGroup,
+    state: &Rc<RefCell<ControlState>>,
+) -> bool {
     let Some(check) = &group.health else {
         return false;
     };

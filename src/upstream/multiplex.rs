@@ -26,7 +26,7 @@ const STREAM_WINDOW: u32 = 1 << 20;
 const CONNECTION_WINDOW: u32 = 8 << 20;
 
 /// One connection as the pool sees it.
-struct Entry {
+struct PooledConn {
     send: SendRequest<Bytes>,
     /// Cleared by the connection's task when the connection ends.
     alive: Rc<Cell<bool>>,
@@ -35,7 +35,7 @@ struct Entry {
 /// The HTTP/2 connections of one worker, by server. Single-threaded.
 #[derive(Default)]
 pub struct H2Pool {
-    conns: RefCell<FxHashMap<Address, Vec<Entry>>>,
+    conns: RefCell<FxHashMap<Address, Vec<PooledConn>>>,
 }
 
 /// How a connection's task keeps it.
@@ -54,7 +54,7 @@ impl H2Pool {
         let mut conns = self.conns.borrow_mut();
         let list = conns.get_mut(addr)?;
         list.retain(|e| e.alive.get() && !e.send.is_going_away());
-        let has_room = |e: &&Entry| e.send.open_streams() < e.send.current_max_send_streams();
+        let has_room = |e: &&PooledConn| e.send.open_streams() < e.send.current_max_send_streams();
         list.iter().find(has_room).map(|e| e.send.clone())
     }
 
@@ -74,7 +74,7 @@ impl H2Pool {
         let (send, conn) = builder.handshake::<_, Bytes>(stream).await?;
         let alive = Rc::new(Cell::new(true));
         tokio::task::spawn_local(drive(conn, send.clone(), alive.clone(), keep));
-        let entry = Entry {
+        let entry = PooledConn {
             send: send.clone(),
             alive,
         };

@@ -24,13 +24,13 @@ use crate::observe::metrics::{Counter, Shard};
 
 struct Idle {
     stream: Stream,
-    slot: Slot,
+    slot: ConnSlot,
     expires: Instant,
 }
 
 /// Open connections per capped server, and the requests waiting for one.
 #[derive(Default)]
-struct Slots {
+struct ConnSlots {
     open: usize,
     waiters: VecDeque<Waiter>,
 }
@@ -42,27 +42,27 @@ struct Waiter {
     deadline: Instant,
 }
 
-type SlotTable = Rc<RefCell<FxHashMap<Address, Slots>>>;
+type SlotTable = Rc<RefCell<FxHashMap<Address, ConnSlots>>>;
 
 /// The right to hold one open connection to a capped server; dropping it (with its connection)
 /// frees the slot for the next waiting request. Servers without a cap get an untracked slot.
-pub struct Slot {
+pub struct ConnSlot {
     held: Option<(SlotTable, Address)>,
 }
 
-impl Slot {
+impl ConnSlot {
     /// A slot that counts nothing (no cap).
-    pub fn untracked() -> Slot {
-        Slot { held: None }
+    pub fn untracked() -> ConnSlot {
+        ConnSlot { held: None }
     }
 }
 
-impl Drop for Slot {
+impl Drop for ConnSlot {
     fn drop(&mut self) {
         let Some((table, addr)) = self.held.take() else {
             return;
         };
-        let mut grant = Grant::Open(Slot {
+        let mut grant = Grant::Open(ConnSlot {
             held: Some((table.clone(), addr.clone())),
         });
         // The slot passes to the first request still waiting; else it is freed.
@@ -91,17 +91,17 @@ impl Drop for Slot {
 /// What a waiting request receives.
 enum Grant {
     /// A connection someone finished with.
-    Conn(Stream, Slot),
+    Conn(Stream, ConnSlot),
     /// A freed slot: open a new connection.
-    Open(Slot),
+    Open(ConnSlot),
 }
 
 /// A connection to use: pooled, or to be opened under `slot`.
 pub enum Obtained {
     /// An idle (or handed-over) connection.
-    Reused(Stream, Slot),
+    Reused(Stream, ConnSlot),
     /// None idle: open one, holding this slot.
-    Open(Slot),
+    Open(ConnSlot),
 }
 
 /// A worker's idle upstream connections, keyed by server address. Single-threaded.
@@ -126,7 +126,7 @@ impl UpstreamPool {
             return Some(Obtained::Reused(stream, slot));
         }
         if max_conns == 0 {
-            return Some(Obtained::Open(Slot::untracked()));
+            return Some(Obtained::Open(ConnSlot::untracked()));
         }
         let rx = {
             let mut table = self.slots.borrow_mut();
@@ -134,7 +134,7 @@ impl UpstreamPool {
             if slots.open < max_conns {
                 slots.open += 1;
                 let held = Some((self.slots.clone(), addr.clone()));
-                return Some(Obtained::Open(Slot { held }));
+                return Some(Obtained::Open(ConnSlot { held }));
             }
             let (tx, rx) = oneshot::channel();
             let deadline = Instant::now() + queue_timeout;
@@ -151,7 +151,7 @@ impl UpstreamPool {
 
     /// The most recently used live idle connection to `addr`, if any. Connections the upstream
     /// has closed (or that hold unexpected bytes) are discarded.
-    fn take(&self, addr: &Address, counters: &Shard) -> Option<(Stream, Slot)> {
+    fn take(&self, addr: &Address, counters: &Shard) -> Option<(Stream, ConnSlot)> {
         let mut idle = self.idle.borrow_mut();
         let list = idle.get_mut(addr)?;
         let now = Instant::now();
@@ -170,7 +170,7 @@ impl UpstreamPool {
         &self,
         addr: &Address,
         stream: Stream,
-        slot: Slot,
+        slot: ConnSlot,
         cap: usize,
         idle_timeout: Duration,
     ) {

@@ -163,7 +163,7 @@ impl std::fmt::Debug for Gather {
 }
 
 /// The state of one slot.
-enum Slot {
+enum OpSlot {
     Free,
     /// In flight; the waker of the task awaiting it.
     Waiting(Option<Waker>, Lent),
@@ -216,7 +216,7 @@ const TIMED_OUT: u64 = u64::MAX;
 /// Every slot of one ring.
 #[derive(Default)]
 pub struct Slots {
-    slots: Vec<Slot>,
+    slots: Vec<OpSlot>,
     free: Vec<usize>,
     /// Per slot: when its operation times out (driver clock, ms); 0 for none, `TIMED_OUT`
     /// once it has been cancelled for it.
@@ -229,7 +229,7 @@ pub struct Slots {
 }
 
 impl Slots {
-    fn take(&mut self, state: Slot) -> usize {
+    fn take(&mut self, state: OpSlot) -> usize {
         match self.free.pop() {
             Some(i) => {
                 self.slots[i] = state;
@@ -243,7 +243,7 @@ impl Slots {
     }
 
     fn release(&mut self, index: usize) {
-        self.slots[index] = Slot::Free;
+        self.slots[index] = OpSlot::Free;
         self.free.push(index);
         self.clear_deadline(index);
     }
@@ -251,22 +251,22 @@ impl Slots {
     /// A slot for an operation going into the kernel with `lent`; its index (the entry's
     /// `user_data`).
     pub fn start(&mut self, lent: Lent) -> usize {
-        self.take(Slot::Waiting(None, lent))
+        self.take(OpSlot::Waiting(None, lent))
     }
 
     /// A slot for an operation nobody waits for (a cancel, a close): freed on completion.
     pub fn start_orphan(&mut self) -> usize {
-        self.take(Slot::Orphan(Lent::Nothing))
+        self.take(OpSlot::Orphan(Lent::Nothing))
     }
 
     /// A slot for a pause that asks nothing of the kernel; it ends at its deadline.
     pub fn start_nap(&mut self) -> usize {
-        self.take(Slot::Napping(None))
+        self.take(OpSlot::Napping(None))
     }
 
     /// A slot for a multishot accept.
     pub fn start_accepting(&mut self) -> usize {
-        self.take(Slot::Accepting(Box::default()))
+        self.take(OpSlot::Accepting(Box::default()))
     }
 
     /// Records the kernel's completion of slot `index`: wakes its waiter, or frees an
@@ -277,7 +277,7 @@ impl Slots {
             return after;
         };
         match slot {
-            Slot::Accepting(accepting) => {
+            OpSlot::Accepting(accepting) => {
                 accepting.ended = !done.more();
                 accepting.got.push_back(done);
                 if let Some(w) = accepting.waker.take() {
@@ -285,7 +285,7 @@ impl Slots {
                 }
                 return after;
             }
-            Slot::AcceptGivenUp => {
+            OpSlot::AcceptGivenUp => {
                 after.close = (done.result >= 0).then_some(done.result);
                 if !done.more() {
                     self.release(index);
@@ -294,14 +294,14 @@ impl Slots {
             }
             _ => {}
         }
-        match std::mem::replace(slot, Slot::Free) {
-            Slot::Waiting(waker, lent) => {
-                *slot = Slot::Done(done, lent);
+        match std::mem::replace(slot, OpSlot::Free) {
+            OpSlot::Waiting(waker, lent) => {
+                *slot = OpSlot::Done(done, lent);
                 if let Some(w) = waker {
                     w.wake();
                 }
             }
-            Slot::Orphan(lent) => {
+            OpSlot::Orphan(lent) => {
                 after.provided = done.provided();
                 after.released = lent;
                 self.release(index);
@@ -317,9 +317,9 @@ impl Slots {
     /// `ETIMEDOUT`.
     pub fn poll(&mut self, index: usize, cx: &mut Context<'_>) -> Poll<(Completion, Lent)> {
         match &mut self.slots[index] {
-            Slot::Done(..) => {
-                let Slot::Done(mut done, lent) =
-                    std::mem::replace(&mut self.slots[index], Slot::Free)
+            OpSlot::Done(..) => {
+                let OpSlot::Done(mut done, lent) =
+                    std::mem::replace(&mut self.slots[index], OpSlot::Free)
                 else {
                     unreachable!("matched above")
                 };
@@ -329,13 +329,13 @@ impl Slots {
                 }
                 Poll::Ready((done, lent))
             }
-            Slot::Waiting(w, _) | Slot::Napping(w) => {
+            OpSlot::Waiting(w, _) | OpSlot::Napping(w) => {
                 if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
                     *w = Some(cx.waker().clone());
                 }
                 Poll::Pending
             }
-            Slot::Free | Slot::Orphan(_) | Slot::Accepting(_) | Slot::AcceptGivenUp => {
+            OpSlot::Free | OpSlot::Orphan(_) | OpSlot::Accepting(_) | OpSlot::AcceptGivenUp => {
                 Poll::Ready((CANCELED, Lent::Nothing))
             }
         }
@@ -343,7 +343,7 @@ impl Slots {
 
     /// Whether slot `index` holds a completion not yet taken.
     pub fn is_done(&self, index: usize) -> bool {
-        matches!(self.slots.get(index), Some(Slot::Done(..)))
+        matches!(self.slots.get(index), Some(OpSlot::Done(..)))
     }
 
     /// Gives up the operation in slot `index` (its future was dropped): a completed one is
@@ -354,19 +354,19 @@ impl Slots {
         let Some(slot) = self.slots.get_mut(index) else {
             return (GiveUp::Nothing, after);
         };
-        match std::mem::replace(slot, Slot::Free) {
-            Slot::Done(done, lent) => {
+        match std::mem::replace(slot, OpSlot::Free) {
+            OpSlot::Done(done, lent) => {
                 after.provided = done.provided();
                 after.released = lent;
                 self.release(index);
                 (GiveUp::Nothing, after)
             }
-            Slot::Napping(_) => {
+            OpSlot::Napping(_) => {
                 self.release(index);
                 (GiveUp::Nothing, after)
             }
-            Slot::Waiting(_, lent) => {
-                *slot = Slot::Orphan(lent);
+            OpSlot::Waiting(_, lent) => {
+                *slot = OpSlot::Orphan(lent);
                 (GiveUp::Cancel, after)
             }
             old => {
@@ -379,7 +379,7 @@ impl Slots {
     /// The next completion of the multishot accept in slot `index`; `None` once it has
     /// ended and every completion has been taken (the slot is then freed).
     pub fn poll_accept(&mut self, index: usize, cx: &mut Context<'_>) -> Poll<Option<Completion>> {
-        let Slot::Accepting(accepting) = &mut self.slots[index] else {
+        let OpSlot::Accepting(accepting) = &mut self.slots[index] else {
             return Poll::Ready(None);
         };
         if let Some(done) = accepting.got.pop_front() {
@@ -402,8 +402,8 @@ impl Slots {
     /// Lets go of the multishot accept in slot `index`: the connections it brought that were
     /// not taken (to close), and whether it is still in the kernel (to cancel).
     pub fn give_up_accepting(&mut self, index: usize) -> (Vec<Completion>, GiveUp) {
-        let Slot::Accepting(accepting) =
-            std::mem::replace(&mut self.slots[index], Slot::AcceptGivenUp)
+        let OpSlot::Accepting(accepting) =
+            std::mem::replace(&mut self.slots[index], OpSlot::AcceptGivenUp)
         else {
             return (Vec::new(), GiveUp::Nothing);
         };
@@ -455,20 +455,20 @@ impl Slots {
                 continue;
             }
             match self.slots.get_mut(index) {
-                Some(Slot::Waiting(..)) => {
+                Some(OpSlot::Waiting(..)) => {
                     *deadline = TIMED_OUT;
                     found.push(index);
                 }
-                Some(slot @ Slot::Napping(_)) => {
+                Some(slot @ OpSlot::Napping(_)) => {
                     *deadline = TIMED_OUT;
-                    let woke = Slot::Done(
+                    let woke = OpSlot::Done(
                         Completion {
                             result: -libc::ETIMEDOUT,
                             flags: 0,
                         },
                         Lent::Nothing,
                     );
-                    if let Slot::Napping(Some(w)) = std::mem::replace(slot, woke) {
+                    if let OpSlot::Napping(Some(w)) = std::mem::replace(slot, woke) {
                         w.wake();
                     }
                 }
@@ -483,34 +483,34 @@ impl Slots {
     /// never freed while the ring exists, since the kernel may yet write into it.
     pub fn fail_all(&mut self) {
         for slot in &mut self.slots {
-            match std::mem::replace(slot, Slot::Free) {
-                Slot::Waiting(waker, lent) => {
+            match std::mem::replace(slot, OpSlot::Free) {
+                OpSlot::Waiting(waker, lent) => {
                     if !matches!(lent, Lent::Nothing) {
                         self.stranded.push(lent);
                     }
-                    *slot = Slot::Done(CANCELED, Lent::Nothing);
+                    *slot = OpSlot::Done(CANCELED, Lent::Nothing);
                     if let Some(w) = waker {
                         w.wake();
                     }
                 }
-                Slot::Orphan(lent) => {
+                OpSlot::Orphan(lent) => {
                     if !matches!(lent, Lent::Nothing) {
                         self.stranded.push(lent);
                     }
-                    *slot = Slot::Orphan(Lent::Nothing);
+                    *slot = OpSlot::Orphan(Lent::Nothing);
                 }
-                Slot::Napping(waker) => {
-                    *slot = Slot::Done(CANCELED, Lent::Nothing);
+                OpSlot::Napping(waker) => {
+                    *slot = OpSlot::Done(CANCELED, Lent::Nothing);
                     if let Some(w) = waker {
                         w.wake();
                     }
                 }
-                Slot::Accepting(mut accepting) => {
+                OpSlot::Accepting(mut accepting) => {
                     accepting.ended = true;
                     if let Some(w) = accepting.waker.take() {
                         w.wake();
                     }
-                    *slot = Slot::Accepting(accepting);
+                    *slot = OpSlot::Accepting(accepting);
                 }
                 old => *slot = old,
             }
@@ -522,9 +522,9 @@ impl Slots {
         self.slots
             .iter()
             .filter(|s| match s {
-                Slot::Waiting(..) | Slot::Orphan(_) | Slot::AcceptGivenUp => true,
-                Slot::Accepting(accepting) => !accepting.ended,
-                Slot::Free | Slot::Done(..) | Slot::Napping(_) => false,
+                OpSlot::Waiting(..) | OpSlot::Orphan(_) | OpSlot::AcceptGivenUp => true,
+                OpSlot::Accepting(accepting) => !accepting.ended,
+                OpSlot::Free | OpSlot::Done(..) | OpSlot::Napping(_) => false,
             })
             .count()
     }
@@ -534,7 +534,7 @@ impl Slots {
     pub fn lends_memory(&self) -> bool {
         !self.stranded.is_empty()
             || self.slots.iter().any(|s| {
-                matches!(s, Slot::Waiting(_, l) | Slot::Orphan(l) if !matches!(l, Lent::Nothing))
+                matches!(s, OpSlot::Waiting(_, l) | OpSlot::Orphan(l) if !matches!(l, Lent::Nothing))
             })
     }
 
@@ -543,7 +543,7 @@ impl Slots {
     pub fn holds_a_listener(&self) -> bool {
         self.slots
             .iter()
-            .any(|s| matches!(s, Slot::Accepting(_) | Slot::AcceptGivenUp))
+            .any(|s| matches!(s, OpSlot::Accepting(_) | OpSlot::AcceptGivenUp))
     }
 
     /// Moves out every buffer the kernel may still use (to leak when the ring cannot be
@@ -551,7 +551,7 @@ impl Slots {
     pub fn take_lent(&mut self) -> Vec<Lent> {
         let mut lent = std::mem::take(&mut self.stranded);
         for slot in &mut self.slots {
-            if let Slot::Waiting(_, l) | Slot::Orphan(l) = slot {
+            if let OpSlot::Waiting(_, l) | OpSlot::Orphan(l) = slot {
                 lent.push(std::mem::take(l));
             }
         }

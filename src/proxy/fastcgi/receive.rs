@@ -50,7 +50,7 @@ enum Stage {
 }
 
 /// The response being relayed.
-struct Relay {
+struct CgiResponse {
     stage: Stage,
     /// STDOUT bytes until the head is sent: the CGI head, then the first body bytes.
     cgi: Vec<u8>,
@@ -82,7 +82,7 @@ pub(super) async fn relay(
     mut conn: Conn,
     mut ubuf: Vec<u8>,
 ) -> Result<Outcome, Error> {
-    let mut relay = Relay {
+    let mut relay = CgiResponse {
         stage: Stage::Head,
         cgi: Vec::new(),
         body: Vec::new(),
@@ -148,7 +148,7 @@ fn keep_alive(cx: &Ctx<'_>, framing: ClientBody) -> bool {
     cx.request.keep_alive && framing != ClientBody::Close && !cx.worker.shutting_down()
 }
 
-impl Relay {
+impl CgiResponse {
     /// Takes every complete record at the start of `ubuf`; returns the bytes they took.
     fn take_records(
         &mut self,
@@ -364,7 +364,7 @@ impl Relay {
     }
 }
 
-impl Relay {
+impl CgiResponse {
     /// Compresses the body when the route and the response call for it: rewrites the head
     /// written at `start` in `out` and returns the body's framing.
     fn pack(

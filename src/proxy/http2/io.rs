@@ -16,7 +16,7 @@ use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::http2::guard::{FrameGuard, Limits, Verdict, PREFACE, PREFACE_LEN};
+use crate::http2::guard::{FloodLimits, FrameGuard, Verdict, PREFACE, PREFACE_LEN};
 use crate::net::Stream;
 
 /// Outbound bytes gathered at most; beyond, a write waits for them to go out first.
@@ -227,7 +227,7 @@ impl ConnectionIo {
     /// `h2`'s side of `shared`, whose preface has been read already.
     pub(super) fn new(
         shared: Rc<RefCell<Shared>>,
-        limits: Limits,
+        limits: FloodLimits,
         verdict: Rc<Cell<Option<&'static str>>>,
     ) -> ConnectionIo {
         ConnectionIo {
