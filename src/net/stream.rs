@@ -4,8 +4,9 @@
 //! readiness checks need it. Tests add a scripted in-memory variant.
 
 use std::io;
+use std::io::Write;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
@@ -59,6 +60,15 @@ impl Stream {
         crate::uring::adopt(tcp).map(Stream::from)
     }
 
+    /// A plain TCP connection moved onto this worker's ring if it runs one ([`Stream::adopt`]);
+    /// any other stream as it is.
+    pub fn onto_ring(self) -> io::Result<Stream> {
+        match self {
+            Stream::Tcp(tcp) => Stream::adopt(tcp),
+            other => Ok(other),
+        }
+    }
+
     /// The TCP socket underneath, when bytes may move on it without passing through user space
     /// (a TLS stream will answer `None`).
     pub fn tcp(&self) -> Option<&TcpStream> {
@@ -81,6 +91,29 @@ impl Stream {
     /// itself, so the rest of a slow answer waits in the upstream's socket.
     pub fn queues_writes(&self) -> bool {
         matches!(self, Stream::H2(_))
+    }
+
+    /// Whether the request and response may flow at once (an HTTP/2 client stream): the
+    /// upstream's answer may begin, and must be passed on, before the request body has ended
+    /// (gRPC streaming). An HTTP/1.1 client's request is read whole before its answer.
+    pub fn full_duplex(&self) -> bool {
+        matches!(self, Stream::H2(_))
+    }
+
+    /// The protocol a client speaks, with the request's HTTP/1 minor version (nginx's
+    /// `$server_protocol`).
+    pub fn protocol_name(&self, minor_version: u8) -> &'static str {
+        match (self, minor_version) {
+            (Stream::H2(_), _) => "HTTP/2.0",
+            (_, 0) => "HTTP/1.0",
+            _ => "HTTP/1.1",
+        }
+    }
+
+    /// Whether this is one stream of a multiplexed upstream connection, which its own pool
+    /// keeps (`upstream::multiplex`): done with, it is dropped rather than pooled.
+    pub fn is_multiplexed(&self) -> bool {
+        matches!(self, Stream::H2Upstream(_))
     }
 
     /// The local address of a TCP connection, TLS or not.
@@ -182,6 +215,61 @@ impl Stream {
         match self {
             Stream::H2(s) => std::future::poll_fn(|cx| s.poll_room(cx, want)).await,
             _ => Ok(want),
+        }
+    }
+
+    /// Caps what rustls holds encrypted before it must go to the socket (a TLS client
+    /// connection only; nothing for the others).
+    pub fn limit_tls_buffer(&mut self, limit: usize) {
+        if let Stream::TlsServer(tls) = self {
+            tls.get_mut().1.set_buffer_limit(Some(limit));
+        }
+    }
+
+    /// Writes `out[*sent..]` out, `sent` counting the progress across polls (over TLS: handed
+    /// to rustls, then its records written to the socket).
+    pub fn poll_write_from(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &[u8],
+        sent: &mut usize,
+    ) -> Poll<io::Result<()>> {
+        match self {
+            Stream::TlsServer(tls) => {
+                let (tcp, conn) = tls.get_mut();
+                ready!(push_plaintext(conn, tcp, cx, out, sent))?;
+                poll_write_tls(conn, tcp, cx)
+            }
+            stream => poll_write_plain(stream, cx, out, sent),
+        }
+    }
+
+    /// Whether [`Stream::poll_encrypt_after`] applies: a TLS client connection, whose writes
+    /// rustls copies once while encrypting, so large ones need no gathering first.
+    pub fn encrypts_in_place(&self) -> bool {
+        matches!(self, Stream::TlsServer(_))
+    }
+
+    /// Over TLS ([`Stream::encrypts_in_place`]): hands `gathered` (from its `sent` on) to
+    /// rustls, then as much of `bufs` as it takes; gives how many bytes of `bufs` that was.
+    /// Other streams take nothing here.
+    pub fn poll_encrypt_after(
+        &mut self,
+        cx: &mut Context<'_>,
+        (gathered, sent): (&[u8], &mut usize),
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let Stream::TlsServer(tls) = self else {
+            return Poll::Ready(Ok(0));
+        };
+        let (tcp, conn) = tls.get_mut();
+        ready!(push_plaintext(conn, tcp, cx, gathered, sent))?;
+        loop {
+            let n = conn.writer().write_vectored(bufs)?;
+            if n > 0 {
+                return Poll::Ready(Ok(n));
+            }
+            ready!(poll_write_tls(conn, tcp, cx))?;
         }
     }
 
@@ -336,5 +424,84 @@ impl AsyncWrite for Stream {
             #[cfg(test)]
             Stream::Mock(s) => Pin::new(s).poll_shutdown(cx),
         }
+    }
+}
+
+/// Hands `out[*sent..]` to rustls (encrypting it), writing records to the socket when its
+/// buffer is full.
+fn push_plaintext(
+    conn: &mut rustls::ServerConnection,
+    tcp: &mut TcpStream,
+    cx: &mut Context<'_>,
+    out: &[u8],
+    sent: &mut usize,
+) -> Poll<io::Result<()>> {
+    while *sent < out.len() {
+        let n = conn.writer().write(&out[*sent..])?;
+        if n == 0 {
+            ready!(poll_write_tls(conn, tcp, cx))?;
+        }
+        *sent += n;
+    }
+    Poll::Ready(Ok(()))
+}
+
+/// Writes the TLS records rustls holds to the socket, all at once when it takes them.
+fn poll_write_tls(
+    conn: &mut rustls::ServerConnection,
+    tcp: &mut TcpStream,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<()>> {
+    while conn.wants_write() {
+        match conn.write_tls(&mut SocketWriter { tcp, cx }) {
+            Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
+            Err(e) => return Poll::Ready(Err(e)),
+        }
+    }
+    Poll::Ready(Ok(()))
+}
+
+/// Writes `out[*sent..]` to a plain stream.
+fn poll_write_plain(
+    stream: &mut Stream,
+    cx: &mut Context<'_>,
+    out: &[u8],
+    sent: &mut usize,
+) -> Poll<io::Result<()>> {
+    while *sent < out.len() {
+        match ready!(Pin::new(&mut *stream).poll_write(cx, &out[*sent..]))? {
+            0 => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+            n => *sent += n,
+        }
+    }
+    Poll::Ready(Ok(()))
+}
+
+/// The socket as the blocking writer rustls writes records to; a full socket is `WouldBlock`
+/// (with the task registered to be woken when it drains).
+struct SocketWriter<'a, 'b> {
+    tcp: &'a mut TcpStream,
+    cx: &'a mut Context<'b>,
+}
+
+impl Write for SocketWriter<'_, '_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match Pin::new(&mut *self.tcp).poll_write(self.cx, buf) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match Pin::new(&mut *self.tcp).poll_write_vectored(self.cx, bufs) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }

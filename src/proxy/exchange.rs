@@ -391,7 +391,7 @@ impl Attempt<'_> {
             .map_err(|e| Error::no_response(&e))?;
         // An HTTP/2 stream is full duplex (gRPC): its upstream may answer before the body ends.
         let mut early = Vec::new();
-        let duplex = matches!(client.stream, Stream::H2(_));
+        let duplex = client.stream.full_duplex();
         if !body.is_done() {
             buf.drain(..self.body.end);
             if p.expect_continue && p.minor_version == 1 {

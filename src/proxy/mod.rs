@@ -83,7 +83,7 @@ impl Conn {
             slot,
             demand,
         } = self;
-        if matches!(stream, Stream::H2Upstream(_)) {
+        if stream.is_multiplexed() {
             // Its connection stays with the HTTP/2 pool; the stream is done.
             return;
         }

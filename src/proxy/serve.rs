@@ -307,22 +307,13 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
             host: fields.host(),
             user_agent: fields.user_agent(),
             referer: fields.referer(),
-            protocol: protocol_name(&client.stream, request.minor_version),
+            protocol: client.stream.protocol_name(request.minor_version),
             site: request.routed.site,
         };
         log.record(worker, config, &outcome, micros, &tried);
     }
     client.buf = Some(buf);
     outcome.keep_alive
-}
-
-/// The client's protocol for the access log and FastCGI (nginx's `$server_protocol`).
-pub(super) fn protocol_name(stream: &Stream, minor_version: u8) -> &'static str {
-    match (stream, minor_version) {
-        (Stream::H2(_), _) => "HTTP/2.0",
-        (_, 0) => "HTTP/1.0",
-        _ => "HTTP/1.1",
-    }
 }
 
 /// Counts a finished request: by status, by route (with its duration), 5xx by who made it.

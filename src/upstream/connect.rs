@@ -25,11 +25,10 @@ pub async fn connect(
     ServerStats::bump(&stats.connects);
     let error = match tokio::time::timeout(timeout, open_with(addr, tls)).await {
         // A worker running a ring reads and writes plain upstream connections through it.
-        Ok(Ok(Stream::Tcp(tcp))) => match Stream::adopt(tcp) {
+        Ok(Ok(stream)) => match stream.onto_ring() {
             Ok(stream) => return Ok(stream),
             Err(e) => Some(e),
         },
-        Ok(Ok(stream)) => return Ok(stream),
         Ok(Err(e)) => Some(e),
         Err(_) => None,
     };
@@ -66,10 +65,10 @@ pub(super) async fn open_with(
     let Some(tls) = tls else {
         return open(addr).await;
     };
-    let Stream::Tcp(tcp) = open(addr).await? else {
+    let Address::Tcp(a) = addr else {
         return Err(std::io::ErrorKind::Unsupported.into());
     };
-    match tls.connect(addr, tcp).await {
+    match tls.connect(addr, open_tcp(a).await?).await {
         Ok(s) => Ok(Stream::TlsClient(Box::new(s))),
         Err(e) => {
             tracing::warn!(%addr, "TLS handshake with the upstream failed: {e}");
@@ -81,11 +80,14 @@ pub(super) async fn open_with(
 /// Opens a TCP connection (without Nagle's delay) or a unix socket connection.
 pub async fn open(addr: &Address) -> std::io::Result<Stream> {
     match addr {
-        Address::Tcp(a) => {
-            let stream = TcpStream::connect(a).await?;
-            let _ = stream.set_nodelay(true);
-            Ok(Stream::Tcp(stream))
-        }
+        Address::Tcp(a) => Ok(Stream::Tcp(open_tcp(a).await?)),
         Address::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
     }
+}
+
+/// Opens a TCP connection without Nagle's delay.
+async fn open_tcp(a: &std::net::SocketAddr) -> std::io::Result<TcpStream> {
+    let stream = TcpStream::connect(a).await?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
 }

@@ -210,7 +210,7 @@ fn build(
         },
         request_uri: &head.path,
         method: head.method,
-        protocol: super::serve::protocol_name(&client.stream, head.minor_version),
+        protocol: client.stream.protocol_name(head.minor_version),
         content_length,
         remote: client.peer,
         local,

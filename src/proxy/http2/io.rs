@@ -7,14 +7,13 @@
 //! than 256 bytes, which would otherwise cost a syscall, and a TLS record, per response).
 
 use std::cell::{Cell, RefCell};
-use std::io::{self, Write};
+use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 
 use crate::http2::guard::{FloodLimits, FrameGuard, Verdict, PREFACE, PREFACE_LEN};
 use crate::net::Stream;
@@ -40,9 +39,7 @@ pub(super) struct Shared {
 impl Shared {
     /// Shares `stream`.
     pub(super) fn new(mut stream: Stream) -> Rc<RefCell<Shared>> {
-        if let Stream::TlsServer(tls) = &mut stream {
-            tls.get_mut().1.set_buffer_limit(Some(TLS_BUFFER));
-        }
+        stream.limit_tls_buffer(TLS_BUFFER);
         Rc::new(RefCell::new(Shared {
             stream,
             out: Vec::new(),
@@ -56,18 +53,7 @@ impl Shared {
         if let Some(kind) = self.failed {
             return Poll::Ready(Err(kind.into()));
         }
-        let result = match &mut self.stream {
-            Stream::TlsServer(tls) => {
-                let (tcp, conn) = tls.get_mut();
-                let pushed = push_plaintext(conn, tcp, cx, &self.out, &mut self.sent);
-                match pushed {
-                    Poll::Ready(Ok(())) => poll_write_tls(conn, tcp, cx),
-                    other => other,
-                }
-            }
-            stream => poll_write_plain(stream, cx, &self.out, &mut self.sent),
-        };
-        match ready!(result) {
+        match ready!(self.stream.poll_write_from(cx, &self.out, &mut self.sent)) {
             Ok(()) => {
                 self.out.clear();
                 self.sent = 0;
@@ -98,19 +84,13 @@ impl Shared {
             return Poll::Ready(Err(kind.into()));
         }
         let total: usize = bufs.iter().map(|b| b.len()).sum();
-        if let (Stream::TlsServer(tls), true) = (&mut self.stream, total >= DIRECT) {
-            let (tcp, conn) = tls.get_mut();
+        if total >= DIRECT && self.stream.encrypts_in_place() {
             // What was gathered goes first, to keep the order.
-            ready!(push_plaintext(conn, tcp, cx, &self.out, &mut self.sent))?;
-            self.out.clear();
-            self.sent = 0;
-            loop {
-                let n = conn.writer().write_vectored(bufs)?;
-                if n > 0 {
-                    return Poll::Ready(Ok(n));
-                }
-                ready!(poll_write_tls(conn, tcp, cx))?;
-            }
+            let (out, sent) = (&mut self.out, &mut self.sent);
+            let taken = ready!(self.stream.poll_encrypt_after(cx, (out, sent), bufs))?;
+            out.clear();
+            *sent = 0;
+            return Poll::Ready(Ok(taken));
         }
         if self.out.len() >= GATHER {
             ready!(self.poll_write_out(cx))?;
@@ -129,85 +109,6 @@ impl Shared {
             }
         }
         Poll::Ready(Ok(taken))
-    }
-}
-
-/// Hands `out[*sent..]` to rustls (encrypting it), writing records to the socket when its
-/// buffer is full.
-fn push_plaintext(
-    conn: &mut rustls::ServerConnection,
-    tcp: &mut TcpStream,
-    cx: &mut Context<'_>,
-    out: &[u8],
-    sent: &mut usize,
-) -> Poll<io::Result<()>> {
-    while *sent < out.len() {
-        let n = conn.writer().write(&out[*sent..])?;
-        if n == 0 {
-            ready!(poll_write_tls(conn, tcp, cx))?;
-        }
-        *sent += n;
-    }
-    Poll::Ready(Ok(()))
-}
-
-/// Writes the TLS records rustls holds to the socket, all at once when it takes them.
-fn poll_write_tls(
-    conn: &mut rustls::ServerConnection,
-    tcp: &mut TcpStream,
-    cx: &mut Context<'_>,
-) -> Poll<io::Result<()>> {
-    while conn.wants_write() {
-        match conn.write_tls(&mut SocketWriter { tcp, cx }) {
-            Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
-            Err(e) => return Poll::Ready(Err(e)),
-        }
-    }
-    Poll::Ready(Ok(()))
-}
-
-/// Writes `out[*sent..]` to a plain stream.
-fn poll_write_plain(
-    stream: &mut Stream,
-    cx: &mut Context<'_>,
-    out: &[u8],
-    sent: &mut usize,
-) -> Poll<io::Result<()>> {
-    while *sent < out.len() {
-        match ready!(Pin::new(&mut *stream).poll_write(cx, &out[*sent..]))? {
-            0 => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-            n => *sent += n,
-        }
-    }
-    Poll::Ready(Ok(()))
-}
-
-/// The socket as the blocking writer rustls writes records to; a full socket is `WouldBlock`
-/// (with the task registered to be woken when it drains).
-struct SocketWriter<'a, 'b> {
-    tcp: &'a mut TcpStream,
-    cx: &'a mut Context<'b>,
-}
-
-impl Write for SocketWriter<'_, '_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match Pin::new(&mut *self.tcp).poll_write(self.cx, buf) {
-            Poll::Ready(r) => r,
-            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-        }
-    }
-
-    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match Pin::new(&mut *self.tcp).poll_write_vectored(self.cx, bufs) {
-            Poll::Ready(r) => r,
-            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
     }
 }
 
