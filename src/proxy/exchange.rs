@@ -265,10 +265,23 @@ async fn reuse(
 ) -> Result<Reuse, Error> {
     let server = lease.addr();
     if group.protocol.is_http2() {
-        return Ok(match cx.worker.h2_upstreams.take(server) {
-            Some(handle) => Reuse::Conn(h2_stream(cx, group, server, handle)),
-            None => Reuse::Open(ConnSlot::untracked()),
-        });
+        let pool = &cx.worker.h2_upstreams;
+        loop {
+            if let Some(handle) = pool.take(server) {
+                return Ok(Reuse::Conn(h2_stream(cx, group, server, handle)));
+            }
+            // A connection on its way to this server is waited for rather than matched.
+            let Some(done) = pool.opening(server) else {
+                return Ok(Reuse::Open(ConnSlot::untracked()));
+            };
+            let opened = done.notified();
+            if tokio::time::timeout(group.connect_timeout, opened)
+                .await
+                .is_err()
+            {
+                return Ok(Reuse::Open(ConnSlot::untracked()));
+            }
+        }
     }
     Ok(match obtain(cx, group, server, client).await? {
         Obtained::Reused(stream, slot) => Reuse::Conn(Conn {
@@ -292,6 +305,10 @@ async fn open(
     let counters = &cx.worker.counters;
     let (server, stats) = (lease.addr(), lease.stats());
     let tls = group.tls.as_deref();
+    let _opening = group
+        .protocol
+        .is_http2()
+        .then(|| cx.worker.h2_upstreams.begin_open(server));
     let stream = connect(server, group.connect_timeout, counters, stats, tls).await?;
     if !group.protocol.is_http2() {
         return Ok(Conn {

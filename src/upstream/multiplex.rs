@@ -1,7 +1,8 @@
 //! A worker's HTTP/2 upstream connections (`protocol = "h2"` or `"h2c"`): per server, the
 //! connections open to it, each carrying many requests at once. A request takes the first
 //! connection with a free stream under the server's `SETTINGS_MAX_CONCURRENT_STREAMS` that
-//! has not sent GOAWAY, or a new connection is opened. Each connection is driven by a task of
+//! has not sent GOAWAY, or a new connection is opened (while one is being opened to the
+//! server, requests that find no room wait for it instead). Each connection is driven by a task of
 //! its own, which also keeps it honest while idle: a PING every [`PING_IDLE`] that must be
 //! answered within the group's connect timeout, and a close after the group's
 //! `idle_timeout` without a stream.
@@ -13,6 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use h2::client::SendRequest;
 use rustc_hash::FxHashMap;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::net::{Address, Stream};
@@ -36,6 +38,25 @@ struct PooledConn {
 #[derive(Default)]
 pub struct H2Pool {
     conns: RefCell<FxHashMap<Address, Vec<PooledConn>>>,
+    /// Servers a connection is being opened to, and how its waiters learn it is done.
+    opening: RefCell<FxHashMap<Address, Rc<Notify>>>,
+}
+
+/// A connection being opened to a server ([`H2Pool::begin_open`]): while it lives, requests
+/// to that server that find no room wait for it ([`H2Pool::opening`]) rather than each open
+/// a connection of its own (a burst of a thousand requests on a cold pool would otherwise
+/// open a hundred connections, each then checked on every request).
+pub struct Opening<'a> {
+    pool: &'a H2Pool,
+    addr: Address,
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        if let Some(done) = self.pool.opening.borrow_mut().remove(&self.addr) {
+            done.notify_waiters();
+        }
+    }
 }
 
 /// How a connection's task keeps it.
@@ -53,9 +74,39 @@ impl H2Pool {
     pub fn take(&self, addr: &Address) -> Option<SendRequest<Bytes>> {
         let mut conns = self.conns.borrow_mut();
         let list = conns.get_mut(addr)?;
-        list.retain(|e| e.alive.get() && !e.send.is_going_away());
-        let has_room = |e: &&PooledConn| e.send.open_streams() < e.send.current_max_send_streams();
-        list.iter().find(has_room).map(|e| e.send.clone())
+        // Each question put to a connection takes its lock: ask the ended ones nothing, and
+        // whether it goes away only of the connection chosen.
+        list.retain(|e| e.alive.get());
+        let mut i = 0;
+        while i < list.len() {
+            let send = &list[i].send;
+            if send.open_streams() >= send.current_max_send_streams() {
+                i += 1;
+            } else if send.is_going_away() {
+                list.remove(i);
+            } else {
+                return Some(send.clone());
+            }
+        }
+        None
+    }
+
+    /// Marks a connection to `addr` as being opened, until the mark is dropped (after the
+    /// connection is kept by [`H2Pool::open`], or its opening failed).
+    pub fn begin_open(&self, addr: &Address) -> Opening<'_> {
+        self.opening
+            .borrow_mut()
+            .entry(addr.clone())
+            .or_insert_with(|| Rc::new(Notify::new()));
+        Opening {
+            pool: self,
+            addr: addr.clone(),
+        }
+    }
+
+    /// Notified when the connection being opened to `addr` is there (or failed), if one is.
+    pub fn opening(&self, addr: &Address) -> Option<Rc<Notify>> {
+        self.opening.borrow().get(addr).cloned()
     }
 
     /// Runs the HTTP/2 handshake on a new connection to `addr`, starts the task that drives

@@ -447,6 +447,8 @@ pub(crate) enum Script {
     Refuse,
     /// `200 ok`, then GOAWAY: every connection carries one request.
     Answer,
+    /// `200 ok`, and the connection stays for more.
+    AnswerAndStay,
     /// As `Answer`, after a `103 Early Hints` with a `link` field.
     HintThenAnswer,
     /// `200 ok` at once, before the request's body, then RST_STREAM(NO_ERROR): the client
@@ -521,7 +523,9 @@ impl ScriptedH2 {
                                 let _ = std::future::poll_fn(|cx| conn.poll_closed(cx)).await;
                                 return;
                             }
-                            conn.graceful_shutdown();
+                            if script == Script::Answer {
+                                conn.graceful_shutdown();
+                            }
                         }
                     });
                 }
@@ -578,6 +582,46 @@ fn a_server_that_sends_goaway_gets_new_requests_on_a_new_connection() {
     // Each connection carried one request and was then told to go away.
     assert_eq!(ScriptedH2::count(&server.streams), 5);
     assert_eq!(ScriptedH2::count(&server.connections), 5);
+}
+
+/// A burst of requests that finds no connection open to the server opens one, not one
+/// each: the first request opens it and the others wait for it, then share it.
+#[test]
+fn a_burst_of_requests_on_a_cold_pool_shares_one_new_connection() {
+    const BURST: usize = 20;
+    let server = ScriptedH2::start(Script::AnswerAndStay);
+    let proxy = grpc_proxy(&h2c_group(server.addr), None);
+    let addr = proxy.local_addrs()[0];
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut send = send.ready().await.unwrap();
+        // Every request is sent before any answer can come back: they reach the proxy at once.
+        let mut answers = Vec::new();
+        for i in 0..BURST {
+            let request = http::Request::get(format!("http://a/{i}"))
+                .body(())
+                .unwrap();
+            answers.push(send.send_request(request, true).unwrap().0);
+        }
+        for answer in answers {
+            let answer = answer.await.unwrap();
+            assert_eq!(answer.status(), 200);
+            let mut body = answer.into_body();
+            let mut got = Vec::new();
+            while let Some(chunk) = body.data().await {
+                got.extend_from_slice(&chunk.unwrap());
+            }
+            assert_eq!(got, b"ok");
+        }
+    });
+    assert_eq!(ScriptedH2::count(&server.streams), BURST);
+    assert_eq!(ScriptedH2::count(&server.connections), 1);
 }
 
 #[test]
