@@ -251,12 +251,12 @@ impl Stream {
     }
 
     /// Over TLS ([`Stream::encrypts_in_place`]): hands `gathered` (from its `sent` on) to
-    /// rustls, then as much of `bufs` as it takes; gives how many bytes of `bufs` that was.
-    /// Other streams take nothing here.
+    /// rustls and empties it, then as much of `bufs` as rustls takes; gives how many bytes of
+    /// `bufs` that was. Other streams take nothing here.
     pub fn poll_encrypt_after(
         &mut self,
         cx: &mut Context<'_>,
-        (gathered, sent): (&[u8], &mut usize),
+        (gathered, sent): (&mut Vec<u8>, &mut usize),
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let Stream::TlsServer(tls) = self else {
@@ -264,6 +264,8 @@ impl Stream {
         };
         let (tcp, conn) = tls.get_mut();
         ready!(push_plaintext(conn, tcp, cx, gathered, sent))?;
+        gathered.clear();
+        *sent = 0;
         loop {
             let n = conn.writer().write_vectored(bufs)?;
             if n > 0 {

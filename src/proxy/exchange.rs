@@ -266,20 +266,23 @@ async fn reuse(
     let server = lease.addr();
     if group.protocol.is_http2() {
         let pool = &cx.worker.h2_upstreams;
+        let mut waited = false;
         loop {
             if let Some(handle) = pool.take(server) {
                 return Ok(Reuse::Conn(h2_stream(cx, group, server, handle)));
             }
-            // A connection on its way to this server is waited for rather than matched.
-            let Some(done) = pool.opening(server) else {
+            // A connection on its way to this server is waited for rather than matched, once:
+            // if it failed or is full, each request opens its own (waiting again would let a
+            // failing server hold the requests one connect timeout after another).
+            let opening = pool.opening(server).filter(|_| !waited);
+            let Some(done) = opening else {
                 return Ok(Reuse::Open(ConnSlot::untracked()));
             };
+            waited = true;
             let opened = done.notified();
-            if tokio::time::timeout(group.connect_timeout, opened)
-                .await
-                .is_err()
-            {
-                return Ok(Reuse::Open(ConnSlot::untracked()));
+            tokio::select! {
+                _ = tokio::time::timeout(group.connect_timeout, opened) => {}
+                () = client.hangup() => return Err(Error::new(Kind::ClientClosed)),
             }
         }
     }

@@ -102,7 +102,8 @@ pub(super) async fn relay_response(
         scan(&mut r, &mut at)?;
         let complete = r.reader.is_done() || at.eof;
         if !complete && should_read(&r, &at, head.is_some(), pipes.is_some()) {
-            let most = if r.buf.capacity() == 0 {
+            // Released after the last write (see below); a splice's release is not this.
+            let most = if r.buf.capacity() == 0 && r.client.queues_writes() {
                 wait_without_buffer(&mut r).await?
             } else {
                 r.max_buffer
@@ -145,21 +146,23 @@ pub(super) async fn relay_response(
 }
 
 /// Pull backpressure for a client that queues writes in the proxy's memory (an HTTP/2
-/// stream): with the buffer given back, waits until the client's queue has room and the
-/// upstream has bytes to read, then takes a buffer from the pool; returns how much to read,
+/// stream): with the buffer given back, waits until the upstream has bytes to read and the
+/// client's queue has room, then takes a buffer from the pool; returns how much to read,
 /// no more than the queue takes at once, so the write that follows does not wait holding the
 /// buffer. A stream waiting on either holds no buffer: a thousand streams behind slow clients
 /// hold only their send queues.
 async fn wait_without_buffer(r: &mut ResponseBody<'_>) -> Result<usize, Error> {
-    let room = match tokio::time::timeout(r.send_timeout, r.client.room(r.max_buffer)).await {
-        Ok(Ok(n)) => n.clamp(1, r.max_buffer),
-        Ok(Err(_)) | Err(_) => return Err(Error::client_write()),
-    };
+    // The upstream first: room in the queue is taken from the client's connection window, so
+    // a stream waiting on a quiet upstream (server-sent events, gRPC streaming) holds none.
     match tokio::time::timeout(r.read_timeout, r.upstream.readable()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(Error::upstream_io(&e)),
         Err(_) => return Err(Error::new(Kind::UpstreamTimeout)),
     }
+    let room = match tokio::time::timeout(r.send_timeout, r.client.room(r.max_buffer)).await {
+        Ok(Ok(n)) => n.clamp(1, r.max_buffer),
+        Ok(Err(_)) | Err(_) => return Err(Error::client_write()),
+    };
     if let Some((pool, _)) = r.buffers {
         *r.buf = pool.take(r.max_buffer);
     }

@@ -27,6 +27,10 @@ pub const PING_IDLE: Duration = Duration::from_secs(5);
 const STREAM_WINDOW: u32 = 1 << 20;
 const CONNECTION_WINDOW: u32 = 8 << 20;
 
+/// Streams opened on a new connection before the server's SETTINGS arrive (RFC 9113 section
+/// 6.5.2 asks servers to allow at least 100).
+const INITIAL_STREAMS: usize = 100;
+
 /// One connection as the pool sees it.
 struct PooledConn {
     send: SendRequest<Bytes>,
@@ -121,6 +125,10 @@ impl H2Pool {
         builder
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
+            // Until the server's SETTINGS say how many streams it takes, no more than RFC 9113
+            // asks every server to allow: a burst waiting for this connection would otherwise
+            // all land on it, and what is past the server's limit be refused.
+            .initial_max_send_streams(INITIAL_STREAMS)
             .enable_push(false);
         let (send, conn) = builder.handshake::<_, Bytes>(stream).await?;
         let alive = Rc::new(Cell::new(true));

@@ -86,11 +86,8 @@ impl Shared {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         if total >= DIRECT && self.stream.encrypts_in_place() {
             // What was gathered goes first, to keep the order.
-            let (out, sent) = (&mut self.out, &mut self.sent);
-            let taken = ready!(self.stream.poll_encrypt_after(cx, (out, sent), bufs))?;
-            out.clear();
-            *sent = 0;
-            return Poll::Ready(Ok(taken));
+            let gathered = (&mut self.out, &mut self.sent);
+            return self.stream.poll_encrypt_after(cx, gathered, bufs);
         }
         if self.out.len() >= GATHER {
             ready!(self.poll_write_out(cx))?;
