@@ -655,12 +655,12 @@ pub fn http2_server(data: &[u8]) {
 
 /// HTTP/2 to HTTP/1.1 and back. Response side: any bytes as the head the proxy wrote never
 /// panic and never give connection-specific fields to the HTTP/2 client. Request side: lines
-/// `METHOD URI` then `name: value` become an HTTP/2 request; when it is accepted, the HTTP/1.1
-/// head made from it is one our own parser reads back whole, with Host from `:authority` and
-/// the same framing.
+/// `METHOD URI` then `name: value` become an HTTP/2 request; when it is accepted, its head in
+/// the message model has Host from `:authority` and the body's framing, and written upstream
+/// as HTTP/1.1 it is one our own parser reads back whole, the same.
 pub fn http2_convert(data: &[u8]) {
     use crate::http1::Framing;
-    use crate::http2::request::{to_http1, BodyKind};
+    use crate::http2::request::{check, BodyKind};
     let Some((&flags, data)) = data.split_first() else {
         return;
     };
@@ -700,34 +700,49 @@ pub fn http2_convert(data: &[u8]) {
             .extensions
             .insert(h2::ext::Protocol::from_static(protocol));
     }
-    let Ok(head) = to_http1(&parts, flags & 2 == 2) else {
+    let Ok(request) = check(parts.clone(), flags & 2 == 2) else {
         return;
     };
-    assert!(head.bytes.ends_with(b"\r\n\r\n"));
     let mut storage = crate::http1::request::header_storage();
-    match crate::http1::parse_request(&head.bytes, &mut storage, 1 << 20) {
-        Ok(Some(h)) => {
-            assert_eq!(h.head_len, head.bytes.len());
-            if let Some(authority) = parts.uri.authority() {
-                assert_eq!(h.host, Some(authority.as_str().as_bytes()));
-            }
-            let want = match head.body {
-                BodyKind::None | BodyKind::Length(0) | BodyKind::Tunnel => Framing::Empty,
-                BodyKind::Length(n) => Framing::Length(n),
-                BodyKind::Chunked => Framing::Chunked,
-            };
-            let no_body = |f: Framing| {
-                if f == Framing::Length(0) {
-                    Framing::Empty
-                } else {
-                    f
-                }
-            };
-            assert_eq!(no_body(h.framing), want);
+    // Refusals (too many fields, an Expect value, a bad host) are answered like HTTP/1.1's.
+    let Ok(head) = request.head(&mut storage, 1 << 20) else {
+        return;
+    };
+    if let Some(authority) = parts.uri.authority() {
+        assert_eq!(head.host, Some(authority.as_str().as_bytes()));
+    }
+    let want = match request.body {
+        BodyKind::None | BodyKind::Length(0) | BodyKind::Tunnel => Framing::Empty,
+        BodyKind::Length(n) => Framing::Length(n),
+        BodyKind::Chunked => Framing::Chunked,
+    };
+    let no_body = |f: Framing| {
+        if f == Framing::Length(0) {
+            Framing::Empty
+        } else {
+            f
+        }
+    };
+    assert_eq!(no_body(head.framing), want);
+    // Forwarded over HTTP/1.1, the head reads back the same.
+    let mut text = Vec::new();
+    let fwd = crate::http1::request::ForwardedFor {
+        client: b"192.0.2.1",
+        proto: "https",
+    };
+    head.write_upstream_head(&mut text, fwd);
+    let mut storage = crate::http1::request::header_storage();
+    match crate::http1::parse_request(&text, &mut storage, 1 << 20) {
+        Ok(Some(back)) => {
+            assert_eq!(back.head_len, text.len());
+            assert_eq!(back.method, head.method);
+            assert_eq!(back.path, head.path);
+            assert_eq!(back.host, head.host);
+            assert_eq!(no_body(back.framing), want);
+            assert_eq!(back.upgrade.is_some(), request.body == BodyKind::Tunnel);
         }
         Ok(None) => panic!("an incomplete head was made"),
-        // Refusals (too many fields, an Expect value) are answered like HTTP/1.1's.
-        Err(_) => {}
+        Err(e) => assert_eq!(e, crate::http1::RequestError::HeadTooLarge),
     }
 }
 

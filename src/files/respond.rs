@@ -10,8 +10,8 @@ use crate::http1::accept::{accepted_codings, Codings};
 pub use crate::http1::date::http_date_now;
 use crate::http1::date::put_date;
 use crate::http1::put_decimal;
-use crate::http1::request::RequestHead;
 use crate::http1::response::reason_phrase;
+use crate::message::RequestHead;
 
 /// A request's method as static serving sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

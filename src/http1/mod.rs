@@ -10,26 +10,15 @@ pub mod date;
 pub mod request;
 pub mod response;
 
+pub(crate) use crate::message::list_elements;
+pub use crate::message::{ConnectionTokens, Framing, RequestHead};
 pub use body::BodyReader;
 pub use chunked::{chunk_size_line, ChunkError, ChunkedReader, CHUNK_END, LAST_CHUNK};
-pub use request::{parse_request, RequestError, RequestHead};
+pub use request::{parse_request, RequestError};
 pub use response::{parse_response, ResponseError, ResponseHead};
 
 /// Most header fields accepted in one head.
 pub const MAX_HEADERS: usize = 128;
-
-/// How a message body is delimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// No body at all.
-    Empty,
-    /// Exactly this many bytes.
-    Length(u64),
-    /// Chunked transfer coding.
-    Chunked,
-    /// Everything until the sender closes (responses only).
-    UntilClose,
-}
 
 /// Hop-by-hop fields the proxy never forwards (RFC 9110 section 7.6.1), plus the framing fields
 /// it always writes itself.
@@ -45,49 +34,6 @@ pub(crate) fn is_hop_by_hop(name: &str) -> bool {
         "trailer",
     ];
     HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
-}
-
-/// Splits a comma-separated field value into trimmed, non-empty elements.
-pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value
-        .split(|b| *b == b',')
-        .map(<[u8]>::trim_ascii)
-        .filter(|e| !e.is_empty())
-}
-
-/// Tokens listed in Connection fields, lower-cased; the fields they name are hop-by-hop too.
-#[derive(Debug, Default, Clone)]
-pub struct ConnectionTokens {
-    /// `close` was listed.
-    pub close: bool,
-    /// `keep-alive` was listed.
-    pub keep_alive: bool,
-    /// `upgrade` was listed.
-    pub upgrade: bool,
-    /// Other field names listed, which must not be forwarded.
-    pub others: Vec<String>,
-}
-
-impl ConnectionTokens {
-    /// Adds the tokens of one Connection field value.
-    pub fn add(&mut self, value: &[u8]) {
-        for token in list_elements(value) {
-            if token.eq_ignore_ascii_case(b"close") {
-                self.close = true;
-            } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                self.keep_alive = true;
-            } else if token.eq_ignore_ascii_case(b"upgrade") {
-                self.upgrade = true;
-            } else if let Ok(t) = std::str::from_utf8(token) {
-                self.others.push(t.to_ascii_lowercase());
-            }
-        }
-    }
-
-    /// Whether a field is named by a Connection token and so must not be forwarded.
-    pub fn names(&self, field: &str) -> bool {
-        !self.others.is_empty() && self.others.iter().any(|o| o.eq_ignore_ascii_case(field))
-    }
 }
 
 /// Whether `buf` holds the empty line that ends a message head (CRLF or bare LF line ends), so

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 
 use super::chunked::is_token_byte;
 use super::{is_hop_by_hop, list_elements, parse_content_length, put_field, ConnectionTokens};
-use super::{Framing, MAX_HEADERS};
+use super::{Framing, RequestHead, MAX_HEADERS};
 
 /// Why a request head was refused (`crate::error` turns each into its status code).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,35 +32,6 @@ pub type HeaderStorage<'b> = [httparse::Header<'b>; MAX_HEADERS];
 /// A new, empty [`HeaderStorage`].
 pub fn header_storage<'b>() -> HeaderStorage<'b> {
     [httparse::EMPTY_HEADER; MAX_HEADERS]
-}
-
-/// A parsed and validated request head, borrowing the connection's read buffer.
-#[derive(Debug)]
-pub struct RequestHead<'h, 'b> {
-    /// Request method.
-    pub method: &'b str,
-    /// Target in origin form (`/path?query`), or `*` for `OPTIONS *`. Borrowed from the
-    /// buffer except for an absolute-form target with an empty path and a query
-    /// (`http://h?q` becomes `/?q`, RFC 9112 3.2.2), which has no `/` to borrow.
-    pub path: Cow<'b, str>,
-    /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
-    pub minor_version: u8,
-    /// The host the request is for: the absolute-form authority, else the Host field.
-    pub host: Option<&'b [u8]>,
-    /// How the request body is delimited.
-    pub framing: Framing,
-    /// Whether the client wants the connection kept open after the response.
-    pub keep_alive: bool,
-    /// `Expect: 100-continue` was sent.
-    pub expect_continue: bool,
-    /// The Upgrade value, when the client asked to switch protocols.
-    pub upgrade: Option<&'b [u8]>,
-    /// Tokens of the Connection fields.
-    pub connection: ConnectionTokens,
-    /// All header fields as received.
-    pub headers: &'h [httparse::Header<'b>],
-    /// Length of the head in bytes, including the final empty line.
-    pub head_len: usize,
 }
 
 /// Parses a request head from the start of `buf`. `Ok(None)` means more bytes are needed;
@@ -244,7 +215,7 @@ fn split_target<'b>(
 }
 
 /// A Host value: a reg-name, IPv4 or bracketed IPv6 literal, with an optional port.
-fn valid_host(v: &[u8]) -> bool {
+pub(crate) fn valid_host(v: &[u8]) -> bool {
     v.iter()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'[' | b']'))
 }
@@ -271,23 +242,7 @@ pub struct ForwardedFor<'a> {
     pub proto: &'a str,
 }
 
-impl<'b> RequestHead<'_, 'b> {
-    /// The value of the first header named `name` (any case).
-    pub fn header(&self, name: &str) -> Option<&'b [u8]> {
-        self.headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| h.value)
-    }
-
-    /// Whether a failed attempt may be repeated on another connection (RFC 9110 9.2.2).
-    pub fn is_idempotent(&self) -> bool {
-        matches!(
-            self.method,
-            "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
-        )
-    }
-
+impl RequestHead<'_, '_> {
     /// Writes the head to send upstream: HTTP/1.1, hop-by-hop fields removed, the proxy's
     /// X-Forwarded-* fields and the body framing added.
     pub fn write_upstream_head(&self, out: &mut Vec<u8>, fwd: ForwardedFor<'_>) {

@@ -85,13 +85,18 @@ pub(super) struct Inbound {
 }
 
 impl Inbound {
-    /// A message whose head bytes are `head` and whose body comes from `recv`: none when
+    /// A message whose head bytes are `head` (none for a request, read as a value) and whose
+    /// body comes from `recv`: none when
     /// `has_body` is false, else chunked (with trailers) when `chunked`, else as it is.
     pub(super) fn new(head: Bytes, recv: RecvStream, has_body: bool, chunked: bool) -> Inbound {
         Inbound {
             chunked,
             recv,
-            pending: VecDeque::from([(head, false)]),
+            pending: if head.is_empty() {
+                VecDeque::new()
+            } else {
+                VecDeque::from([(head, false)])
+            },
             pending_data: 0,
             progress: if has_body {
                 Progress::Data

@@ -1,11 +1,17 @@
-//! An HTTP/2 request head as the HTTP/1.1 head the rest of the proxy reads. The `h2` crate has
-//! already refused connection-specific fields, `te` other than `trailers`, upper-case names,
-//! CR/LF/NUL in values and misplaced pseudo-headers, each by resetting its stream alone
-//! (vendor/README.md); what it lets through and HTTP/1.1 would
-//! read differently is refused here ([`Malformed`]), so nothing ambiguous is ever forwarded
-//! (RFC 9113 section 8.2 and 8.3).
+//! An HTTP/2 request read into the message model ([`crate::message::RequestHead`]) straight
+//! from the `h2` crate's parts: no HTTP/1.1 text is made or parsed. The `h2` crate has already
+//! refused connection-specific fields, `te` other than `trailers`, upper-case names, CR/LF/NUL
+//! in values and misplaced pseudo-headers, each by resetting its stream alone
+//! (vendor/README.md). What it lets through and HTTP/1.1 would read differently is refused
+//! here by [`check`] ([`Malformed`]: the stream is reset), so nothing ambiguous is ever
+//! forwarded (RFC 9113 sections 8.2 and 8.3); what HTTP/1.1 would answer with a 4xx
+//! ([`RequestError`]) is answered the same way by [`H2Request::head`].
 
-use crate::http1::put_field;
+use std::borrow::Cow;
+
+use crate::http1::request::{valid_host, HeaderStorage};
+use crate::http1::{Framing, RequestError, MAX_HEADERS};
+use crate::message::{ConnectionTokens, RequestHead};
 use http::request::Parts;
 use http::{header, Method};
 
@@ -14,7 +20,7 @@ use http::{header, Method};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Malformed(pub &'static str);
 
-/// How the request body is framed in the HTTP/1.1 head.
+/// How the request body follows the head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyKind {
     /// END_STREAM came with the head: no body.
@@ -22,26 +28,32 @@ pub enum BodyKind {
     /// `content-length` was given: exactly that many DATA bytes follow (the `h2` crate checks
     /// the total).
     Length(u64),
-    /// No length: the body is written chunked, trailers included.
+    /// No length: the body is read chunked, trailers included.
     Chunked,
     /// A WebSocket opened by extended CONNECT (RFC 8441): the head is an HTTP/1.1 Upgrade,
     /// and the stream's DATA, both ways, is the tunnel once the upstream has switched.
     Tunnel,
 }
 
-/// The HTTP/1.1 head of one HTTP/2 request.
+/// A client stream's request head, checked: the `h2` crate's parts and what [`check`] found.
+/// Kept by the stream for as long as it is served, so the head can be read (and read again,
+/// by FastCGI) without copying it.
 #[derive(Debug)]
-pub struct Head {
-    /// The head's bytes, ending in the empty line.
-    pub bytes: Vec<u8>,
+pub struct H2Request {
+    parts: Parts,
     /// How the body follows.
     pub body: BodyKind,
-    /// The method is HEAD (its response has no body).
-    pub is_head: bool,
+    /// The `content-length` field's value, also for a request without a body.
+    length: Option<u64>,
+    /// The cookies joined into one field (RFC 9113 8.2.3), when the client split them.
+    cookie: Vec<u8>,
+    /// A WebSocket's `Sec-WebSocket-Key` for the HTTP/1.1 handshake: fresh (the upstream's
+    /// accept is not checked, as the HTTP/2 client does not see it).
+    websocket_key: Option<[u8; 24]>,
 }
 
-/// Builds the HTTP/1.1 head of a request; `end_stream` says HEADERS carried END_STREAM.
-pub fn to_http1(parts: &Parts, end_stream: bool) -> Result<Head, Malformed> {
+/// Checks a request's parts; `end_stream` says HEADERS carried END_STREAM.
+pub fn check(parts: Parts, end_stream: bool) -> Result<H2Request, Malformed> {
     let websocket = parts.method == Method::CONNECT
         && parts
             .extensions
@@ -50,11 +62,7 @@ pub fn to_http1(parts: &Parts, end_stream: bool) -> Result<Head, Malformed> {
     if parts.method == Method::CONNECT && !websocket {
         return Err(Malformed("CONNECT other than a WebSocket is not supported"));
     }
-    let target = parts
-        .uri
-        .path_and_query()
-        .map(http::uri::PathAndQuery::as_str)
-        .unwrap_or("");
+    let target = target(&parts);
     let target_ok = target.starts_with('/') || (target == "*" && parts.method == Method::OPTIONS);
     if !target_ok {
         return Err(Malformed("bad :path"));
@@ -63,65 +71,50 @@ pub fn to_http1(parts: &Parts, end_stream: bool) -> Result<Head, Malformed> {
     if authority.is_some_and(|a| a.contains('@')) {
         return Err(Malformed(":authority with userinfo"));
     }
-    let mut out = Vec::with_capacity(256 + parts.headers.len() * 32);
-    let method = if websocket {
-        "GET"
-    } else {
-        parts.method.as_str()
-    };
-    out.extend_from_slice(method.as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    let host = host_field(parts, authority)?;
-    if let Some(host) = host {
-        put_field(&mut out, b"host", host);
-    }
-    let length = put_fields(parts, &mut out)?;
-    if websocket {
-        if end_stream || length.is_some() {
+    host(&parts)?;
+    let (length, cookies) = check_fields(&parts)?;
+    let body = match (end_stream, length) {
+        _ if websocket && (end_stream || length.is_some()) => {
             return Err(Malformed("a WebSocket CONNECT with a body length"));
         }
-        // The HTTP/1.1 handshake: the key is fresh (the upstream's accept is not checked, as
-        // the HTTP/2 client does not see it).
-        out.extend_from_slice(b"connection: upgrade\r\nupgrade: websocket\r\n");
-        put_field(&mut out, b"sec-websocket-key", &websocket_key());
-        out.extend_from_slice(b"\r\n");
-        return Ok(Head {
-            bytes: out,
-            body: BodyKind::Tunnel,
-            is_head: false,
-        });
-    }
-    let body = match (end_stream, length) {
+        _ if websocket => BodyKind::Tunnel,
         (true, Some(n)) if n > 0 => return Err(Malformed("content-length without DATA")),
         (true, _) => BodyKind::None,
         (false, Some(n)) => BodyKind::Length(n),
         (false, None) => BodyKind::Chunked,
     };
-    match body {
-        BodyKind::Length(n) => {
-            out.extend_from_slice(b"content-length: ");
-            out.extend_from_slice(n.to_string().as_bytes());
-            out.extend_from_slice(b"\r\n");
+    let mut cookie = Vec::new();
+    if cookies > 1 {
+        for (i, c) in parts.headers.get_all(header::COOKIE).iter().enumerate() {
+            if i > 0 {
+                cookie.extend_from_slice(b"; ");
+            }
+            cookie.extend_from_slice(c.as_bytes());
         }
-        BodyKind::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-        BodyKind::None if length == Some(0) => out.extend_from_slice(b"content-length: 0\r\n"),
-        BodyKind::None | BodyKind::Tunnel => {}
     }
-    out.extend_from_slice(b"\r\n");
-    Ok(Head {
-        bytes: out,
+    Ok(H2Request {
+        parts,
         body,
-        is_head: parts.method == Method::HEAD,
+        length,
+        cookie,
+        websocket_key: websocket.then(websocket_key),
     })
 }
 
-/// Writes the request's fields (Host aside) as HTTP/1.1 lines, cookies joined into one;
-/// returns the content-length, refusing what HTTP/1.1 would read differently.
-fn put_fields(parts: &Parts, out: &mut Vec<u8>) -> Result<Option<u64>, Malformed> {
+/// The `:path`, `""` when absent.
+fn target(parts: &Parts) -> &str {
+    parts
+        .uri
+        .path_and_query()
+        .map(http::uri::PathAndQuery::as_str)
+        .unwrap_or("")
+}
+
+/// Refuses the fields HTTP/1.1 would read differently; returns the content-length and the
+/// number of cookie fields.
+fn check_fields(parts: &Parts) -> Result<(Option<u64>, usize), Malformed> {
     let mut length = None;
-    let mut cookies: Vec<&[u8]> = Vec::new();
+    let mut cookies = 0;
     for (name, value) in &parts.headers {
         let v = value.as_bytes();
         if v.first().is_some_and(|b| *b == b' ' || *b == b'\t')
@@ -130,17 +123,11 @@ fn put_fields(parts: &Parts, out: &mut Vec<u8>) -> Result<Option<u64>, Malformed
             return Err(Malformed("field value with surrounding whitespace"));
         }
         if super::is_connection_specific(name.as_str()) {
-            // h2 refuses these too; refused here as well so the conversion stands alone.
+            // h2 refuses these too; refused here as well so the check stands alone.
             return Err(Malformed("connection-specific field"));
         }
-        if *name == header::TE {
-            if v != b"trailers" {
-                return Err(Malformed("te other than trailers"));
-            }
-            continue;
-        }
-        if *name == header::HOST {
-            continue;
+        if *name == header::TE && v != b"trailers" {
+            return Err(Malformed("te other than trailers"));
         }
         if *name == header::CONTENT_LENGTH {
             // The h2 crate has checked the value is a number, the same in every field.
@@ -152,34 +139,16 @@ fn put_fields(parts: &Parts, out: &mut Vec<u8>) -> Result<Option<u64>, Malformed
                 return Err(Malformed("differing content-length fields"));
             }
             length = Some(n);
-            continue;
         }
-        if *name == header::COOKIE {
-            // HTTP/2 may split cookies into several fields; HTTP/1.1 wants one (RFC 9113 8.2.3).
-            cookies.push(v);
-            continue;
-        }
-        put_field(out, name.as_str().as_bytes(), v);
+        cookies += usize::from(*name == header::COOKIE);
     }
-    if !cookies.is_empty() {
-        out.extend_from_slice(b"cookie: ");
-        for (i, c) in cookies.iter().enumerate() {
-            if i > 0 {
-                out.extend_from_slice(b"; ");
-            }
-            out.extend_from_slice(c);
-        }
-        out.extend_from_slice(b"\r\n");
-    }
-    Ok(length)
+    Ok((length, cookies))
 }
 
-/// The Host the HTTP/1.1 head carries: `:authority` when given, and a `host` field that names
-/// another one is refused (RFC 9113 8.3.1); without `:authority`, the `host` field (one).
-fn host_field<'a>(
-    parts: &'a Parts,
-    authority: Option<&'a str>,
-) -> Result<Option<&'a [u8]>, Malformed> {
+/// The request's host: `:authority` when given, and a `host` field that names another one is
+/// refused (RFC 9113 8.3.1); without `:authority`, the `host` field (one).
+fn host(parts: &Parts) -> Result<Option<&[u8]>, Malformed> {
+    let authority = parts.uri.authority().map(http::uri::Authority::as_str);
     let mut hosts = parts.headers.get_all(header::HOST).iter();
     let first = hosts.next().map(http::HeaderValue::as_bytes);
     if hosts.next().is_some() {
@@ -191,6 +160,117 @@ fn host_field<'a>(
         }
         (Some(a), _) => Ok(Some(a.as_bytes())),
         (None, h) => Ok(h),
+    }
+}
+
+impl H2Request {
+    /// The method is HEAD (its response has no body).
+    pub fn is_head(&self) -> bool {
+        self.parts.method == Method::HEAD
+    }
+
+    /// The client sent `expect: 100-continue`.
+    pub fn expects_continue(&self) -> bool {
+        self.parts
+            .headers
+            .get(header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+    }
+
+    /// The request head, its fields in `storage`: the host first (from `:authority`), then
+    /// the client's fields as sent (split cookies joined last), then a WebSocket's handshake
+    /// fields. What HTTP/1.1 would refuse with a 4xx is refused alike: a head larger than
+    /// `max_head` as HTTP/1.1 text, too many fields, a bad or missing host, an Expect other
+    /// than 100-continue.
+    pub fn head<'h, 'b>(
+        &'b self,
+        storage: &'h mut HeaderStorage<'b>,
+        max_head: usize,
+    ) -> Result<RequestHead<'h, 'b>, RequestError> {
+        let parts = &self.parts;
+        let host = match host(parts).ok().flatten() {
+            Some(h) if valid_host(h) => h,
+            Some(_) => return Err(RequestError::Malformed("invalid Host")),
+            None => return Err(RequestError::Malformed("missing Host")),
+        };
+        let mut fields = Fields {
+            storage,
+            n: 0,
+            size: parts.method.as_str().len() + target(parts).len() + 12,
+        };
+        fields.add("host", host)?;
+        let mut expect_continue = false;
+        for (name, value) in &parts.headers {
+            let skip = *name == header::HOST
+                || *name == header::TE
+                || *name == header::CONTENT_LENGTH
+                || (*name == header::COOKIE && !self.cookie.is_empty());
+            if skip {
+                continue;
+            }
+            if *name == header::EXPECT {
+                if !value.as_bytes().eq_ignore_ascii_case(b"100-continue") {
+                    return Err(RequestError::ExpectationFailed);
+                }
+                expect_continue = true;
+            }
+            fields.add(name.as_str(), value.as_bytes())?;
+        }
+        if !self.cookie.is_empty() {
+            fields.add("cookie", &self.cookie)?;
+        }
+        let mut connection = ConnectionTokens::default();
+        if let Some(key) = &self.websocket_key {
+            connection.upgrade = true;
+            fields.add("connection", b"upgrade")?;
+            fields.add("upgrade", b"websocket")?;
+            fields.add("sec-websocket-key", key)?;
+        }
+        if fields.size > max_head {
+            return Err(RequestError::HeadTooLarge);
+        }
+        let framing = match self.body {
+            BodyKind::Length(n) => Framing::Length(n),
+            BodyKind::Chunked => Framing::Chunked,
+            BodyKind::None if self.length == Some(0) => Framing::Length(0),
+            BodyKind::None | BodyKind::Tunnel => Framing::Empty,
+        };
+        let Fields { storage, n, .. } = fields;
+        Ok(RequestHead {
+            method: match self.body {
+                BodyKind::Tunnel => "GET",
+                _ => parts.method.as_str(),
+            },
+            path: Cow::Borrowed(target(parts)),
+            minor_version: 1,
+            host: Some(host),
+            framing,
+            keep_alive: true,
+            expect_continue,
+            upgrade: self.websocket_key.map(|_| &b"websocket"[..]),
+            connection,
+            headers: &storage[..n],
+            head_len: 0,
+        })
+    }
+}
+
+/// The fields of a head being built, and its size as HTTP/1.1 text.
+struct Fields<'h, 'b> {
+    storage: &'h mut HeaderStorage<'b>,
+    n: usize,
+    size: usize,
+}
+
+impl<'b> Fields<'_, 'b> {
+    fn add(&mut self, name: &'b str, value: &'b [u8]) -> Result<(), RequestError> {
+        if self.n == MAX_HEADERS {
+            return Err(RequestError::HeadTooLarge);
+        }
+        self.size += name.len() + value.len() + 4;
+        self.storage[self.n] = httparse::Header { name, value };
+        self.n += 1;
+        Ok(())
     }
 }
 
@@ -208,13 +288,30 @@ fn websocket_key() -> [u8; 24] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http1::request::{header_storage, ForwardedFor};
 
     fn parts(req: http::request::Builder) -> Parts {
         req.body(()).unwrap().into_parts().0
     }
 
+    /// The head as it would be forwarded over HTTP/1.1, without the proxy's own fields.
+    fn forwarded(request: &H2Request) -> String {
+        let mut storage = header_storage();
+        let head = request.head(&mut storage, 8192).unwrap();
+        let mut out = Vec::new();
+        let fwd = ForwardedFor {
+            client: b"192.0.2.1",
+            proto: "https",
+        };
+        head.write_upstream_head(&mut out, fwd);
+        let text = String::from_utf8(out).unwrap();
+        text.split_inclusive("\r\n")
+            .filter(|line| !line.starts_with("X-Forwarded-"))
+            .collect()
+    }
+
     #[test]
-    fn a_get_becomes_an_http1_head_with_host_from_authority() {
+    fn a_get_reads_with_host_from_authority_and_cookies_joined() {
         let p = parts(
             http::Request::get("https://example.com/a?b=1")
                 .header("accept", "*/*")
@@ -222,26 +319,37 @@ mod tests {
                 .header("cookie", "b=2")
                 .header("te", "trailers"),
         );
-        let head = to_http1(&p, true).unwrap();
+        let request = check(p, true).unwrap();
+        assert_eq!(request.body, BodyKind::None);
+        let mut storage = header_storage();
+        let head = request.head(&mut storage, 8192).unwrap();
+        assert_eq!((head.method, &*head.path), ("GET", "/a?b=1"));
+        assert_eq!(head.host, Some(&b"example.com"[..]));
+        assert_eq!(head.header("cookie"), Some(&b"a=1; b=2"[..]));
+        assert_eq!(head.framing, Framing::Empty);
+        assert_eq!(head.head_len, 0);
         assert_eq!(
-            String::from_utf8(head.bytes).unwrap(),
-            "GET /a?b=1 HTTP/1.1\r\nhost: example.com\r\naccept: */*\r\ncookie: a=1; b=2\r\n\r\n"
+            forwarded(&request),
+            "GET /a?b=1 HTTP/1.1\r\nHost: example.com\r\naccept: */*\r\ncookie: a=1; b=2\r\n\r\n"
         );
-        assert_eq!(head.body, BodyKind::None);
     }
 
     #[test]
     fn bodies_are_framed_by_length_or_chunked() {
+        let framing = |p: Parts, end| {
+            let request = check(p, end).unwrap();
+            let mut storage = header_storage();
+            let head = request.head(&mut storage, 8192).unwrap();
+            (request.body, head.framing)
+        };
         let p = parts(http::Request::post("https://h/").header("content-length", "5"));
-        let head = to_http1(&p, false).unwrap();
-        assert_eq!(head.body, BodyKind::Length(5));
-        assert!(head.bytes.ends_with(b"content-length: 5\r\n\r\n"));
+        assert_eq!(framing(p, false), (BodyKind::Length(5), Framing::Length(5)));
         let p = parts(http::Request::post("https://h/"));
-        let head = to_http1(&p, false).unwrap();
-        assert_eq!(head.body, BodyKind::Chunked);
-        assert!(head.bytes.ends_with(b"transfer-encoding: chunked\r\n\r\n"));
+        assert_eq!(framing(p, false), (BodyKind::Chunked, Framing::Chunked));
+        let p = parts(http::Request::post("https://h/").header("content-length", "0"));
+        assert_eq!(framing(p, true), (BodyKind::None, Framing::Length(0)));
         let p = parts(http::Request::post("https://h/").header("content-length", "3"));
-        assert!(to_http1(&p, true).is_err());
+        assert!(check(p, true).is_err());
     }
 
     #[test]
@@ -253,10 +361,29 @@ mod tests {
             http::Request::connect("a.example:443"),
         ];
         for c in cases {
-            assert!(to_http1(&parts(c), true).is_err());
+            assert!(check(parts(c), true).is_err());
         }
         let same = http::Request::get("https://a.example/").header("host", "A.example");
-        assert!(to_http1(&parts(same), true).is_ok());
+        assert!(check(parts(same), true).is_ok());
+    }
+
+    #[test]
+    fn what_http1_answers_with_a_4xx_is_answered_alike() {
+        let refused = |req: http::request::Builder| {
+            let request = check(parts(req), true).unwrap();
+            let mut storage = header_storage();
+            request.head(&mut storage, 200).unwrap_err()
+        };
+        let expect = http::Request::get("https://a.example/").header("expect", "other");
+        assert_eq!(refused(expect), RequestError::ExpectationFailed);
+        let big = http::Request::get("https://a.example/").header("x", "y".repeat(300));
+        assert_eq!(refused(big), RequestError::HeadTooLarge);
+        let bad_host = http::Request::get("/").header("host", "a b");
+        assert!(matches!(refused(bad_host), RequestError::Malformed(_)));
+        assert!(matches!(
+            refused(http::Request::get("/")),
+            RequestError::Malformed("missing Host")
+        ));
     }
 
     #[test]
@@ -268,22 +395,19 @@ mod tests {
         );
         p.extensions
             .insert(h2::ext::Protocol::from_static("websocket"));
-        let head = to_http1(&p, false).unwrap();
-        assert_eq!(head.body, BodyKind::Tunnel);
-        let text = String::from_utf8(head.bytes).unwrap();
+        let request = check(p.clone(), false).unwrap();
+        assert_eq!(request.body, BodyKind::Tunnel);
+        let text = forwarded(&request);
         assert!(
             text.starts_with(
-                "GET /chat HTTP/1.1\r\nhost: a.example\r\nsec-websocket-version: 13\r\n\
-                 sec-websocket-protocol: chat\r\nconnection: upgrade\r\nupgrade: websocket\r\n\
-                 sec-websocket-key: "
+                "GET /chat HTTP/1.1\r\nHost: a.example\r\nsec-websocket-version: 13\r\n\
+                 sec-websocket-protocol: chat\r\nsec-websocket-key: "
             ),
             "{text}"
         );
-        let key = text.split("sec-websocket-key: ").nth(1).unwrap();
-        assert_eq!(key.len(), 24 + 4);
-        assert!(key.ends_with("==\r\n\r\n"));
+        assert!(text.ends_with("==\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n"));
         // Another protocol, or a body length, is refused.
         p.extensions.insert(h2::ext::Protocol::from_static("mqtt"));
-        assert!(to_http1(&p, false).is_err());
+        assert!(check(p, false).is_err());
     }
 }

@@ -1,7 +1,7 @@
-//! [`H2Stream`]: one HTTP/2 stream as the byte stream of an HTTP/1.1 connection carrying one
-//! request, so every route kind (proxy, FastCGI, static files) serves HTTP/2 unchanged. Reading
-//! gives the request head (from [`super::request`]) and the body, chunked when it has no
-//! length, with the client's trailers; writing takes the HTTP/1.1 response the proxy produces
+//! [`H2Stream`]: one HTTP/2 stream as a connection carrying one request, so every route kind
+//! (proxy, FastCGI, static files) serves HTTP/2 unchanged. Its request head is a value
+//! ([`H2Stream::request`], read into the message model by [`super::request`]); reading gives
+//! the body, chunked when it has no length, with the client's trailers; writing takes the HTTP/1.1 response the proxy produces
 //! and sends it as HEADERS, DATA and trailers, interim 1xx heads as informational HEADERS.
 //!
 //! Flow control is the backpressure ([`super::body`]): memory per stream stays within the
@@ -19,11 +19,13 @@ use h2::{Reason, RecvStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::body::{h2_error, invalid, Inbound, Outbound};
-use super::request::{BodyKind, Head};
+use super::request::{BodyKind, H2Request};
 use super::response::from_http1;
 
 /// One HTTP/2 stream, read and written as HTTP/1.1 bytes.
 pub struct H2Stream {
+    /// The request's head, read by the request path as a value (no HTTP/1.1 text).
+    request: H2Request,
     reader: Inbound,
     /// Behind a `RefCell`: [`H2Stream::poll_reset`] watches for the client's RST_STREAM
     /// through a shared reference while the request path waits on an upstream.
@@ -44,30 +46,36 @@ impl std::fmt::Debug for H2Stream {
 }
 
 impl H2Stream {
-    /// A stream whose request head is `head`, its body `recv`, its response going to `respond`;
+    /// A stream whose request is `request`, its body `recv`, its response going to `respond`;
     /// response heads may take `max_head` bytes.
     pub fn new(
-        head: Head,
+        request: H2Request,
         recv: RecvStream,
         respond: SendResponse<Bytes>,
         max_head: usize,
     ) -> H2Stream {
-        let has_body = head.body != BodyKind::None;
-        let chunked = head.body == BodyKind::Chunked;
-        let tunnel = head.body == BodyKind::Tunnel;
+        let has_body = request.body != BodyKind::None;
+        let chunked = request.body == BodyKind::Chunked;
+        let tunnel = request.body == BodyKind::Tunnel;
         H2Stream {
-            reader: Inbound::new(Bytes::from(head.bytes), recv, has_body, chunked),
+            reader: Inbound::new(Bytes::new(), recv, has_body, chunked),
             writer: RefCell::new(ResponseWriter {
                 respond,
                 out: ResponseState::Head(Vec::new()),
-                is_head: head.is_head,
+                is_head: request.is_head(),
                 tunnel,
                 max_head,
             }),
+            request,
             tls_version: "",
             local: None,
             abort: Reason::INTERNAL_ERROR,
         }
+    }
+
+    /// The request, as a value: reading the stream gives only its body.
+    pub fn request(&self) -> &H2Request {
+        &self.request
     }
 
     /// Resets the stream with HTTP/2 error `code` (the upstream's reset, passed on) rather

@@ -135,6 +135,15 @@ impl Stream {
         }
     }
 
+    /// The request a stream carries as a value (one HTTP/2 stream's), instead of as bytes to
+    /// read and parse.
+    pub fn carried_request(&self) -> Option<&crate::http2::request::H2Request> {
+        match self {
+            Stream::H2(s) => Some(s.request()),
+            _ => None,
+        }
+    }
+
     /// The TLS version of a client connection over TLS (nginx's names), else `""`.
     pub fn tls_version(&self) -> &'static str {
         match self {

@@ -10,8 +10,9 @@ use crate::config::{Balance, Config};
 use crate::error::{Error, Kind};
 use crate::files::respond::FileRequest;
 use crate::http1::accept::{accepted_codings, Codings};
-use crate::http1::request::{header_storage, ForwardedFor, RequestHead};
+use crate::http1::request::{header_storage, ForwardedFor, HeaderStorage};
 use crate::http1::{parse_request, Framing};
+use crate::message::RequestHead;
 use crate::net::io::read_some;
 use crate::routing::{Routed, Target, UpstreamTarget};
 use crate::upstream::ring::request_key;
@@ -193,6 +194,14 @@ pub(super) async fn read_head(
     buf: &mut Vec<u8>,
 ) -> Result<Option<Prepared>, Error> {
     let limits = &config.limits;
+    let https = !client.stream.tls_version().is_empty();
+    let peer = (client.peer, client.ip_text.as_bytes());
+    if let Some(request) = client.stream.carried_request() {
+        let mut storage = header_storage();
+        let head = request.head(&mut storage, limits.max_request_head)?;
+        let log = worker.log.enabled();
+        return Ok(Some(Prepared::new(&head, config, peer, log, https)));
+    }
     // Set at the second read: a head that arrives whole (nearly all do) reads no clock.
     let mut deadline = None;
     loop {
@@ -200,8 +209,6 @@ pub(super) async fn read_head(
             let mut storage = header_storage();
             if let Some(head) = parse_request(buf, &mut storage, limits.max_request_head)? {
                 let log = worker.log.enabled();
-                let https = !client.stream.tls_version().is_empty();
-                let peer = (client.peer, client.ip_text.as_bytes());
                 return Ok(Some(Prepared::new(&head, config, peer, log, https)));
             }
         }
@@ -223,4 +230,19 @@ pub(super) async fn read_head(
             _ => return Ok(None),
         }
     }
+}
+
+/// The request head read again, for FastCGI's variables (which need every field): parsed
+/// again from the read buffer, or read again from the stream that carries it as a value.
+pub(super) fn head_again<'h, 'b>(
+    client: &'b Client,
+    buf: &'b [u8],
+    head_len: usize,
+    storage: &'h mut HeaderStorage<'b>,
+) -> Result<RequestHead<'h, 'b>, Error> {
+    if let Some(request) = client.stream.carried_request() {
+        return Ok(request.head(storage, usize::MAX)?);
+    }
+    parse_request(&buf[..head_len], storage, head_len)?
+        .ok_or(Error::new(Kind::BadRequest("request head changed")))
 }

@@ -219,10 +219,7 @@ pub async fn redirect_to_https(worker: Rc<Worker>, stream: Stream) {
 }
 
 /// `https://HOST[:PORT]/TARGET` for a request, its Host's port replaced by `port`.
-fn https_location(
-    head: &crate::http1::request::RequestHead<'_, '_>,
-    port: Option<u16>,
-) -> Option<String> {
+fn https_location(head: &crate::message::RequestHead<'_, '_>, port: Option<u16>) -> Option<String> {
     let host = std::str::from_utf8(head.host?).ok()?;
     let name = if host.starts_with('[') {
         &host[..=host.find(']')?]

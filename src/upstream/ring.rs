@@ -9,7 +9,7 @@ use crate::net::Address;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::config::HashKey;
-use crate::http1::request::RequestHead;
+use crate::message::RequestHead;
 
 /// Points per unit of weight: enough for an even spread (a few percent) with tens of servers.
 const POINTS_PER_WEIGHT: u32 = 160;

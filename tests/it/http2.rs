@@ -551,7 +551,8 @@ fn fastcgi_over_http2_with_a_body_of_unknown_length() {
     fpm.script(
         "echo.php",
         "<?php header('X-From-Php: yes'); $b = file_get_contents('php://input'); \
-         echo $_SERVER['REQUEST_METHOD'], ' ', strlen($b), ' ', md5($b), ' ', $_SERVER['SERVER_PROTOCOL'];",
+         echo $_SERVER['REQUEST_METHOD'], ' ', strlen($b), ' ', md5($b), ' ', $_SERVER['SERVER_PROTOCOL'], \
+         ' ', $_SERVER['SERVER_NAME'], ' ', $_SERVER['HTTP_X_TEST'], ' ', $_SERVER['HTTP_COOKIE'];",
     );
     let toml = format!(
         "workers = 1\n[[listen]]\naddress = \"127.0.0.1:0\"\nh2c = true\n[upstreams.php]\n\
@@ -568,7 +569,14 @@ fn fastcgi_over_http2_with_a_body_of_unknown_length() {
     local.block_on(&runtime(), async {
         let mut client = h2c(addr).await;
         // No content-length: the proxy sends it chunked and reads it whole for PHP.
-        let req = http::Request::post("http://a/echo.php").body(()).unwrap();
+        // The head reaches PHP's variables from the message model: the host from
+        // :authority, each field, split cookies joined.
+        let req = http::Request::post("http://a/echo.php")
+            .header("x-test", "h2")
+            .header("cookie", "a=1")
+            .header("cookie", "b=2")
+            .body(())
+            .unwrap();
         let mut ready = client.clone().ready().await.unwrap();
         let (response, mut send) = ready.send_request(req, false).unwrap();
         for piece in body.chunks(50_000) {
@@ -580,7 +588,7 @@ fn fastcgi_over_http2_with_a_body_of_unknown_length() {
         assert_eq!(parts.status, 200);
         assert_eq!(parts.headers["x-from-php"], "yes");
         let text = String::from_utf8(body_of(body_in).await).unwrap();
-        assert_eq!(text, format!("POST 300000 {md5} HTTP/2.0"));
+        assert_eq!(text, format!("POST 300000 {md5} HTTP/2.0 a h2 a=1; b=2"));
         let (parts, _) = get(&mut client, "a", "/missing.php").await;
         assert_eq!(parts.status, 404);
     });

@@ -26,7 +26,7 @@ use crate::fastcgi::params::{put_cgi_params, CgiRequest, ScriptPath};
 use crate::fastcgi::record::{put_begin_request, put_record, RecordType, MAX_CONTENT};
 use crate::fastcgi::script::{ScriptError, Scripts};
 use crate::http1::request::header_storage;
-use crate::http1::{parse_request, BodyReader, Framing};
+use crate::http1::{BodyReader, Framing};
 use crate::net::io::read_some;
 use crate::routing::UpstreamTarget;
 
@@ -171,8 +171,7 @@ fn build(
 ) -> Result<Request, Error> {
     let p = cx.request;
     let mut storage = header_storage();
-    let head = parse_request(&buf[..p.head_len], &mut storage, p.head_len)?
-        .ok_or(Error::new(Kind::BadRequest("request head changed")))?;
+    let head = super::request::head_again(client, buf, p.head_len, &mut storage)?;
     let scripts = Scripts {
         settings,
         cache: &cx.worker.files,

@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::http2::guard::PREFACE;
 mod io;
 
-use crate::http2::request::{to_http1, Malformed};
+use crate::http2::request::{check, Malformed};
 use crate::http2::stream::H2Stream;
 use crate::net::Stream;
 use crate::observe::metrics::Counter;
@@ -246,8 +246,8 @@ async fn serve_stream(
     info: StreamInfo,
 ) {
     let (parts, body) = request.into_parts();
-    let head = match to_http1(&parts, body.is_end_stream()) {
-        Ok(head) => head,
+    let request = match check(parts, body.is_end_stream()) {
+        Ok(request) => request,
         Err(Malformed(why)) => {
             worker.counters.inc(Counter::Http2Malformed);
             tracing::debug!(peer = %info.peer, "HTTP/2 request malformed: {why}");
@@ -255,11 +255,8 @@ async fn serve_stream(
             return;
         }
     };
-    let expects_continue = parts
-        .headers
-        .get(http::header::EXPECT)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    let mut stream = H2Stream::new(head, body, respond, info.max_head);
+    let expects_continue = request.expects_continue();
+    let mut stream = H2Stream::new(request, body, respond, info.max_head);
     stream.tls_version = info.tls_version;
     stream.local = info.local;
     if !expects_continue {

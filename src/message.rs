@@ -1,0 +1,122 @@
+//! The message model: what a request is once read, whatever protocol carried it. HTTP/1.1
+//! (`crate::http1::parse_request`, plain or TLS, either I/O backend) and HTTP/2
+//! (`crate::http2::request::request_head`, from the `h2` crate's parts, no HTTP/1.1 text in
+//! between) both read into a [`RequestHead`]; routing, balancing, static files, FastCGI's
+//! variables, compression's negotiation and the access log work on it once. Its fields borrow
+//! the bytes they were read from (the connection's buffer, or the stream's decoded HPACK
+//! block), so reading a head copies nothing. The body follows as framed bytes ([`Framing`]),
+//! read with backpressure from the socket or the stream's flow-control window.
+//!
+//! These are the semantics of RFC 9110, shared by every version; each protocol's syntax lives
+//! in its codec (`http1/`, `http2/`).
+
+use std::borrow::Cow;
+
+/// How a message body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body at all.
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+    /// Everything until the sender closes (responses only).
+    UntilClose,
+}
+
+/// One header field as read: its name as received, its value's bytes.
+pub type Field<'b> = httparse::Header<'b>;
+
+/// A validated request head, borrowing what it was read from: an HTTP/1.1 connection's read
+/// buffer, or an HTTP/2 stream's request parts (then `minor_version` is 1, `head_len` 0, and
+/// `host` is `:authority`).
+#[derive(Debug)]
+pub struct RequestHead<'h, 'b> {
+    /// Request method.
+    pub method: &'b str,
+    /// Target in origin form (`/path?query`), or `*` for `OPTIONS *`. Borrowed from the
+    /// buffer except for an absolute-form target with an empty path and a query
+    /// (`http://h?q` becomes `/?q`, RFC 9112 3.2.2), which has no `/` to borrow.
+    pub path: Cow<'b, str>,
+    /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor_version: u8,
+    /// The host the request is for: the absolute-form authority, else the Host field.
+    pub host: Option<&'b [u8]>,
+    /// How the request body is delimited.
+    pub framing: Framing,
+    /// Whether the client wants the connection kept open after the response.
+    pub keep_alive: bool,
+    /// `Expect: 100-continue` was sent.
+    pub expect_continue: bool,
+    /// The Upgrade value, when the client asked to switch protocols.
+    pub upgrade: Option<&'b [u8]>,
+    /// Tokens of the Connection fields.
+    pub connection: ConnectionTokens,
+    /// All header fields as received.
+    pub headers: &'h [Field<'b>],
+    /// Length of the head in the connection's read buffer, including the final empty line (0
+    /// when the head did not come as bytes there: an HTTP/2 stream's).
+    pub head_len: usize,
+}
+
+impl<'b> RequestHead<'_, 'b> {
+    /// The value of the first header named `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&'b [u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    }
+
+    /// Whether a failed attempt may be repeated on another connection (RFC 9110 9.2.2).
+    pub fn is_idempotent(&self) -> bool {
+        matches!(
+            self.method,
+            "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
+        )
+    }
+}
+
+/// Splits a comma-separated field value into trimmed, non-empty elements.
+pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|b| *b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|e| !e.is_empty())
+}
+
+/// Tokens listed in Connection fields, lower-cased; the fields they name are hop-by-hop too.
+#[derive(Debug, Default, Clone)]
+pub struct ConnectionTokens {
+    /// `close` was listed.
+    pub close: bool,
+    /// `keep-alive` was listed.
+    pub keep_alive: bool,
+    /// `upgrade` was listed.
+    pub upgrade: bool,
+    /// Other field names listed, which must not be forwarded.
+    pub others: Vec<String>,
+}
+
+impl ConnectionTokens {
+    /// Adds the tokens of one Connection field value.
+    pub fn add(&mut self, value: &[u8]) {
+        for token in list_elements(value) {
+            if token.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+            } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                self.keep_alive = true;
+            } else if token.eq_ignore_ascii_case(b"upgrade") {
+                self.upgrade = true;
+            } else if let Ok(t) = std::str::from_utf8(token) {
+                self.others.push(t.to_ascii_lowercase());
+            }
+        }
+    }
+
+    /// Whether a field is named by a Connection token and so must not be forwarded.
+    pub fn names(&self, field: &str) -> bool {
+        !self.others.is_empty() && self.others.iter().any(|o| o.eq_ignore_ascii_case(field))
+    }
+}
