@@ -76,6 +76,8 @@ pub enum Counter {
     UpstreamEjections,
     /// Pooled connections found closed by the upstream and discarded.
     UpstreamStaleDiscarded,
+    /// Connections closed on their return because their server's idle pool was full.
+    UpstreamIdleOverflow,
     /// Requests that waited for a connection because their server was at `max_conns`.
     UpstreamQueued,
     /// Requests answered 503 after waiting `queue_timeout` for a connection.
@@ -205,6 +207,7 @@ impl Counter {
             Counter::UpstreamNoLiveServers => "slipstream_upstream_no_live_servers_total",
             Counter::UpstreamEjections => "slipstream_upstream_ejections_total",
             Counter::UpstreamStaleDiscarded => "slipstream_upstream_stale_discarded_total",
+            Counter::UpstreamIdleOverflow => "slipstream_upstream_idle_overflow_total",
             Counter::UpstreamQueued => "slipstream_upstream_queued_total",
             Counter::UpstreamQueueTimeouts => "slipstream_upstream_queue_timeouts_total",
             Counter::FastcgiStderrLines => "slipstream_fastcgi_stderr_lines_total",
@@ -281,6 +284,7 @@ impl Counter {
             Counter::UpstreamNoLiveServers => "Requests answered 503 because no server of the group was up.",
             Counter::UpstreamEjections => "Servers ejected by a worker after failures (passive health).",
             Counter::UpstreamStaleDiscarded => "Pooled connections found closed by the upstream and discarded.",
+            Counter::UpstreamIdleOverflow => "Connections closed on their return because the server's idle pool was full (the pool grows when a new connect soon follows).",
             Counter::UpstreamQueued => "Requests that waited for a connection because their server was at `max_conns`.",
             Counter::UpstreamQueueTimeouts => "Requests answered 503 after waiting `queue_timeout` for a connection.",
             Counter::FastcgiStderrLines => "Lines a FastCGI application wrote on STDERR (PHP warnings and errors).",

@@ -93,9 +93,12 @@ impl Conn {
         } else {
             group.keepalive.max(demand)
         };
-        worker
-            .upstreams
-            .give(&server, stream, slot, keep, group.idle_timeout);
+        let keep = crate::upstream::pool::Keep {
+            cap: keep,
+            idle_timeout: group.idle_timeout,
+            counters: &worker.counters,
+        };
+        worker.upstreams.give(&server, (stream, slot), keep);
     }
 }
 

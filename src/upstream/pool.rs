@@ -2,6 +2,13 @@
 //! connections a group may set (`max_conns`). Reusing connections is what keeps ephemeral ports
 //! and TIME_WAIT from running out under load.
 //!
+//! A server keeps `keepalive` idle connections, and more while its load needs them: a
+//! connection closed on its return for want of room, followed within a second by a request
+//! that finds none idle and opens one, was churn (a close and a connect for nothing, a socket in
+//! TIME_WAIT), so the room doubles, up to [`MAX_IDLE`]. HTTP/2 clients make this common: one
+//! connection's hundred streams need a hundred upstream connections at once. The extra room
+//! halves after each minute without churn; idle connections still close after `idle_timeout`.
+//!
 //! The cap matters most for FastCGI: a PHP-FPM child serves one connection at a time and stays
 //! with a kept connection until it closes, so a proxy holding more connections than the pool has
 //! children leaves the extra ones waiting in FPM's accept queue for ever. With a cap, a request
@@ -26,6 +33,63 @@ struct Idle {
     stream: Stream,
     slot: ConnSlot,
     expires: Instant,
+}
+
+/// Most idle connections kept per server, per worker, however much the room grows.
+pub const MAX_IDLE: usize = 4096;
+
+/// Churn is a connection closed for want of room followed by a connect within this.
+const CHURN_WINDOW: Duration = Duration::from_secs(1);
+
+/// Extra room is halved after this long without churn.
+const SHRINK_AFTER: Duration = Duration::from_secs(60);
+
+/// One server's idle connections, most recently used last, and its room beyond `keepalive`.
+#[derive(Default)]
+struct IdleList {
+    conns: Vec<Idle>,
+    /// Idle connections kept beyond the group's `keepalive`, grown on churn.
+    extra: usize,
+    /// When a connection was last closed for want of room.
+    overflowed: Option<Instant>,
+    /// When the room last grew (or was last halved).
+    grown: Option<Instant>,
+    /// The group's `keepalive` when a connection was last given back.
+    cap: usize,
+}
+
+/// How a returned connection is kept: the group's `keepalive` and `idle_timeout`, and the
+/// worker's counters.
+pub struct Keep<'a> {
+    /// Idle connections always kept (`keepalive`); 0 keeps none.
+    pub cap: usize,
+    /// How long an idle connection is kept.
+    pub idle_timeout: Duration,
+    /// Where a connection closed for want of room is counted.
+    pub counters: &'a Shard,
+}
+
+impl IdleList {
+    /// A request found no idle connection: if one was closed for want of room just before,
+    /// that was churn, and the room doubles.
+    fn note_miss(&mut self, now: Instant, cap: usize) {
+        // Without a `keepalive`, no connection is kept: nothing grows.
+        let churn = self.overflowed.is_some_and(|t| now - t <= CHURN_WINDOW);
+        if churn && cap > 0 {
+            let room = (cap + self.extra).saturating_mul(2).min(MAX_IDLE.max(cap));
+            self.extra = room - cap;
+            self.overflowed = None;
+            self.grown = Some(now);
+        }
+    }
+
+    /// Halves the extra room after [`SHRINK_AFTER`] without churn.
+    fn shrink(&mut self, now: Instant) {
+        if self.extra > 0 && self.grown.is_some_and(|t| now - t >= SHRINK_AFTER) {
+            self.extra /= 2;
+            self.grown = Some(now);
+        }
+    }
 }
 
 /// Open connections per capped server, and the requests waiting for one.
@@ -107,7 +171,7 @@ pub enum Obtained {
 /// A worker's idle upstream connections, keyed by server address. Single-threaded.
 #[derive(Default)]
 pub struct UpstreamPool {
-    idle: RefCell<FxHashMap<Address, Vec<Idle>>>,
+    idle: RefCell<FxHashMap<Address, IdleList>>,
     slots: SlotTable,
 }
 
@@ -150,30 +214,26 @@ impl UpstreamPool {
     }
 
     /// The most recently used live idle connection to `addr`, if any. Connections the upstream
-    /// has closed (or that hold unexpected bytes) are discarded.
+    /// has closed (or that hold unexpected bytes) are discarded. Finding none may grow the
+    /// server's room ([`IdleList::note_miss`]).
     fn take(&self, addr: &Address, counters: &Shard) -> Option<(Stream, ConnSlot)> {
         let mut idle = self.idle.borrow_mut();
         let list = idle.get_mut(addr)?;
         let now = Instant::now();
-        while let Some(conn) = list.pop() {
+        while let Some(conn) = list.conns.pop() {
             if conn.expires > now && is_quiet(&conn.stream) {
                 return Some((conn.stream, conn.slot));
             }
             counters.inc(Counter::UpstreamStaleDiscarded);
         }
+        list.note_miss(now, list.cap);
         None
     }
 
-    /// Keeps a connection for reuse, up to `cap` idle per server; a request waiting for a
-    /// connection to this server gets it at once instead.
-    pub fn give(
-        &self,
-        addr: &Address,
-        stream: Stream,
-        slot: ConnSlot,
-        cap: usize,
-        idle_timeout: Duration,
-    ) {
+    /// Keeps a connection for reuse, up to `cap` idle per server (the group's `keepalive`)
+    /// plus the room churn has added; a request waiting for a connection to this server gets
+    /// it at once instead.
+    pub fn give(&self, addr: &Address, (stream, slot): (Stream, ConnSlot), keep: Keep<'_>) {
         let mut grant = Grant::Conn(stream, slot);
         if slot_is_tracked(&grant) {
             loop {
@@ -194,14 +254,20 @@ impl UpstreamPool {
         };
         let mut idle = self.idle.borrow_mut();
         let list = idle.entry(addr.clone()).or_default();
-        if list.len() < cap {
+        list.cap = keep.cap;
+        let now = Instant::now();
+        if list.conns.len() < keep.cap + list.extra {
             stream.watch_idle();
-            list.push(Idle {
+            list.conns.push(Idle {
                 stream,
                 slot,
-                expires: Instant::now() + idle_timeout,
+                expires: now + keep.idle_timeout,
             });
         } else {
+            if keep.cap > 0 {
+                list.overflowed = Some(now);
+                keep.counters.inc(Counter::UpstreamIdleOverflow);
+            }
             drop(idle);
             drop((stream, slot));
         }
@@ -226,13 +292,15 @@ impl UpstreamPool {
         {
             let mut idle = self.idle.borrow_mut();
             for list in idle.values_mut() {
-                let (keep, gone): (Vec<Idle>, Vec<Idle>) = std::mem::take(list)
+                let (keep, gone): (Vec<Idle>, Vec<Idle>) = std::mem::take(&mut list.conns)
                     .into_iter()
                     .partition(|c| c.expires > now && is_quiet(&c.stream));
-                *list = keep;
+                list.conns = keep;
                 closed.extend(gone);
+                list.shrink(now);
             }
-            idle.retain(|_, l| !l.is_empty());
+            // A server's entry stays while it has connections or room to remember.
+            idle.retain(|_, l| !l.conns.is_empty() || l.extra > 0 || l.overflowed.is_some());
         }
         // Dropped with no borrow held: a freed slot may go straight to a waiting request.
         drop(closed);
@@ -241,12 +309,14 @@ impl UpstreamPool {
     /// Idle connections held, by server.
     pub fn idle_counts(&self) -> Vec<(Address, usize)> {
         let idle = self.idle.borrow();
-        idle.iter().map(|(a, l)| (a.clone(), l.len())).collect()
+        idle.iter()
+            .map(|(a, l)| (a.clone(), l.conns.len()))
+            .collect()
     }
 
     /// Idle connections held, over all servers.
     pub fn len(&self) -> usize {
-        self.idle.borrow().values().map(Vec::len).sum()
+        self.idle.borrow().values().map(|l| l.conns.len()).sum()
     }
 
     /// True when no idle connection is held.
@@ -327,6 +397,61 @@ mod tests {
         assert_eq!(pool.open_count(&server), 1);
         drop(slot);
         assert_eq!(pool.open_count(&server), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn churn_grows_the_room_and_quiet_minutes_shrink_it() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = Address::Tcp(listener.local_addr().unwrap());
+        let mut accepted = Vec::new();
+        let mut conns = Vec::new();
+        for _ in 0..4 {
+            let s = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+            conns.push(Stream::from(s.await.unwrap()));
+            accepted.push(listener.accept().await.unwrap());
+        }
+        let pool = UpstreamPool::default();
+        let counters = Shard::default();
+        let keep = || Keep {
+            cap: 2,
+            idle_timeout: Duration::from_secs(3600),
+            counters: &counters,
+        };
+        let wait = Duration::from_secs(1);
+        // Three come back to a room of two: one is closed.
+        for stream in conns.drain(..3) {
+            pool.give(&server, (stream, ConnSlot::untracked()), keep());
+        }
+        assert_eq!(pool.len(), 2);
+        assert_eq!(counters.get(Counter::UpstreamIdleOverflow), 1);
+        // Three requests: the third finds none idle just after one was closed (churn).
+        for _ in 0..2 {
+            let got = pool.obtain(&server, 0, wait, &counters).await;
+            assert!(matches!(got, Some(Obtained::Reused(..))));
+        }
+        let got = pool.obtain(&server, 0, wait, &counters).await;
+        assert!(matches!(got, Some(Obtained::Open(_))));
+        // The room doubled: four come back and stay.
+        let more = (0..4).map(|_| {
+            let s = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            s.set_nonblocking(true).unwrap();
+            Stream::from(tokio::net::TcpStream::from_std(s).unwrap())
+        });
+        for stream in more.collect::<Vec<_>>() {
+            pool.give(&server, (stream, ConnSlot::untracked()), keep());
+        }
+        assert_eq!(pool.len(), 4);
+        assert_eq!(counters.get(Counter::UpstreamIdleOverflow), 1);
+        // A miss with no connection closed just before is not churn: no growth.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        for _ in 0..5 {
+            let _ = pool.obtain(&server, 0, wait, &counters).await;
+        }
+        assert_eq!(pool.idle.borrow()[&server].extra, 2);
+        // A quiet minute halves the extra room.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        pool.sweep();
+        assert_eq!(pool.idle.borrow()[&server].extra, 1);
     }
 
     fn futures_poll<F: std::future::Future + Unpin>(f: F) -> Option<F::Output> {
