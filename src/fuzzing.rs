@@ -41,6 +41,33 @@ fn assert_clean_head(out: &[u8]) {
     );
 }
 
+/// The request an HTTP/2 server would get for `head`, when it can carry it: no
+/// connection-specific field, no Host (it is `:authority`), `te` only as `trailers`, and the
+/// client's method, target and authority.
+fn http2_request_is_clean(head: &crate::message::RequestHead<'_, '_>) {
+    let fwd = ForwardedFor {
+        client: b"192.0.2.1",
+        proto: "http",
+    };
+    let Ok(c) = crate::http2::upstream::request_from_head(head, fwd, "http") else {
+        return;
+    };
+    for (name, value) in c.request.headers() {
+        assert!(!crate::http2::is_connection_specific(name.as_str()));
+        assert_ne!(name, http::header::HOST);
+        if name == http::header::TE {
+            assert_eq!(value, "trailers");
+        }
+    }
+    assert_eq!(c.request.method().as_str(), head.method);
+    assert_eq!(
+        c.request.uri().path_and_query().unwrap().as_str(),
+        head.path
+    );
+    let authority = c.request.uri().authority().unwrap().as_str();
+    assert_eq!(Some(authority.as_bytes()), head.host);
+}
+
 /// A request head: parsing never panics; an accepted head is rewritten into a clean HTTP/1.1
 /// head that (when it has room under the field limit) parses again with the same method,
 /// target and body framing.
@@ -59,6 +86,7 @@ pub fn request_head(data: &[u8]) {
         },
     );
     assert_clean_head(&out);
+    http2_request_is_clean(&head);
     for key in [
         HashKey::ClientIp,
         HashKey::Uri,
@@ -731,6 +759,7 @@ pub fn http2_convert(data: &[u8]) {
         proto: "https",
     };
     head.write_upstream_head(&mut text, fwd);
+    http2_request_is_clean(&head);
     let mut storage = crate::http1::request::header_storage();
     match crate::http1::parse_request(&text, &mut storage, 1 << 20) {
         Ok(Some(back)) => {

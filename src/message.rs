@@ -69,6 +69,28 @@ impl<'b> RequestHead<'_, 'b> {
             .map(|h| h.value)
     }
 
+    /// Whether a client's field is forwarded as it came: not the Host (sent from `host`), a
+    /// hop-by-hop field or one Connection names, `Expect` (answered by the proxy), nor the
+    /// X-Forwarded fields the proxy writes itself. The same rule for every upstream protocol.
+    pub fn forwards(&self, name: &str) -> bool {
+        !(name.eq_ignore_ascii_case("host")
+            || is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case("expect")
+            || name.eq_ignore_ascii_case("x-forwarded-for")
+            || name.eq_ignore_ascii_case("x-forwarded-proto")
+            || name.eq_ignore_ascii_case("x-forwarded-host")
+            || self.connection.names(name))
+    }
+
+    /// The X-Forwarded-For values the client sent, in order, trimmed; the proxy appends the
+    /// client's address after them.
+    pub fn forwarded_for(&self) -> impl Iterator<Item = &'b [u8]> + '_ {
+        self.headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("x-forwarded-for"))
+            .map(|h| h.value.trim_ascii())
+    }
+
     /// Whether a failed attempt may be repeated on another connection (RFC 9110 9.2.2).
     pub fn is_idempotent(&self) -> bool {
         matches!(
@@ -76,6 +98,22 @@ impl<'b> RequestHead<'_, 'b> {
             "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
         )
     }
+}
+
+/// Hop-by-hop fields the proxy never forwards (RFC 9110 section 7.6.1), plus the framing fields
+/// it always writes itself.
+pub(crate) fn is_hop_by_hop(name: &str) -> bool {
+    const HOP: [&str; 8] = [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "trailer",
+    ];
+    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
 }
 
 /// Splits a comma-separated field value into trimmed, non-empty elements.

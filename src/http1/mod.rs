@@ -10,7 +10,7 @@ pub mod date;
 pub mod request;
 pub mod response;
 
-pub(crate) use crate::message::list_elements;
+pub(crate) use crate::message::{is_hop_by_hop, list_elements};
 pub use crate::message::{ConnectionTokens, Framing, RequestHead};
 pub use body::BodyReader;
 pub use chunked::{chunk_size_line, ChunkError, ChunkedReader, CHUNK_END, LAST_CHUNK};
@@ -19,22 +19,6 @@ pub use response::{parse_response, ResponseError, ResponseHead};
 
 /// Most header fields accepted in one head.
 pub const MAX_HEADERS: usize = 128;
-
-/// Hop-by-hop fields the proxy never forwards (RFC 9110 section 7.6.1), plus the framing fields
-/// it always writes itself.
-pub(crate) fn is_hop_by_hop(name: &str) -> bool {
-    const HOP: [&str; 8] = [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "transfer-encoding",
-        "upgrade",
-        "content-length",
-        "trailer",
-    ];
-    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
-}
 
 /// Whether `buf` holds the empty line that ends a message head (CRLF or bare LF line ends), so
 /// a head parse will not ask for more bytes.

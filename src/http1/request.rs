@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 
 use super::chunked::is_token_byte;
-use super::{is_hop_by_hop, list_elements, parse_content_length, put_field, ConnectionTokens};
+use super::{list_elements, parse_content_length, put_field, ConnectionTokens};
 use super::{Framing, RequestHead, MAX_HEADERS};
 
 /// Why a request head was refused (`crate::error` turns each into its status code).
@@ -254,26 +254,15 @@ impl RequestHead<'_, '_> {
         // RFC 9112 section 3.2 says for a target without an authority.
         put_field(out, b"Host", self.host.unwrap_or_default());
         for h in self.headers {
-            let name = h.name;
-            if name.eq_ignore_ascii_case("host")
-                || is_hop_by_hop(name)
-                || name.eq_ignore_ascii_case("expect")
-                || name.eq_ignore_ascii_case("x-forwarded-for")
-                || name.eq_ignore_ascii_case("x-forwarded-proto")
-                || name.eq_ignore_ascii_case("x-forwarded-host")
-                || self.connection.names(name)
-            {
-                continue;
+            if self.forwards(h.name) {
+                put_field(out, h.name.as_bytes(), h.value);
             }
-            put_field(out, name.as_bytes(), h.value);
         }
         // X-Forwarded-For: the values the client sent, in order, then the client's address.
         out.extend_from_slice(b"X-Forwarded-For: ");
-        for h in self.headers {
-            if h.name.eq_ignore_ascii_case("x-forwarded-for") {
-                out.extend_from_slice(h.value.trim_ascii());
-                out.extend_from_slice(b", ");
-            }
+        for value in self.forwarded_for() {
+            out.extend_from_slice(value);
+            out.extend_from_slice(b", ");
         }
         out.extend_from_slice(fwd.client);
         out.extend_from_slice(b"\r\n");

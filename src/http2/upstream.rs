@@ -27,7 +27,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::body::{h2_error, invalid, is_stop_sending, Inbound, Outbound};
 use crate::grpc::web;
+use crate::http1::request::ForwardedFor;
 use crate::http1::{put_field, Framing, MAX_HEADERS};
+use crate::message::RequestHead;
 
 /// One request stream to an HTTP/2 server, written and read as HTTP/1.1 bytes.
 pub struct H2Upstream {
@@ -102,6 +104,33 @@ impl H2Upstream {
             return Poll::Ready(Ok(take));
         };
         let used = converted.head_len - before;
+        self.open_stream(converted)?;
+        Poll::Ready(Ok(used))
+    }
+
+    /// Sends a request given as a value (HEADERS); what is written after it is its body.
+    /// Ready once the connection has taken it.
+    pub(crate) fn poll_send(
+        &mut self,
+        cx: &mut Context<'_>,
+        request: &mut Option<ConvertedRequest>,
+    ) -> Poll<io::Result<()>> {
+        let RequestWriter::Head(send, acc) = &mut self.writer else {
+            return Poll::Ready(Err(invalid("a request was already sent")));
+        };
+        debug_assert!(acc.is_empty());
+        if let Err(e) = ready!(send.poll_ready(cx)) {
+            return Poll::Ready(Err(h2_error(e)));
+        }
+        let converted = request.take().ok_or_else(|| invalid("no request"))?;
+        Poll::Ready(self.open_stream(converted))
+    }
+
+    /// Opens the stream with the request's HEADERS (its connection is ready).
+    fn open_stream(&mut self, converted: ConvertedRequest) -> io::Result<()> {
+        let RequestWriter::Head(send, _) = &mut self.writer else {
+            unreachable!()
+        };
         self.is_head = converted.request.method() == http::Method::HEAD;
         self.web = converted.web;
         let ended = Outbound::is_empty(converted.framing);
@@ -114,7 +143,7 @@ impl H2Upstream {
             body.decode_base64();
         }
         self.writer = RequestWriter::Body(body);
-        Poll::Ready(Ok(used))
+        Ok(())
     }
 
     /// The server reset the stream with NO_ERROR while the body was being sent. After an
@@ -265,12 +294,25 @@ pub(crate) fn to_http2(buf: &[u8], scheme: &'static str) -> io::Result<Option<Co
         let value = HeaderValue::from_bytes(value).map_err(|_| invalid("bad field value"))?;
         fields.append(name, value);
     }
+    let authority = authority.ok_or_else(|| invalid("request without Host"))?;
+    let mut converted = finish(fields, (method, path, authority), framing, scheme)?;
+    converted.head_len = head_len;
+    Ok(Some(converted))
+}
+
+/// The request from its parts once its fields are in HTTP/2's form: gRPC-Web made gRPC, TE
+/// for gRPC, the target as `:scheme`, `:authority` and `:path`.
+fn finish(
+    mut fields: http::HeaderMap,
+    (method, path, authority): (&str, &str, &[u8]),
+    framing: Framing,
+    scheme: &'static str,
+) -> io::Result<ConvertedRequest> {
     let web = grpc_web(&mut fields)?;
     if crate::grpc::is_grpc(&fields) && !fields.contains_key(http::header::TE) {
         // HTTP/1.1 drops TE as hop-by-hop; gRPC servers want it (as nginx's grpc_pass sends).
         fields.insert(http::header::TE, HeaderValue::from_static("trailers"));
     }
-    let authority = authority.ok_or_else(|| invalid("request without Host"))?;
     let uri = http::Uri::builder()
         .scheme(scheme)
         .authority(authority)
@@ -282,12 +324,94 @@ pub(crate) fn to_http2(buf: &[u8], scheme: &'static str) -> io::Result<Option<Co
         http::Method::from_bytes(method.as_bytes()).map_err(|_| invalid("bad method"))?;
     *request.uri_mut() = uri;
     *request.headers_mut() = fields;
-    Ok(Some(ConvertedRequest {
+    Ok(ConvertedRequest {
         request,
         framing,
-        head_len,
+        head_len: 0,
         web,
-    }))
+    })
+}
+
+/// The request to send an HTTP/2 server, straight from the message model (no HTTP/1.1 text):
+/// the fields every upstream gets ([`RequestHead::forwards`]), `te: trailers` when the client
+/// asked for trailers, the proxy's X-Forwarded fields, the length from the framing.
+pub(crate) fn request_from_head(
+    head: &RequestHead<'_, '_>,
+    fwd: ForwardedFor<'_>,
+    scheme: &'static str,
+) -> io::Result<ConvertedRequest> {
+    if head.upgrade.is_some() {
+        return Err(io::Error::from(io::ErrorKind::Unsupported));
+    }
+    // Every value is a slice of one copy (one allocation, not one per field).
+    let mut text = Vec::with_capacity(256);
+    let mut ranges = Vec::with_capacity(head.headers.len());
+    let mut wants_trailers = false;
+    for h in head.headers {
+        if h.name.eq_ignore_ascii_case("te") {
+            wants_trailers |=
+                crate::http1::list_elements(h.value).any(|t| t.eq_ignore_ascii_case(b"trailers"));
+        }
+        if head.forwards(h.name) {
+            ranges.push((h.name, text.len()..text.len() + h.value.len()));
+            text.extend_from_slice(h.value);
+        }
+    }
+    let forwarded_for = text.len();
+    for value in head.forwarded_for() {
+        text.extend_from_slice(value);
+        text.extend_from_slice(b", ");
+    }
+    text.extend_from_slice(fwd.client);
+    let forwarded_for = forwarded_for..text.len();
+    let authority = head.host.ok_or_else(|| invalid("request without Host"))?;
+    let shared = Bytes::from(text);
+    let value = |r: std::ops::Range<usize>| {
+        HeaderValue::from_maybe_shared(shared.slice(r)).map_err(|_| invalid("bad field value"))
+    };
+    let mut fields = http::HeaderMap::with_capacity(ranges.len() + 6);
+    for (name, range) in ranges {
+        // Lower-cased by `from_bytes` (without allocating for the common names).
+        let name =
+            HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid("bad field name"))?;
+        fields.append(name, value(range)?);
+    }
+    if wants_trailers {
+        fields.insert(http::header::TE, HeaderValue::from_static("trailers"));
+    }
+    fields.insert("x-forwarded-for", value(forwarded_for)?);
+    let proto = match fwd.proto {
+        "https" => HeaderValue::from_static("https"),
+        _ => HeaderValue::from_static("http"),
+    };
+    fields.insert("x-forwarded-proto", proto);
+    let host = HeaderValue::from_bytes(authority).map_err(|_| invalid("bad host"))?;
+    fields.insert("x-forwarded-host", host);
+    if let Framing::Length(n) = head.framing {
+        fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    finish(
+        fields,
+        (head.method, &head.path, authority),
+        head.framing,
+        scheme,
+    )
+}
+
+impl ConvertedRequest {
+    /// A copy to send again (a retry, another server).
+    pub(crate) fn copy(&self) -> ConvertedRequest {
+        let mut request = Request::new(());
+        *request.method_mut() = self.request.method().clone();
+        *request.uri_mut() = self.request.uri().clone();
+        *request.headers_mut() = self.request.headers().clone();
+        ConvertedRequest {
+            request,
+            framing: self.framing,
+            head_len: self.head_len,
+            web: self.web,
+        }
+    }
 }
 
 /// A gRPC-Web call's fields as a gRPC call's: the content type, and no length for a `-text`

@@ -135,6 +135,19 @@ impl Stream {
         }
     }
 
+    /// Sends a request given as a value on a stream that takes one (a stream to an HTTP/2
+    /// server), instead of as bytes; what is written after it is its body.
+    pub(crate) async fn send_request(
+        &mut self,
+        request: crate::http2::upstream::ConvertedRequest,
+    ) -> io::Result<()> {
+        let Stream::H2Upstream(s) = self else {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        };
+        let mut request = Some(request);
+        std::future::poll_fn(|cx| s.poll_send(cx, &mut request)).await
+    }
+
     /// The request a stream carries as a value (one HTTP/2 stream's), instead of as bytes to
     /// read and parse.
     pub fn carried_request(&self) -> Option<&crate::http2::request::H2Request> {

@@ -21,7 +21,7 @@ use crate::error::{Error, Kind};
 use crate::http1::response::CONTINUE;
 use crate::http1::{head_complete, BodyReader};
 use crate::http2::upstream::H2Upstream;
-use crate::net::io::{wait_readable, write_all};
+use crate::net::io::{wait_readable, within, write_all};
 use crate::net::{Address, Stream};
 use crate::observe::metrics::Counter;
 use crate::routing::UpstreamTarget;
@@ -405,6 +405,13 @@ impl Attempt<'_> {
         let group = self.group;
         let limits = &cx.config().limits;
         let started = self.timed.then(Instant::now);
+        if let Some(request) = &p.upstream_request {
+            // An HTTP/2 server takes the request as a value, then the body in hand.
+            let send = conn.stream.send_request(request.copy());
+            within(group.send_timeout, send)
+                .await
+                .map_err(|e| Error::no_response(&e))?;
+        }
         let parts = [p.upstream_head.as_slice(), &buf[self.body.clone()]];
         write_all(&mut conn.stream, &parts, group.send_timeout)
             .await

@@ -6,12 +6,13 @@ use std::net::SocketAddr;
 
 use super::Client;
 use crate::config::Fallback;
-use crate::config::{Balance, Config};
+use crate::config::{Balance, Config, Protocol};
 use crate::error::{Error, Kind};
 use crate::files::respond::FileRequest;
 use crate::http1::accept::{accepted_codings, Codings};
 use crate::http1::request::{header_storage, ForwardedFor, HeaderStorage};
 use crate::http1::{parse_request, Framing};
+use crate::http2::upstream::{request_from_head, ConvertedRequest};
 use crate::message::RequestHead;
 use crate::net::io::read_some;
 use crate::routing::{Routed, Target, UpstreamTarget};
@@ -20,8 +21,11 @@ use crate::worker::Worker;
 
 /// A request head reduced to what the rest of the exchange needs.
 pub(super) struct Prepared {
-    /// The head to send upstream (empty when there is no route).
+    /// The head to send upstream as HTTP/1.1 (empty when there is no route, or when the
+    /// request goes to an HTTP/2 group as a value).
     pub(super) upstream_head: Vec<u8>,
+    /// The request to send an HTTP/2 group, as a value.
+    pub(super) upstream_request: Option<ConvertedRequest>,
     /// Length of the client's head in the read buffer.
     pub(super) head_len: usize,
     pub(super) framing: Framing,
@@ -125,20 +129,27 @@ impl Prepared {
             Target::Files(i) => upstream_fallback(config, i),
         });
         let mut upstream_head = Vec::new();
+        let fwd = ForwardedFor {
+            client: ip_text,
+            proto: if https { "https" } else { "http" },
+        };
         // FastCGI requests are written from the head when they are sent.
-        let http = upstream.is_some_and(|u| config.upstreams[u.upstream].fastcgi.is_none());
-        if http {
+        let protocol = upstream.map(|u| config.upstreams[u.upstream].protocol);
+        let upstream_request = match protocol {
+            Some(p @ (Protocol::H2 | Protocol::H2c)) => {
+                let scheme = if p == Protocol::H2 { "https" } else { "http" };
+                // What HTTP/2 cannot carry (an Upgrade) fails as HTTP/1.1 text would.
+                request_from_head(head, fwd, scheme).ok()
+            }
+            _ => None,
+        };
+        if protocol.is_some_and(|p| p != Protocol::FastCgi) && upstream_request.is_none() {
             upstream_head.reserve(head.head_len + 128);
-            head.write_upstream_head(
-                &mut upstream_head,
-                ForwardedFor {
-                    client: ip_text,
-                    proto: if https { "https" } else { "http" },
-                },
-            );
+            head.write_upstream_head(&mut upstream_head, fwd);
         }
         Prepared {
             upstream_head,
+            upstream_request,
             head_len: head.head_len,
             framing: head.framing,
             minor_version: head.minor_version,

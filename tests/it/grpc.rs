@@ -456,6 +456,9 @@ pub(crate) enum Script {
     AnswerAndStop,
     /// `200` and part of a body, then RST_STREAM(CANCEL).
     StartThenCancel,
+    /// `200`, the body the request's pseudo-headers and fields as it arrived, one per line,
+    /// and the connection stays.
+    EchoHead,
 }
 
 /// A scripted h2c server on its own thread, doing `script` to every stream. Counts
@@ -490,8 +493,25 @@ impl ScriptedH2 {
                         let Ok(mut conn) = h2::server::handshake(socket).await else {
                             return;
                         };
-                        while let Some(Ok((_request, mut respond))) = conn.accept().await {
+                        while let Some(Ok((request, mut respond))) = conn.accept().await {
                             strs.fetch_add(1, Ordering::SeqCst);
+                            if script == Script::EchoHead {
+                                let mut text = format!(
+                                    ":method: {}\n:scheme: {}\n:authority: {}\n:path: {}\n",
+                                    request.method(),
+                                    request.uri().scheme_str().unwrap_or(""),
+                                    request.uri().authority().map_or("", |a| a.as_str()),
+                                    request.uri().path_and_query().map_or("", |p| p.as_str()),
+                                );
+                                for (name, value) in request.headers() {
+                                    let value = value.to_str().unwrap_or("?");
+                                    text.push_str(&format!("{name}: {value}\n"));
+                                }
+                                let head = http::Response::builder().status(200).body(()).unwrap();
+                                let mut body = respond.send_response(head, false).unwrap();
+                                body.send_data(bytes::Bytes::from(text), true).unwrap();
+                                continue;
+                            }
                             if script == Script::Refuse {
                                 respond.send_reset(h2::Reason::REFUSED_STREAM);
                                 continue;
@@ -639,6 +659,45 @@ fn an_interim_response_from_an_http2_server_is_passed_on() {
         "{text}"
     );
     assert!(text.ends_with("\r\n\r\n2\r\nok\r\n0\r\n\r\n"), "{text}");
+}
+
+/// An HTTP/1.1 request reaches an HTTP/2 server with the fields every upstream gets (the
+/// same rule as for HTTP/1.1 servers): hop-by-hop ones and those Connection names left out,
+/// `te: trailers` kept, the proxy's X-Forwarded fields, Host as `:authority`, the length.
+#[test]
+fn an_http2_server_gets_the_forwarded_fields_of_an_http1_request() {
+    let server = ScriptedH2::start(Script::EchoHead);
+    let proxy = grpc_proxy(&h2c_group(server.addr), None);
+    let raw = exchange_until_close(
+        proxy.local_addrs()[0],
+        b"POST /form?x=1 HTTP/1.1\r\nHost: Example.com:8080\r\nConnection: close, x-secret\r\n\
+          X-Secret: 1\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nAccept: text/plain\r\n\
+          X-Forwarded-For: 192.0.2.1\r\nX-Forwarded-Proto: ftp\r\nContent-Length: 3\r\n\r\nabc",
+    );
+    assert_eq!(status_of(&raw), 200, "{}", String::from_utf8_lossy(&raw));
+    let text = String::from_utf8_lossy(&raw);
+    let body = &text[text.find("\r\n\r\n").unwrap()..];
+    let mut lines: Vec<&str> = body
+        .lines()
+        .filter(|l| l.contains(": ") && !l.starts_with(char::is_numeric))
+        .collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            ":authority: Example.com:8080",
+            ":method: POST",
+            ":path: /form?x=1",
+            ":scheme: http",
+            "accept: text/plain",
+            "content-length: 3",
+            "te: trailers",
+            "x-forwarded-for: 192.0.2.1, 127.0.0.1",
+            "x-forwarded-host: Example.com:8080",
+            "x-forwarded-proto: http",
+        ],
+        "{text}"
+    );
 }
 
 #[test]
