@@ -178,8 +178,8 @@ impl H2Request {
     }
 
     /// The request head, its fields in `storage`: the host first (from `:authority`), then
-    /// the client's fields as sent (split cookies joined last), then a WebSocket's handshake
-    /// fields. What HTTP/1.1 would refuse with a 4xx is refused alike: a head larger than
+    /// the client's fields as sent (`te` is only ever `trailers`; split cookies joined last),
+    /// then a WebSocket's handshake fields. What HTTP/1.1 would refuse with a 4xx is refused alike: a head larger than
     /// `max_head` as HTTP/1.1 text, too many fields, a bad or missing host, an Expect other
     /// than 100-continue.
     pub fn head<'h, 'b>(
@@ -202,7 +202,6 @@ impl H2Request {
         let mut expect_continue = false;
         for (name, value) in &parts.headers {
             let skip = *name == header::HOST
-                || *name == header::TE
                 || *name == header::CONTENT_LENGTH
                 || (*name == header::COOKIE && !self.cookie.is_empty());
             if skip {

@@ -24,8 +24,9 @@ pub(super) struct Prepared {
     /// The head to send upstream as HTTP/1.1 (empty when there is no route, or when the
     /// request goes to an HTTP/2 group as a value).
     pub(super) upstream_head: Vec<u8>,
-    /// The request to send an HTTP/2 group, as a value.
-    pub(super) upstream_request: Option<ConvertedRequest>,
+    /// The request to send an HTTP/2 group, as a value (boxed: the request's state, copied
+    /// into its task, stays small for the other protocols).
+    pub(super) upstream_request: Option<Box<ConvertedRequest>>,
     /// Length of the client's head in the read buffer.
     pub(super) head_len: usize,
     pub(super) framing: Framing,
@@ -139,7 +140,7 @@ impl Prepared {
             Some(p @ (Protocol::H2 | Protocol::H2c)) => {
                 let scheme = if p == Protocol::H2 { "https" } else { "http" };
                 // What HTTP/2 cannot carry (an Upgrade) fails as HTTP/1.1 text would.
-                request_from_head(head, fwd, scheme).ok()
+                request_from_head(head, fwd, scheme).ok().map(Box::new)
             }
             _ => None,
         };

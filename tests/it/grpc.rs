@@ -665,7 +665,7 @@ fn an_interim_response_from_an_http2_server_is_passed_on() {
 /// same rule as for HTTP/1.1 servers): hop-by-hop ones and those Connection names left out,
 /// `te: trailers` kept, the proxy's X-Forwarded fields, Host as `:authority`, the length.
 #[test]
-fn an_http2_server_gets_the_forwarded_fields_of_an_http1_request() {
+fn an_http2_server_gets_the_forwarded_fields_of_http1_and_http2_requests() {
     let server = ScriptedH2::start(Script::EchoHead);
     let proxy = grpc_proxy(&h2c_group(server.addr), None);
     let raw = exchange_until_close(
@@ -698,6 +698,32 @@ fn an_http2_server_gets_the_forwarded_fields_of_an_http1_request() {
         ],
         "{text}"
     );
+    // An HTTP/2 client's request, read into the message model from its HEADERS, reaches the
+    // server the same way: split cookies joined, `te: trailers` kept.
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&crate::http2::runtime(), async {
+        let mut client = crate::http2::h2c(proxy.local_addrs()[0]).await;
+        let req = http::Request::get("http://b.example/two")
+            .header("te", "trailers")
+            .header("cookie", "a=1")
+            .header("cookie", "b=2")
+            .body(())
+            .unwrap();
+        let (response, _) = client.send_request(req, true).unwrap();
+        let (parts, body) = response.await.unwrap().into_parts();
+        assert_eq!(parts.status, 200);
+        let text = String::from_utf8(crate::http2::body_of(body).await).unwrap();
+        for line in [
+            ":authority: b.example",
+            ":path: /two",
+            "te: trailers",
+            "cookie: a=1; b=2",
+            "x-forwarded-for: 127.0.0.1",
+            "x-forwarded-host: b.example",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in {text}");
+        }
+    });
 }
 
 #[test]
