@@ -3,6 +3,7 @@
 //! the rest of the request needs is copied out ([`Prepared`]) so the read buffer is free.
 
 use std::net::SocketAddr;
+use std::task::Poll;
 
 use super::Client;
 use crate::config::Fallback;
@@ -212,7 +213,11 @@ pub(super) async fn read_head(
         let mut storage = header_storage();
         let head = request.head(&mut storage, limits.max_request_head)?;
         let log = worker.log.enabled();
-        return Ok(Some(Prepared::new(&head, config, peer, log, https)));
+        let prepared = Prepared::new(&head, config, peer, log, https);
+        // As an HTTP/1.1 connection's first read would: a body already in hand goes with the
+        // head, and a request whose whole body is in hand may be sent again elsewhere.
+        read_staged(&mut client.stream, buf, limits.max_request_head + 1).await;
+        return Ok(Some(prepared));
     }
     // Set at the second read: a head that arrives whole (nearly all do) reads no clock.
     let mut deadline = None;
@@ -240,6 +245,24 @@ pub(super) async fn read_head(
                 return Err(Error::new(Kind::ClientTimeout));
             }
             _ => return Ok(None),
+        }
+    }
+}
+
+/// Reads what `stream` already holds into `buf`, up to `max` bytes there, without waiting.
+async fn read_staged(stream: &mut crate::net::Stream, buf: &mut Vec<u8>, max: usize) {
+    use std::future::Future;
+    use tokio::io::AsyncReadExt;
+    loop {
+        let room = max.saturating_sub(buf.len());
+        if room == 0 {
+            return;
+        }
+        let mut limited = bytes::BufMut::limit(&mut *buf, room);
+        let mut read = std::pin::pin!(stream.read_buf(&mut limited));
+        let polled = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+        if !matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            return;
         }
     }
 }

@@ -255,6 +255,10 @@ impl UpstreamPool {
         let mut idle = self.idle.borrow_mut();
         let list = idle.entry(addr.clone()).or_default();
         list.cap = keep.cap;
+        if keep.cap == 0 {
+            // `keepalive = 0`: nothing is kept, whatever room churn once added.
+            list.extra = 0;
+        }
         let now = Instant::now();
         if list.conns.len() < keep.cap + list.extra {
             stream.watch_idle();
@@ -298,6 +302,9 @@ impl UpstreamPool {
                 list.conns = keep;
                 closed.extend(gone);
                 list.shrink(now);
+                if list.overflowed.is_some_and(|t| now - t > CHURN_WINDOW) {
+                    list.overflowed = None;
+                }
             }
             // A server's entry stays while it has connections or room to remember.
             idle.retain(|_, l| !l.conns.is_empty() || l.extra > 0 || l.overflowed.is_some());
@@ -452,6 +459,14 @@ mod tests {
         tokio::time::advance(Duration::from_secs(60)).await;
         pool.sweep();
         assert_eq!(pool.idle.borrow()[&server].extra, 1);
+        // `keepalive = 0` (a reload, or another group on the same server) keeps none.
+        assert_eq!(pool.len(), 0);
+        let s = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let stream = Stream::from(tokio::net::TcpStream::from_std(s).unwrap());
+        let off = Keep { cap: 0, ..keep() };
+        pool.give(&server, (stream, ConnSlot::untracked()), off);
+        assert_eq!(pool.len(), 0);
     }
 
     fn futures_poll<F: std::future::Future + Unpin>(f: F) -> Option<F::Output> {

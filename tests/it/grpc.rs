@@ -586,6 +586,27 @@ fn a_stream_the_server_refused_goes_to_another_server_even_a_post() {
     }
     assert!(ScriptedH2::count(&refusing.streams) >= 1);
     assert_eq!(ScriptedH2::count(&answering.streams), 4);
+    // From an HTTP/2 client too (a unary gRPC call's shape): its body, already arrived with
+    // the head, is in hand.
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&crate::http2::runtime(), async {
+        let client = crate::http2::h2c(proxy.local_addrs()[0]).await;
+        for _ in 0..4 {
+            let req = http::Request::post("http://a/upload")
+                .header("content-length", "7")
+                .body(())
+                .unwrap();
+            let mut ready = client.clone().ready().await.unwrap();
+            let (response, mut send) = ready.send_request(req, false).unwrap();
+            send.send_data(bytes::Bytes::from_static(b"payload"), true)
+                .unwrap();
+            let (parts, body) = response.await.unwrap().into_parts();
+            assert_eq!(parts.status, 200);
+            assert_eq!(crate::http2::body_of(body).await, b"ok");
+        }
+    });
+    assert!(ScriptedH2::count(&refusing.streams) >= 2);
+    assert_eq!(ScriptedH2::count(&answering.streams), 8);
 }
 
 #[test]
