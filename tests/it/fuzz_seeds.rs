@@ -1,5 +1,5 @@
 //! Every committed fuzz seed, including crashes kept as regression seeds, replayed through the
-//! properties the fuzz targets check (src/fuzzing.rs): a fixed crash stays fixed on stable.
+//! properties the fuzz targets check (src/fuzzing/): a fixed crash stays fixed on stable.
 
 use std::path::Path;
 
