@@ -72,7 +72,8 @@ pub struct Keep<'a> {
 impl IdleList {
     /// A request found no idle connection: if one was closed for want of room just before,
     /// that was churn, and the room doubles.
-    fn note_miss(&mut self, now: Instant, cap: usize) {
+    fn note_miss(&mut self, now: Instant) {
+        let cap = self.cap;
         // Without a `keepalive`, no connection is kept: nothing grows.
         let churn = self.overflowed.is_some_and(|t| now - t <= CHURN_WINDOW);
         if churn && cap > 0 {
@@ -226,7 +227,7 @@ impl UpstreamPool {
             }
             counters.inc(Counter::UpstreamStaleDiscarded);
         }
-        list.note_miss(now, list.cap);
+        list.note_miss(now);
         None
     }
 
