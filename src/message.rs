@@ -7,6 +7,9 @@
 //! block), so reading a head copies nothing. The body follows as framed bytes ([`Framing`]),
 //! read with backpressure from the socket or the stream's flow-control window.
 //!
+//! An upstream's answer is read the same way into a [`ResponseHead`]: from an HTTP/1.1
+//! server's bytes, or from an HTTP/2 server's parts with no HTTP/1.1 text in between.
+//!
 //! These are the semantics of RFC 9110, shared by every version; each protocol's syntax lives
 //! in its codec (`http1/`, `http2/`).
 
@@ -97,6 +100,39 @@ impl<'b> RequestHead<'_, 'b> {
             self.method,
             "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
         )
+    }
+}
+
+/// A response head, borrowing what it was read from: an HTTP/1.1 upstream's read buffer
+/// (`crate::http1::parse_response`), or an HTTP/2 server's response parts
+/// (`crate::http2::upstream`; then `head_len` is 0 and there are no Connection tokens).
+/// Its fields are end to end only once the writer for the client's protocol has left out the
+/// hop-by-hop ones and those Connection names.
+#[derive(Debug)]
+pub struct ResponseHead<'h, 'b> {
+    /// Status code.
+    pub status: u16,
+    /// Reason phrase as sent (empty from HTTP/2).
+    pub reason: &'b str,
+    /// How the body is delimited (already [`Framing::Empty`] for HEAD, 1xx, 204 and 304).
+    pub framing: Framing,
+    /// The Content-Length the upstream declared, passed on for HEAD and 304.
+    pub declared_length: Option<u64>,
+    /// Whether the upstream connection may be reused after this response.
+    pub reusable: bool,
+    /// Tokens of the Connection fields.
+    pub connection: ConnectionTokens,
+    /// All header fields as received.
+    pub headers: &'h [Field<'b>],
+    /// Length of the head in the upstream's read buffer (0 when it did not come as bytes
+    /// there: an HTTP/2 server's).
+    pub head_len: usize,
+}
+
+impl ResponseHead<'_, '_> {
+    /// An interim (1xx) response other than 101.
+    pub fn is_interim(&self) -> bool {
+        (100..200).contains(&self.status) && self.status != 101
     }
 }
 

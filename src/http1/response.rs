@@ -3,6 +3,7 @@
 
 use super::{is_hop_by_hop, list_elements, parse_content_length, put_decimal, put_field};
 use super::{ConnectionTokens, Framing, MAX_HEADERS};
+pub use crate::message::ResponseHead;
 
 /// Why an upstream response head was refused (the client gets 502).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,27 +34,6 @@ pub enum Relay {
     EncodeChunked,
     /// A chunked body goes to an HTTP/1.0 client without its framing, ended by close.
     DecodeChunked,
-}
-
-/// A parsed upstream response head, borrowing the upstream read buffer.
-#[derive(Debug)]
-pub struct ResponseHead<'h, 'b> {
-    /// Status code.
-    pub status: u16,
-    /// Reason phrase as sent.
-    pub reason: &'b str,
-    /// How the body is delimited (already [`Framing::Empty`] for HEAD, 1xx, 204 and 304).
-    pub framing: Framing,
-    /// The Content-Length the upstream declared, passed on for HEAD and 304.
-    pub declared_length: Option<u64>,
-    /// Whether the upstream connection may be reused after this response.
-    pub reusable: bool,
-    /// Tokens of the Connection fields.
-    pub connection: ConnectionTokens,
-    /// All header fields as received.
-    pub headers: &'h [httparse::Header<'b>],
-    /// Length of the head in bytes.
-    pub head_len: usize,
 }
 
 /// Parses a response head at the start of `buf`; `Ok(None)` means more bytes are needed.
@@ -161,11 +141,6 @@ fn scan_fields(headers: &[httparse::Header<'_>]) -> Result<ResponseFields, Respo
 }
 
 impl ResponseHead<'_, '_> {
-    /// An interim (1xx) response other than 101.
-    pub fn is_interim(&self) -> bool {
-        (100..200).contains(&self.status) && self.status != 101
-    }
-
     /// How to carry this body to a client speaking HTTP/1.`client_minor`.
     pub fn relay(&self, client_minor: u8) -> Relay {
         match (self.framing, client_minor) {

@@ -1,13 +1,13 @@
-//! [`H2Upstream`]: one request to an HTTP/2 server (h2 over TLS, or h2c) as the byte stream of
-//! an upstream connection carrying one HTTP/1.1 request, the mirror of
-//! [`super::stream::H2Stream`]: the proxy writes the request it would send any server and
-//! reads an HTTP/1.1 response, so balancing, retries, timeouts, logs and every client
-//! protocol work unchanged. Writing takes the head (sent as HEADERS once whole, without the
-//! connection-specific fields, Host as `:authority`) and the body (DATA, and trailers from a
-//! chunked body); reading gives any interim (1xx) heads, the response head, its body chunked
-//! unless it has a length, and the server's trailers in the chunked body (gRPC's
-//! `grpc-status`). A gRPC-Web call is translated to gRPC on its way and back
-//! ([`crate::grpc::web`]).
+//! [`H2Upstream`]: one request to an HTTP/2 server (h2 over TLS, or h2c) as an upstream
+//! connection carrying one request, the mirror of [`super::stream::H2Stream`], so balancing,
+//! retries, timeouts, logs and every client protocol work unchanged. The request is handed
+//! over as a value built from the message model ([`request_from_head`]: HEADERS without the
+//! connection-specific fields, the host as `:authority`), then its body is written (DATA, and
+//! trailers from a chunked body). Reading gives any interim (1xx) heads as HTTP/1.1 bytes;
+//! the final head waits as a value ([`UpstreamResponse`], read into the model's
+//! `ResponseHead` with no text in between); then its body, chunked unless it has a length,
+//! with the server's trailers (gRPC's `grpc-status`). A gRPC-Web call is translated to gRPC on
+//! its way and back ([`crate::grpc::web`]).
 //!
 //! A stream the server never processed (RST_STREAM REFUSED_STREAM, or above the last stream
 //! id of its GOAWAY) fails with `ConnectionRefused` ([`super::body::h2_error`]), which the
@@ -28,16 +28,14 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use super::body::{h2_error, invalid, is_stop_sending, Inbound, Outbound};
 use crate::grpc::web;
 use crate::http1::request::ForwardedFor;
-use crate::http1::{put_field, Framing, MAX_HEADERS};
-use crate::message::RequestHead;
+use crate::http1::{parse_content_length, put_field, Framing, ResponseError, MAX_HEADERS};
+use crate::message::{ConnectionTokens, Field, RequestHead, ResponseHead};
 
-/// One request stream to an HTTP/2 server, written and read as HTTP/1.1 bytes.
+/// One request stream to an HTTP/2 server: the request and the response head as values, the
+/// bodies as HTTP/1.1 bytes.
 pub struct H2Upstream {
     writer: RequestWriter,
     reader: Reader,
-    /// `https` over TLS, else `http`: the request's `:scheme`.
-    scheme: &'static str,
-    max_head: usize,
     /// The request is HEAD (its response has no body, whatever its length says).
     is_head: bool,
     /// A gRPC-Web call, translated to gRPC on its way and back.
@@ -52,8 +50,8 @@ impl std::fmt::Debug for H2Upstream {
 
 /// The request side.
 enum RequestWriter {
-    /// Head bytes so far, and the connection's handle to open the stream with.
-    Head(SendRequest<Bytes>, Vec<u8>),
+    /// Not sent: the connection's handle to open the stream with.
+    Head(SendRequest<Bytes>),
     /// HEADERS went out; the body follows.
     Body(Outbound),
     /// The server answered and reset the stream with NO_ERROR: the rest of the body is
@@ -69,43 +67,38 @@ enum Reader {
     Waiting(ResponseFuture),
     /// An interim (1xx) response's head being read, then waiting again.
     Interim(ResponseFuture, Bytes),
-    /// The head, then the body, as HTTP/1.1 bytes.
+    /// The final head arrived and waits to be taken as a value; reads give nothing until it is.
+    Head(Box<UpstreamResponse>, Inbound),
+    /// The body, as HTTP/1.1 bytes.
     Body(Inbound),
 }
 
 impl H2Upstream {
-    /// A request to be opened on `send`'s connection; `tls` gives the scheme, request heads
-    /// may take `max_head` bytes.
-    pub fn new(send: SendRequest<Bytes>, tls: bool, max_head: usize) -> H2Upstream {
+    /// A request to be opened on `send`'s connection.
+    pub fn new(send: SendRequest<Bytes>) -> H2Upstream {
         H2Upstream {
-            writer: RequestWriter::Head(send, Vec::new()),
+            writer: RequestWriter::Head(send),
             reader: Reader::NotSent,
-            scheme: if tls { "https" } else { "http" },
-            max_head,
             is_head: false,
             web: None,
         }
     }
 
-    fn write_head(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let RequestWriter::Head(send, acc) = &mut self.writer else {
+    /// Whether the final response head has arrived and waits to be taken.
+    pub fn response_waiting(&self) -> bool {
+        matches!(self.reader, Reader::Head(..))
+    }
+
+    /// The final response head, once it has arrived (reads then give its body).
+    pub fn take_response(&mut self) -> Option<Box<UpstreamResponse>> {
+        if !self.response_waiting() {
+            return None;
+        }
+        let Reader::Head(head, body) = std::mem::replace(&mut self.reader, Reader::NotSent) else {
             unreachable!()
         };
-        if let Err(e) = ready!(send.poll_ready(cx)) {
-            return Poll::Ready(Err(h2_error(e)));
-        }
-        let before = acc.len();
-        let take = buf.len().min(self.max_head.saturating_sub(before).max(1));
-        acc.extend_from_slice(&buf[..take]);
-        let Some(converted) = to_http2(acc, self.scheme)? else {
-            if acc.len() >= self.max_head {
-                return Poll::Ready(Err(invalid("request head too large")));
-            }
-            return Poll::Ready(Ok(take));
-        };
-        let used = converted.head_len - before;
-        self.open_stream(converted)?;
-        Poll::Ready(Ok(used))
+        self.reader = Reader::Body(body);
+        Some(head)
     }
 
     /// Sends a request given as a value (HEADERS); what is written after it is its body.
@@ -115,10 +108,9 @@ impl H2Upstream {
         cx: &mut Context<'_>,
         request: &mut Option<ConvertedRequest>,
     ) -> Poll<io::Result<()>> {
-        let RequestWriter::Head(send, acc) = &mut self.writer else {
+        let RequestWriter::Head(send) = &mut self.writer else {
             return Poll::Ready(Err(invalid("a request was already sent")));
         };
-        debug_assert!(acc.is_empty());
         if let Err(e) = ready!(send.poll_ready(cx)) {
             return Poll::Ready(Err(h2_error(e)));
         }
@@ -128,7 +120,7 @@ impl H2Upstream {
 
     /// Opens the stream with the request's HEADERS (its connection is ready).
     fn open_stream(&mut self, converted: ConvertedRequest) -> io::Result<()> {
-        let RequestWriter::Head(send, _) = &mut self.writer else {
+        let RequestWriter::Head(send) = &mut self.writer else {
             unreachable!()
         };
         self.is_head = converted.request.method() == http::Method::HEAD;
@@ -152,10 +144,10 @@ impl H2Upstream {
     /// reason), `e` is the failure.
     fn stop_sending(&mut self, cx: &mut Context<'_>, e: io::Error) -> io::Result<()> {
         let answered = match &mut self.reader {
-            Reader::Body(_) | Reader::Interim(..) => true,
+            Reader::Body(_) | Reader::Head(..) | Reader::Interim(..) => true,
             Reader::Waiting(future) => match Pin::new(future).poll(cx) {
                 Poll::Ready(Ok(response)) => {
-                    self.reader = Reader::Body(from_http2(response, self.is_head, self.web));
+                    self.reader = arrived(response, self.is_head, self.web);
                     true
                 }
                 _ => false,
@@ -204,8 +196,10 @@ impl H2Upstream {
                         continue;
                     }
                     let response = ready!(Pin::new(future).poll(cx)).map_err(h2_error)?;
-                    self.reader = Reader::Body(from_http2(response, self.is_head, self.web));
+                    self.reader = arrived(response, self.is_head, self.web);
                 }
+                // Nothing read: the head is to be taken first.
+                Reader::Head(..) => return Poll::Ready(Ok(())),
                 Reader::Body(inbound) => return inbound.poll_read(cx, buf),
             }
         }
@@ -232,72 +226,6 @@ pub(crate) struct ConvertedRequest {
     pub(crate) head_len: usize,
     /// A gRPC-Web call (its content type is now gRPC's).
     pub(crate) web: Option<web::Encoding>,
-}
-
-/// The HTTP/1.1 request head at the start of `buf` (as the proxy wrote it) as an HTTP/2
-/// request; `Ok(None)` while it is incomplete.
-pub(crate) fn to_http2(buf: &[u8], scheme: &'static str) -> io::Result<Option<ConvertedRequest>> {
-    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut parsed = httparse::Request::new(&mut storage);
-    let head_len = match parsed.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(_) => return Err(invalid("malformed request head")),
-    };
-    let (Some(method), Some(path)) = (parsed.method, parsed.path) else {
-        return Err(invalid("malformed request head"));
-    };
-    let mut connection = crate::http1::ConnectionTokens::default();
-    for h in parsed.headers.iter() {
-        if h.name.eq_ignore_ascii_case("connection") {
-            connection.add(h.value);
-        }
-    }
-    let mut framing = Framing::Empty;
-    let mut authority = None;
-    let mut fields = http::HeaderMap::with_capacity(parsed.headers.len());
-    for h in parsed.headers.iter() {
-        let name =
-            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| invalid("bad field name"))?;
-        let value = h.value.trim_ascii();
-        match name.as_str() {
-            "host" => {
-                authority = Some(value);
-                continue;
-            }
-            "transfer-encoding" => framing = Framing::Chunked,
-            "content-length" if framing != Framing::Chunked => {
-                let n = std::str::from_utf8(value)
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or_else(|| invalid("bad content-length"))?;
-                framing = Framing::Length(n);
-            }
-            "te" => {
-                // Only `trailers` may cross into HTTP/2 (RFC 9113 section 8.2.2).
-                let wants = value
-                    .split(|b| *b == b',')
-                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"));
-                if wants {
-                    fields.append(name, HeaderValue::from_static("trailers"));
-                }
-                continue;
-            }
-            "upgrade" => return Err(io::Error::from(io::ErrorKind::Unsupported)),
-            // The proxy answers `100-continue` itself.
-            "expect" => continue,
-            _ => {}
-        }
-        if super::is_connection_specific(name.as_str()) || connection.names(name.as_str()) {
-            continue;
-        }
-        let value = HeaderValue::from_bytes(value).map_err(|_| invalid("bad field value"))?;
-        fields.append(name, value);
-    }
-    let authority = authority.ok_or_else(|| invalid("request without Host"))?;
-    let mut converted = finish(fields, (method, path, authority), framing, scheme)?;
-    converted.head_len = head_len;
-    Ok(Some(converted))
 }
 
 /// The request from its parts once its fields are in HTTP/2's form: gRPC-Web made gRPC, TE
@@ -452,51 +380,105 @@ fn status_line(status: http::StatusCode, fields: usize) -> Vec<u8> {
     head
 }
 
-/// The response as HTTP/1.1 bytes: its head, then its body (chunked, with the trailers, unless
-/// the server gave a length). A gRPC-Web call's gets the gRPC-Web content type and its
-/// trailers as the body's last frame.
-fn from_http2(
+/// Where the server's final response goes: its head waits to be read into the message model
+/// ([`H2Upstream::take_response`]); its body is read as HTTP/1.1 bytes, chunked with the
+/// trailers unless the server gave a length. A gRPC-Web call's gets the gRPC-Web content type
+/// and its trailers as the body's last frame.
+fn arrived(
     response: Response<h2::RecvStream>,
     is_head: bool,
     web: Option<web::Encoding>,
-) -> Inbound {
-    let (parts, recv) = response.into_parts();
-    let status = parts.status;
+) -> Reader {
+    let (mut parts, recv) = response.into_parts();
     // Only a gRPC answer is translated: another (a 404 page, say) passes as it is.
     let web = web.filter(|_| crate::grpc::is_grpc(&parts.headers));
-    let mut head = status_line(status, parts.headers.len());
-    let mut has_length = false;
-    for (name, value) in &parts.headers {
-        let mut value = value.as_bytes();
-        let web_type;
-        if let Some(encoding) = web {
-            // The trailers' frame (and base64) make the body longer than the server's.
-            if name == http::header::CONTENT_LENGTH {
-                continue;
-            }
-            if name == http::header::CONTENT_TYPE {
-                web_type = web::response_type(value, encoding);
-                value = &web_type;
+    if let Some(encoding) = web {
+        // The trailers' frame (and base64) make the body longer than the server's.
+        parts.headers.remove(http::header::CONTENT_LENGTH);
+        if let Some(grpc) = parts.headers.get(http::header::CONTENT_TYPE) {
+            let web_type = web::response_type(grpc.as_bytes(), encoding);
+            if let Ok(value) = HeaderValue::from_bytes(&web_type) {
+                parts.headers.insert(http::header::CONTENT_TYPE, value);
             }
         }
-        has_length |= name == http::header::CONTENT_LENGTH;
-        put_field(&mut head, name.as_str().as_bytes(), value);
     }
-    let no_body = is_head || status.as_u16() == 204 || status.as_u16() == 304;
+    let has_length = parts.headers.contains_key(http::header::CONTENT_LENGTH);
+    let status = parts.status.as_u16();
+    let no_body = is_head || status == 204 || status == 304;
     let ended = recv.is_end_stream();
     let chunked = !ended && !has_length && !no_body;
-    if chunked {
-        head.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    } else if ended && !has_length && !no_body {
-        // HEADERS with END_STREAM: an empty body (or a gRPC trailers-only response).
-        head.extend_from_slice(b"content-length: 0\r\n");
-    }
-    head.extend_from_slice(b"\r\n");
-    let mut inbound = Inbound::new(Bytes::from(head), recv, !ended && !no_body, chunked);
+    let mut inbound = Inbound::new(Bytes::new(), recv, !ended && !no_body, chunked);
     if let (Some(encoding), true) = (web, chunked) {
         inbound.as_grpc_web(encoding);
     }
-    inbound
+    let response = UpstreamResponse {
+        parts,
+        ended,
+        is_head,
+    };
+    Reader::Head(Box::new(response), inbound)
+}
+
+/// An HTTP/2 server's final response head, as `h2` decoded it.
+#[derive(Debug)]
+pub struct UpstreamResponse {
+    parts: http::response::Parts,
+    /// It came with END_STREAM: no body follows.
+    ended: bool,
+    /// It answers a HEAD request.
+    is_head: bool,
+}
+
+impl UpstreamResponse {
+    /// The head in the message model, its fields borrowed from the decoded ones (`storage`
+    /// holds them; more than it has room for is a head too large, as from an HTTP/1.1 server).
+    /// A body without a length is chunked, as the body reads give it; one that ended with the
+    /// head has length 0.
+    pub fn head<'h, 'b>(
+        &'b self,
+        storage: &'h mut [Field<'b>; MAX_HEADERS],
+    ) -> Result<ResponseHead<'h, 'b>, ResponseError> {
+        let fields = &self.parts.headers;
+        if fields.len() > storage.len() {
+            return Err(ResponseError::TooLarge);
+        }
+        let mut length = None;
+        for (slot, (name, value)) in storage.iter_mut().zip(fields) {
+            if name == http::header::CONTENT_LENGTH {
+                length = Some(
+                    parse_content_length(value.as_bytes(), length)
+                        .ok_or(ResponseError::Malformed("invalid Content-Length"))?,
+                );
+            }
+            *slot = Field {
+                name: name.as_str(),
+                value: value.as_bytes(),
+            };
+        }
+        let status = self.parts.status;
+        let code = status.as_u16();
+        if !(100..=599).contains(&code) {
+            return Err(ResponseError::Malformed("invalid status code"));
+        }
+        let bodyless = self.is_head || code < 200 || code == 204 || code == 304;
+        let framing = match length {
+            _ if bodyless => Framing::Empty,
+            Some(n) => Framing::Length(n),
+            None if self.ended => Framing::Length(0),
+            None => Framing::Chunked,
+        };
+        let storage: &'h [Field<'b>] = storage;
+        Ok(ResponseHead {
+            status: code,
+            reason: status.canonical_reason().unwrap_or(""),
+            framing,
+            declared_length: length,
+            reusable: true,
+            connection: ConnectionTokens::default(),
+            headers: &storage[..fields.len()],
+            head_len: 0,
+        })
+    }
 }
 
 impl AsyncRead for H2Upstream {
@@ -520,7 +502,8 @@ impl AsyncWrite for H2Upstream {
             return Poll::Ready(Ok(0));
         }
         match &mut this.writer {
-            RequestWriter::Head(..) => this.write_head(cx, buf),
+            // Only a request given as a value (`poll_send`) has a head HTTP/2 can carry.
+            RequestWriter::Head(..) => Poll::Ready(Err(invalid("request HTTP/2 cannot carry"))),
             RequestWriter::Body(out) => match ready!(out.poll_write(cx, buf)) {
                 Err(e) if is_stop_sending(&e) => {
                     Poll::Ready(this.stop_sending(cx, e).map(|()| buf.len()))
@@ -551,6 +534,18 @@ impl AsyncWrite for H2Upstream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http1::parse_request;
+    use crate::http1::request::header_storage;
+
+    fn convert(text: &[u8], scheme: &'static str) -> io::Result<ConvertedRequest> {
+        let mut storage = header_storage();
+        let head = parse_request(text, &mut storage, 8192).unwrap().unwrap();
+        let fwd = ForwardedFor {
+            client: b"192.0.2.9",
+            proto: "http",
+        };
+        request_from_head(&head, fwd, scheme)
+    }
 
     #[test]
     fn a_request_head_loses_its_connection_fields_and_keeps_te_trailers() {
@@ -558,8 +553,7 @@ mod tests {
             Connection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: 5\r\n\
             TE: trailers, deflate\r\nTransfer-Encoding: chunked\r\n\
             Content-Type: application/grpc\r\nX-Forwarded-For: 10.0.0.1\r\n\r\nrest";
-        let c = to_http2(head, "http").unwrap().unwrap();
-        assert_eq!(c.head_len, head.len() - 4);
+        let c = convert(head, "http").unwrap();
         assert_eq!(c.framing, Framing::Chunked);
         assert_eq!(c.request.uri(), "http://api.test:8080/echo.Echo/Say?x=1");
         let names: Vec<&str> = c
@@ -568,19 +562,103 @@ mod tests {
             .keys()
             .map(http::HeaderName::as_str)
             .collect();
-        assert_eq!(names, ["te", "content-type", "x-forwarded-for"]);
+        let want = [
+            "content-type",
+            "te",
+            "x-forwarded-for",
+            "x-forwarded-proto",
+            "x-forwarded-host",
+        ];
+        assert_eq!(names, want);
         assert_eq!(c.request.headers()["te"], "trailers");
+        assert_eq!(
+            c.request.headers()["x-forwarded-for"],
+            "10.0.0.1, 192.0.2.9"
+        );
     }
 
     #[test]
-    fn lengths_and_partial_heads() {
+    fn lengths_and_upgrades() {
         let head = b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n";
-        let c = to_http2(head, "https").unwrap().unwrap();
+        let c = convert(head, "https").unwrap();
         assert_eq!(c.framing, Framing::Length(0));
         assert_eq!(c.request.uri().scheme_str(), Some("https"));
-        assert!(to_http2(&head[..20], "http").unwrap().is_none());
-        assert!(to_http2(b"GET / HTTP/1.1\r\n\r\n", "http").is_err());
-        let upgrade = b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n";
-        assert!(to_http2(upgrade, "http").is_err());
+        let upgrade = b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\
+            Connection: upgrade\r\n\r\n";
+        assert!(convert(upgrade, "http").is_err());
+    }
+
+    fn response(builder: http::response::Builder, ended: bool, is_head: bool) -> UpstreamResponse {
+        let (parts, ()) = builder.body(()).unwrap().into_parts();
+        UpstreamResponse {
+            parts,
+            ended,
+            is_head,
+        }
+    }
+
+    #[test]
+    fn a_response_head_is_read_into_the_model_from_its_parts() {
+        let r = response(
+            Response::builder()
+                .status(200)
+                .header("content-type", "text/plain")
+                .header("set-cookie", "a")
+                .header("set-cookie", "b"),
+            false,
+            false,
+        );
+        let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let head = r.head(&mut storage).unwrap();
+        assert_eq!((head.status, head.reason), (200, "OK"));
+        // No length: the body reads come chunked.
+        assert_eq!(head.framing, Framing::Chunked);
+        assert!(head.reusable);
+        let fields: Vec<(&str, &[u8])> = head.headers.iter().map(|h| (h.name, h.value)).collect();
+        let want: [(&str, &[u8]); 3] = [
+            ("content-type", b"text/plain"),
+            ("set-cookie", b"a"),
+            ("set-cookie", b"b"),
+        ];
+        assert_eq!(fields, want);
+    }
+
+    #[test]
+    fn a_response_head_frames_its_body_as_http1_would() {
+        let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let sized = response(
+            Response::builder().header("content-length", "12"),
+            false,
+            false,
+        );
+        assert_eq!(
+            sized.head(&mut storage).unwrap().framing,
+            Framing::Length(12)
+        );
+        let ended = response(Response::builder().status(404), true, false);
+        assert_eq!(
+            ended.head(&mut storage).unwrap().framing,
+            Framing::Length(0)
+        );
+        let head = response(
+            Response::builder().header("content-length", "9"),
+            false,
+            true,
+        );
+        let h = head.head(&mut storage).unwrap();
+        assert_eq!((h.framing, h.declared_length), (Framing::Empty, Some(9)));
+        let not_modified = response(Response::builder().status(304), false, false);
+        assert_eq!(
+            not_modified.head(&mut storage).unwrap().framing,
+            Framing::Empty
+        );
+        let bad = response(
+            Response::builder().header("content-length", "x"),
+            false,
+            false,
+        );
+        assert!(bad.head(&mut storage).is_err());
+        let odd = response(Response::builder().status(700), true, false);
+        assert!(odd.head(&mut storage).is_err());
     }
 }

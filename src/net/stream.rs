@@ -148,6 +148,21 @@ impl Stream {
         std::future::poll_fn(|cx| s.poll_send(cx, &mut request)).await
     }
 
+    /// Whether the final response head has arrived as a value (an HTTP/2 server's), to be
+    /// taken with [`Stream::take_response`]; reads give nothing until it is.
+    pub fn response_waiting(&self) -> bool {
+        matches!(self, Stream::H2Upstream(s) if s.response_waiting())
+    }
+
+    /// The final response head, when the stream carries it as a value (an HTTP/2 server's)
+    /// and it has arrived; reads then give its body.
+    pub fn take_response(&mut self) -> Option<Box<crate::http2::upstream::UpstreamResponse>> {
+        match self {
+            Stream::H2Upstream(s) => s.take_response(),
+            _ => None,
+        }
+    }
+
     /// The request a stream carries as a value (one HTTP/2 stream's), instead of as bytes to
     /// read and parse.
     pub fn carried_request(&self) -> Option<&crate::http2::request::H2Request> {

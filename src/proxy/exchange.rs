@@ -269,7 +269,7 @@ async fn reuse(
         let mut waited = false;
         loop {
             if let Some(handle) = pool.take(server) {
-                return Ok(Reuse::Conn(h2_stream(cx, group, server, handle)));
+                return Ok(Reuse::Conn(h2_stream(server, handle)));
             }
             // A connection on its way to this server is waited for rather than matched, once:
             // if it failed or is full, each request opens its own (waiting again would let a
@@ -327,7 +327,7 @@ async fn open(
     };
     let handshake = cx.worker.h2_upstreams.open(server, stream, keep);
     match tokio::time::timeout(group.connect_timeout, handshake).await {
-        Ok(Ok(handle)) => Ok(h2_stream(cx, group, server, handle)),
+        Ok(Ok(handle)) => Ok(h2_stream(server, handle)),
         Ok(Err(e)) => {
             tracing::warn!(%server, "HTTP/2 handshake with the upstream failed: {e}");
             counters.inc(Counter::UpstreamConnectErrors);
@@ -338,14 +338,8 @@ async fn open(
 }
 
 /// A request stream to `server` on the HTTP/2 connection `handle` opens streams on.
-fn h2_stream(
-    cx: &Ctx<'_>,
-    group: &UpstreamGroup,
-    server: &Address,
-    handle: h2::client::SendRequest<bytes::Bytes>,
-) -> Conn {
-    let max_head = cx.config().limits.max_buffer;
-    let stream = H2Upstream::new(handle, group.tls.is_some(), max_head);
+fn h2_stream(server: &Address, handle: h2::client::SendRequest<bytes::Bytes>) -> Conn {
+    let stream = H2Upstream::new(handle);
     Conn {
         server: server.clone(),
         stream: Stream::H2Upstream(Box::new(stream)),

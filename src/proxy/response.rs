@@ -64,6 +64,8 @@ pub(super) async fn read_head(
             _ = client.hangup() => return Err(Error::new(Kind::ClientClosed)),
         };
         match read {
+            // The head came as a value (an HTTP/2 server's), not as bytes.
+            Ok(0) if up.response_waiting() => return Ok(()),
             Ok(0) if ubuf.is_empty() => {
                 return Err(Error::no_response(
                     &std::io::ErrorKind::UnexpectedEof.into(),
@@ -80,16 +82,27 @@ pub(super) async fn read_head(
     }
 }
 
-/// Decides what the bytes at the start of `ubuf` are and how they reach the client.
+/// Decides what the response head is (the bytes at the start of `ubuf`, or once they are all
+/// read, the value an HTTP/2 server's stream holds) and how it reaches the client.
 fn parse_head(
     ubuf: &[u8],
+    up: &mut Stream,
     p: &Prepared,
     max_head: usize,
     shutting_down: bool,
 ) -> Result<Parsed, Error> {
+    let carried = if ubuf.is_empty() {
+        up.take_response()
+    } else {
+        None
+    };
     let mut storage = header_storage();
-    let Some(head) = parse_response(ubuf, &mut storage, max_head, p.is_head)? else {
-        return Ok(Parsed::Incomplete);
+    let head = match &carried {
+        Some(response) => response.head(&mut storage)?,
+        None => match parse_response(ubuf, &mut storage, max_head, p.is_head)? {
+            Some(head) => head,
+            None => return Ok(Parsed::Incomplete),
+        },
     };
     if head.is_interim() {
         let mut forward = Vec::new();
@@ -139,7 +152,8 @@ pub(super) async fn respond(
     let limits = &cx.config().limits;
     let max_head = limits.max_request_head.max(MIN_BUFFER);
     let mut head = loop {
-        match parse_head(ubuf, cx.request, max_head, cx.worker.shutting_down())? {
+        let shutting_down = cx.worker.shutting_down();
+        match parse_head(ubuf, &mut up.stream, cx.request, max_head, shutting_down)? {
             Parsed::Incomplete => {
                 let more = MoreHead {
                     group,
