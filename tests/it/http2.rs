@@ -1,6 +1,7 @@
 //! HTTP/2 to clients through real sockets, with the `h2` crate as the client over TLS (ALPN) and
 //! h2c: many streams on one connection, large bodies both ways with a slow reader and bounded
-//! memory, trailers both ways, a stream reset mid-response, static files and the access log.
+//! memory, trailers both ways, a stream reset mid-response, static files and the access log;
+//! and a real HTTP/2 server (nginx, h2c) answering HTTP/1.1 clients.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -667,4 +668,59 @@ fn a_connection_idle_long_enough_to_give_its_buffers_back_serves_on() {
         .seen()
         .iter()
         .all(|s| s.header("user-agent") == Some("a-long-user-agent-value-kept-in-the-table")));
+}
+
+#[test]
+fn a_real_http2_servers_responses_reach_an_http1_client_framed_as_sent() {
+    // nginx speaking h2c as the upstream: each response head is read into the model from its
+    // HTTP/2 fields (no HTTP/1.1 text between), so its framing must come out right for an
+    // HTTP/1.1 client on one keep-alive connection: a length, HEAD's and 304's declared
+    // length without a body, 204, a gzip body of no length (chunked), an error page.
+    let root = temp_path("h2c-nginx-root");
+    std::fs::create_dir_all(&root).unwrap();
+    let file = "hello from nginx over h2c\n".repeat(100);
+    std::fs::write(root.join("a.txt"), &file).unwrap();
+    let nginx = Nginx::start_listening(
+        "h2c-nginx",
+        "http2",
+        "access_log off; gzip on; gzip_min_length 1; gzip_types text/plain;",
+        &format!(
+            "root {}; location = /none {{ return 204; }} \
+             location = /text {{ default_type text/plain; return 200 \"{}\"; }}",
+            root.display(),
+            "compress me ".repeat(50)
+        ),
+    );
+    let group = format!("servers = [\"{}\"]\nprotocol = \"h2c\"", nginx.addr);
+    let proxy = crate::grpc::grpc_proxy(&group, None);
+    let s = connect(proxy.local_addrs()[0]);
+    let mut w = s.try_clone().unwrap();
+    let mut reader = std::io::BufReader::new(s);
+    let mut ask = |request: &str, extra: &str| {
+        use std::io::Write;
+        write!(w, "{request} HTTP/1.1\r\nHost: a\r\n{extra}\r\n").unwrap();
+        read_response(&mut reader, request.starts_with("HEAD")).expect(request)
+    };
+    let r = ask("GET /a.txt", "");
+    assert_eq!((r.status, r.body.as_slice()), (200, file.as_bytes()));
+    assert_eq!(r.header("content-length"), Some(&*file.len().to_string()));
+    let etag = r.header("etag").expect("nginx sends an ETag").to_string();
+    let r = ask("HEAD /a.txt", "");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some(&*file.len().to_string()));
+    let r = ask("GET /a.txt", &format!("If-None-Match: {etag}\r\n"));
+    assert_eq!(r.status, 304);
+    assert_eq!(ask("GET /none", "").status, 204);
+    let r = ask("GET /text", "Accept-Encoding: gzip\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    assert!(r.body.starts_with(&[0x1f, 0x8b]), "{:?}", r.body);
+    let r = ask("GET /missing", "");
+    assert_eq!(r.status, 404);
+    assert!(String::from_utf8_lossy(&r.body).contains("404 Not Found"));
+    // Still in step: every body above ended where its framing said.
+    let r = ask("GET /a.txt", "");
+    assert_eq!((r.status, r.body.len()), (200, file.len()));
+    proxy.shutdown();
 }

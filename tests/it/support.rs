@@ -780,6 +780,12 @@ impl Nginx {
     /// Starts nginx with `http` inside its `http` block (beside the temp paths) and `server`
     /// inside its one `server` block.
     pub(crate) fn start(name: &str, http: &str, server: &str) -> Nginx {
+        Nginx::start_listening(name, "", http, server)
+    }
+
+    /// As [`Nginx::start`], with `flags` after the address on its `listen` line (`http2`: it
+    /// speaks HTTP/2 with prior knowledge there).
+    pub(crate) fn start_listening(name: &str, flags: &str, http: &str, server: &str) -> Nginx {
         let dir = temp_path(name);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("logs")).unwrap();
@@ -790,7 +796,7 @@ impl Nginx {
              events {{ worker_connections 64; }}\n\
              http {{ {http}\n  client_body_temp_path {d}/cb; proxy_temp_path {d}/pt;\n\
                fastcgi_temp_path {d}/ft; uwsgi_temp_path {d}/ut; scgi_temp_path {d}/st;\n\
-               server {{ listen {addr}; {server} }} }}\n"
+               server {{ listen {addr} {flags}; {server} }} }}\n"
         );
         std::fs::write(dir.join("nginx.conf"), conf).unwrap();
         let nginx = ["/usr/sbin/nginx", "nginx"]
