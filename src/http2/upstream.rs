@@ -68,7 +68,7 @@ enum Reader {
     /// An interim (1xx) response's head being read, then waiting again.
     Interim(ResponseFuture, Bytes),
     /// The final head arrived and waits to be taken as a value; reads give nothing until it is.
-    Head(Box<UpstreamResponse>, Inbound),
+    Head(UpstreamResponse, Inbound),
     /// The body, as HTTP/1.1 bytes.
     Body(Inbound),
 }
@@ -90,7 +90,7 @@ impl H2Upstream {
     }
 
     /// The final response head, once it has arrived (reads then give its body).
-    pub fn take_response(&mut self) -> Option<Box<UpstreamResponse>> {
+    pub fn take_response(&mut self) -> Option<UpstreamResponse> {
         if !self.response_waiting() {
             return None;
         }
@@ -223,16 +223,22 @@ impl Drop for H2Upstream {
 pub(crate) struct ConvertedRequest {
     pub(crate) request: Request<()>,
     pub(crate) framing: Framing,
-    pub(crate) head_len: usize,
     /// A gRPC-Web call (its content type is now gRPC's).
     pub(crate) web: Option<web::Encoding>,
 }
 
+/// The names of the fields the proxy adds, made once (a name built from a `&str` at each
+/// insert would be copied into a fresh allocation, and again at each copy of the request).
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
 /// The request from its parts once its fields are in HTTP/2's form: gRPC-Web made gRPC, TE
-/// for gRPC, the target as `:scheme`, `:authority` and `:path`.
+/// for gRPC, the target as `:scheme`, `:authority` and `:path` (both slices of the request's
+/// one copy of its values, so copies of the request share them).
 fn finish(
     mut fields: http::HeaderMap,
-    (method, path, authority): (&str, &str, &[u8]),
+    (method, path, authority): (&str, Bytes, Bytes),
     framing: Framing,
     scheme: &'static str,
 ) -> io::Result<ConvertedRequest> {
@@ -241,12 +247,16 @@ fn finish(
         // HTTP/1.1 drops TE as hop-by-hop; gRPC servers want it (as nginx's grpc_pass sends).
         fields.insert(http::header::TE, HeaderValue::from_static("trailers"));
     }
-    let uri = http::Uri::builder()
-        .scheme(scheme)
-        .authority(authority)
-        .path_and_query(path)
-        .build()
-        .map_err(|_| invalid("request target HTTP/2 cannot carry"))?;
+    let target = |_| invalid("request target HTTP/2 cannot carry");
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(match scheme {
+        "https" => http::uri::Scheme::HTTPS,
+        _ => http::uri::Scheme::HTTP,
+    });
+    parts.authority = Some(http::uri::Authority::from_maybe_shared(authority).map_err(target)?);
+    parts.path_and_query = Some(http::uri::PathAndQuery::from_maybe_shared(path).map_err(target)?);
+    let uri =
+        http::Uri::from_parts(parts).map_err(|_| invalid("request target HTTP/2 cannot carry"))?;
     let mut request = Request::new(());
     *request.method_mut() =
         http::Method::from_bytes(method.as_bytes()).map_err(|_| invalid("bad method"))?;
@@ -255,7 +265,6 @@ fn finish(
     Ok(ConvertedRequest {
         request,
         framing,
-        head_len: 0,
         web,
     })
 }
@@ -271,18 +280,20 @@ pub(crate) fn request_from_head(
     if head.upgrade.is_some() {
         return Err(io::Error::from(io::ErrorKind::Unsupported));
     }
-    // Every value is a slice of one copy (one allocation, not one per field).
-    let mut text = Vec::with_capacity(256);
-    let mut ranges = Vec::with_capacity(head.headers.len());
+    let authority = head.host.ok_or_else(|| invalid("request without Host"))?;
+    // Every value, the authority and the path are slices of one copy (one allocation, not one
+    // per field).
+    let mut text = Vec::with_capacity(256 + head.path.len());
     let mut wants_trailers = false;
+    let mut forwarded = 0;
     for h in head.headers {
         if h.name.eq_ignore_ascii_case("te") {
             wants_trailers |=
                 crate::http1::list_elements(h.value).any(|t| t.eq_ignore_ascii_case(b"trailers"));
         }
         if head.forwards(h.name) {
-            ranges.push((h.name, text.len()..text.len() + h.value.len()));
             text.extend_from_slice(h.value);
+            forwarded += 1;
         }
     }
     let forwarded_for = text.len();
@@ -292,35 +303,40 @@ pub(crate) fn request_from_head(
     }
     text.extend_from_slice(fwd.client);
     let forwarded_for = forwarded_for..text.len();
-    let authority = head.host.ok_or_else(|| invalid("request without Host"))?;
+    let host = text.len()..text.len() + authority.len();
+    text.extend_from_slice(authority);
+    let path = text.len()..text.len() + head.path.len();
+    text.extend_from_slice(head.path.as_bytes());
     let shared = Bytes::from(text);
     let value = |r: std::ops::Range<usize>| {
         HeaderValue::from_maybe_shared(shared.slice(r)).map_err(|_| invalid("bad field value"))
     };
-    let mut fields = http::HeaderMap::with_capacity(ranges.len() + 6);
-    for (name, range) in ranges {
+    let mut fields = http::HeaderMap::with_capacity(forwarded + 6);
+    // The same walk again: each forwarded value is the next stretch of `text`.
+    let mut at = 0;
+    for h in head.headers.iter().filter(|h| head.forwards(h.name)) {
         // Lower-cased by `from_bytes` (without allocating for the common names).
         let name =
-            HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid("bad field name"))?;
-        fields.append(name, value(range)?);
+            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| invalid("bad field name"))?;
+        fields.append(name, value(at..at + h.value.len())?);
+        at += h.value.len();
     }
     if wants_trailers {
         fields.insert(http::header::TE, HeaderValue::from_static("trailers"));
     }
-    fields.insert("x-forwarded-for", value(forwarded_for)?);
+    fields.insert(X_FORWARDED_FOR.clone(), value(forwarded_for)?);
     let proto = match fwd.proto {
         "https" => HeaderValue::from_static("https"),
         _ => HeaderValue::from_static("http"),
     };
-    fields.insert("x-forwarded-proto", proto);
-    let host = HeaderValue::from_bytes(authority).map_err(|_| invalid("bad host"))?;
-    fields.insert("x-forwarded-host", host);
+    fields.insert(X_FORWARDED_PROTO.clone(), proto);
+    fields.insert(X_FORWARDED_HOST.clone(), value(host.clone())?);
     if let Framing::Length(n) = head.framing {
         fields.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
     }
     finish(
         fields,
-        (head.method, &head.path, authority),
+        (head.method, shared.slice(path), shared.slice(host)),
         head.framing,
         scheme,
     )
@@ -336,7 +352,6 @@ impl ConvertedRequest {
         ConvertedRequest {
             request,
             framing: self.framing,
-            head_len: self.head_len,
             web: self.web,
         }
     }
@@ -416,7 +431,7 @@ fn arrived(
         ended,
         is_head,
     };
-    Reader::Head(Box::new(response), inbound)
+    Reader::Head(response, inbound)
 }
 
 /// An HTTP/2 server's final response head, as `h2` decoded it.

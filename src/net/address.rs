@@ -47,3 +47,47 @@ impl fmt::Display for Address {
         }
     }
 }
+
+/// An IP address as text, held inline: a client's, formatted once per connection or HTTP/2
+/// stream for X-Forwarded-For and the logs without a heap allocation.
+#[derive(Clone, Copy)]
+pub struct IpText {
+    len: u8,
+    /// The longest text an `IpAddr` displays as takes 39 bytes (eight groups of four).
+    buf: [u8; 48],
+}
+
+impl IpText {
+    /// `ip` as text.
+    pub fn new(ip: std::net::IpAddr) -> IpText {
+        use std::io::Write;
+        let mut buf = [0u8; 48];
+        let mut cursor = std::io::Cursor::new(&mut buf[..]);
+        let _ = write!(cursor, "{ip}");
+        let len = cursor.position() as u8;
+        IpText { len, buf }
+    }
+
+    /// The text.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IpText;
+
+    #[test]
+    fn addresses_of_both_families_fit() {
+        let longest: std::net::IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            IpText::new(longest).as_bytes(),
+            longest.to_string().as_bytes()
+        );
+        let v4: std::net::IpAddr = "192.0.2.10".parse().unwrap();
+        assert_eq!(IpText::new(v4).as_bytes(), b"192.0.2.10");
+    }
+}

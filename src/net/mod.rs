@@ -9,5 +9,5 @@ pub mod sendfile;
 pub mod splice;
 pub mod stream;
 
-pub use address::Address;
+pub use address::{Address, IpText};
 pub use stream::Stream;

@@ -156,7 +156,7 @@ impl Stream {
 
     /// The final response head, when the stream carries it as a value (an HTTP/2 server's)
     /// and it has arrived; reads then give its body.
-    pub fn take_response(&mut self) -> Option<Box<crate::http2::upstream::UpstreamResponse>> {
+    pub fn take_response(&mut self) -> Option<crate::http2::upstream::UpstreamResponse> {
         match self {
             Stream::H2Upstream(s) => s.take_response(),
             _ => None,

@@ -52,7 +52,7 @@ struct Client {
     stream: Stream,
     peer: SocketAddr,
     /// The peer's IP address as text, for X-Forwarded-For.
-    ip_text: String,
+    ip_text: crate::net::IpText,
     /// Its serial number on this worker: the error log's `conn=WORKER-ID`.
     id: u64,
     /// The address the client connected to, once a FastCGI request needed it.

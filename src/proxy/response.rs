@@ -124,7 +124,7 @@ fn parse_head(
     }
     let relay = head.relay(p.minor_version);
     let keep_alive = p.keep_alive && !head.ends_by_close(relay) && !shutting_down;
-    let mut out = Vec::with_capacity(head.head_len + 64);
+    let mut out = Vec::with_capacity(written_size(&head) + 64);
     head.write_client_head(&mut out, relay, keep_alive, p.minor_version);
     Ok(Parsed::Final(FinalHead {
         status: head.status,
@@ -135,6 +135,19 @@ fn parse_head(
         keep_alive,
         out,
     }))
+}
+
+/// About the size of `head` as HTTP/1.1: its length in bytes, or for a head taken as a value
+/// (which has none) the sum of its fields'.
+fn written_size(head: &crate::message::ResponseHead<'_, '_>) -> usize {
+    if head.head_len > 0 {
+        return head.head_len;
+    }
+    let fields = head
+        .headers
+        .iter()
+        .map(|h| h.name.len() + h.value.len() + 4);
+    32 + fields.sum::<usize>()
 }
 
 /// The response head has begun in `ubuf`: forwards interim responses, then switches protocols

@@ -97,7 +97,7 @@ impl Client {
         Client {
             stream,
             peer,
-            ip_text: peer.ip().to_string(),
+            ip_text: crate::net::IpText::new(peer.ip()),
             id,
             local: None,
             buf: None,
