@@ -5,7 +5,7 @@
 //! connection for HTTP/1.0 (the body itself is framed as it is written, in `proxy::fastcgi`).
 
 use super::cgi::CgiHead;
-use crate::http1::response::reason_phrase;
+use crate::http1::response::put_status_line;
 
 /// How the body reaches the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,23 +48,10 @@ pub fn write_head(
     minor_version: u8,
     date: &[u8],
 ) {
-    out.extend_from_slice(if minor_version == 0 {
-        b"HTTP/1.0 "
-    } else {
-        b"HTTP/1.1 "
-    });
-    let mut code = [0u8; 3];
-    code[0] = b'0' + (cgi.status / 100) as u8;
-    code[1] = b'0' + (cgi.status / 10 % 10) as u8;
-    code[2] = b'0' + (cgi.status % 10) as u8;
-    out.extend_from_slice(&code);
-    out.push(b' ');
     let reason = cgi
         .reason
-        .filter(|r| r.bytes().all(|b| b == b'\t' || (b' '..0x7f).contains(&b)))
-        .unwrap_or_else(|| reason_phrase(cgi.status));
-    out.extend_from_slice(reason.as_bytes());
-    out.extend_from_slice(b"\r\n");
+        .filter(|r| r.bytes().all(|b| b == b'\t' || (b' '..0x7f).contains(&b)));
+    put_status_line(out, minor_version, cgi.status, reason);
     let mut has_date = false;
     for h in cgi.headers {
         if DROPPED.iter().any(|d| h.name.eq_ignore_ascii_case(d)) {

@@ -10,7 +10,7 @@ use crate::http1::accept::{accepted_codings, Codings};
 pub use crate::http1::date::http_date_now;
 use crate::http1::date::put_date;
 use crate::http1::put_decimal;
-use crate::http1::response::reason_phrase;
+use crate::http1::response::{put_status_line, reason_phrase};
 use crate::message::RequestHead;
 
 /// A request's method as static serving sees it.
@@ -327,11 +327,8 @@ impl HeadWriter {
 
     fn status(&mut self, status: u16) {
         self.status = status;
-        self.out.extend_from_slice(b"HTTP/1.1 ");
-        put_decimal(&mut self.out, u64::from(status));
-        self.out.push(b' ');
-        self.out.extend_from_slice(reason_phrase(status).as_bytes());
-        self.out.extend_from_slice(b"\r\nServer: slipstream\r\n");
+        put_status_line(&mut self.out, 1, status, None);
+        self.out.extend_from_slice(b"Server: slipstream\r\n");
         put_date(&mut self.out);
     }
 

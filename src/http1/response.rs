@@ -168,11 +168,7 @@ impl ResponseHead<'_, '_> {
         keep_alive: bool,
         client_minor: u8,
     ) {
-        out.extend_from_slice(b"HTTP/1.1 ");
-        put_decimal(out, u64::from(self.status));
-        out.push(b' ');
-        out.extend_from_slice(self.reason.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        put_status_line(out, 1, self.status, Some(self.reason));
         let mut upgrade = None;
         for h in self.headers {
             if h.name.eq_ignore_ascii_case("upgrade") {
@@ -274,11 +270,8 @@ pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 pub fn write_simple_response(out: &mut Vec<u8>, status: u16, keep_alive: bool, head_only: bool) {
     let reason = reason_phrase(status);
     let body_len = reason.len() + 5;
-    out.extend_from_slice(b"HTTP/1.1 ");
-    put_decimal(out, u64::from(status));
-    out.push(b' ');
-    out.extend_from_slice(reason.as_bytes());
-    out.extend_from_slice(b"\r\nServer: slipstream\r\n");
+    put_status_line(out, 1, status, Some(reason));
+    out.extend_from_slice(b"Server: slipstream\r\n");
     super::date::put_date(out);
     out.extend_from_slice(b"Content-Type: text/plain\r\nContent-Length: ");
     put_decimal(out, body_len as u64);
@@ -322,6 +315,21 @@ pub fn write_grpc_error(
     if !keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
     }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes a status line, `HTTP/1.x CODE REASON` and CRLF: every response head the proxy
+/// writes starts here. `reason` is the upstream's or the script's phrase as given, else the
+/// standard one ([`reason_phrase`]).
+pub fn put_status_line(out: &mut Vec<u8>, minor_version: u8, status: u16, reason: Option<&str>) {
+    out.extend_from_slice(if minor_version == 0 {
+        b"HTTP/1.0 "
+    } else {
+        b"HTTP/1.1 "
+    });
+    put_decimal(out, u64::from(status));
+    out.push(b' ');
+    out.extend_from_slice(reason.unwrap_or_else(|| reason_phrase(status)).as_bytes());
     out.extend_from_slice(b"\r\n");
 }
 

@@ -387,11 +387,8 @@ fn interim_head(interim: &Response<()>) -> Bytes {
 /// An HTTP/1.1 status line for `status`, with room for `fields` fields after it.
 fn status_line(status: http::StatusCode, fields: usize) -> Vec<u8> {
     let mut head = Vec::with_capacity(64 + fields * 40);
-    head.extend_from_slice(b"HTTP/1.1 ");
-    head.extend_from_slice(status.as_str().as_bytes());
-    head.push(b' ');
-    head.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    head.extend_from_slice(b"\r\n");
+    let reason = status.canonical_reason().unwrap_or("");
+    crate::http1::response::put_status_line(&mut head, 1, status.as_u16(), Some(reason));
     head
 }
 
