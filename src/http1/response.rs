@@ -365,7 +365,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
         412 => "Precondition Failed",
         416 => "Range Not Satisfiable",
         417 => "Expectation Failed",
-        431 => "Request Header ResponseFields Too Large",
+        431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         501 => "Not Implemented",
         502 => "Bad Gateway",

@@ -443,15 +443,24 @@ pub struct UpstreamResponse {
 
 impl UpstreamResponse {
     /// The head in the message model, its fields borrowed from the decoded ones (`storage`
-    /// holds them; more than it has room for is a head too large, as from an HTTP/1.1 server).
-    /// A body without a length is chunked, as the body reads give it; one that ended with the
-    /// head has length 0.
+    /// holds them). More fields than it has room for, or fields that as HTTP/1.1 would take
+    /// more than `max_head` bytes, are a head too large, as from an HTTP/1.1 server. A body
+    /// without a length is chunked, as the body reads give it; one that ended with the head
+    /// has length 0.
     pub fn head<'h, 'b>(
         &'b self,
         storage: &'h mut [Field<'b>; MAX_HEADERS],
+        max_head: usize,
     ) -> Result<ResponseHead<'h, 'b>, ResponseError> {
         let fields = &self.parts.headers;
         if fields.len() > storage.len() {
+            return Err(ResponseError::TooLarge);
+        }
+        let size: usize = fields
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 4)
+            .sum();
+        if size > max_head {
             return Err(ResponseError::TooLarge);
         }
         let mut length = None;
@@ -621,7 +630,7 @@ mod tests {
             false,
         );
         let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let head = r.head(&mut storage).unwrap();
+        let head = r.head(&mut storage, 8192).unwrap();
         assert_eq!((head.status, head.reason), (200, "OK"));
         // No length: the body reads come chunked.
         assert_eq!(head.framing, Framing::Chunked);
@@ -644,12 +653,12 @@ mod tests {
             false,
         );
         assert_eq!(
-            sized.head(&mut storage).unwrap().framing,
+            sized.head(&mut storage, 8192).unwrap().framing,
             Framing::Length(12)
         );
         let ended = response(Response::builder().status(404), true, false);
         assert_eq!(
-            ended.head(&mut storage).unwrap().framing,
+            ended.head(&mut storage, 8192).unwrap().framing,
             Framing::Length(0)
         );
         let head = response(
@@ -657,11 +666,11 @@ mod tests {
             false,
             true,
         );
-        let h = head.head(&mut storage).unwrap();
+        let h = head.head(&mut storage, 8192).unwrap();
         assert_eq!((h.framing, h.declared_length), (Framing::Empty, Some(9)));
         let not_modified = response(Response::builder().status(304), false, false);
         assert_eq!(
-            not_modified.head(&mut storage).unwrap().framing,
+            not_modified.head(&mut storage, 8192).unwrap().framing,
             Framing::Empty
         );
         let bad = response(
@@ -669,8 +678,18 @@ mod tests {
             false,
             false,
         );
-        assert!(bad.head(&mut storage).is_err());
+        assert!(bad.head(&mut storage, 8192).is_err());
         let odd = response(Response::builder().status(700), true, false);
-        assert!(odd.head(&mut storage).is_err());
+        assert!(odd.head(&mut storage, 8192).is_err());
+        // As from an HTTP/1.1 server, a head beyond the limit is refused (the client gets 502).
+        let big = response(
+            Response::builder().header("set-cookie", "x".repeat(9000)),
+            true,
+            false,
+        );
+        assert_eq!(
+            big.head(&mut storage, 8192).unwrap_err(),
+            ResponseError::TooLarge
+        );
     }
 }

@@ -64,8 +64,12 @@ pub(super) async fn read_head(
             _ = client.hangup() => return Err(Error::new(Kind::ClientClosed)),
         };
         match read {
-            // The head came as a value (an HTTP/2 server's), not as bytes.
-            Ok(0) if up.response_waiting() => return Ok(()),
+            // The head came as a value (an HTTP/2 server's), not as bytes; it cannot follow
+            // part of a head that came as bytes (interim heads come whole).
+            Ok(0) if up.response_waiting() && ubuf.is_empty() => return Ok(()),
+            Ok(0) if up.response_waiting() => {
+                return Err(Error::new(Kind::BadResponse("response head cut short")))
+            }
             Ok(0) if ubuf.is_empty() => {
                 return Err(Error::no_response(
                     &std::io::ErrorKind::UnexpectedEof.into(),
@@ -98,7 +102,7 @@ fn parse_head(
     };
     let mut storage = header_storage();
     let head = match &carried {
-        Some(response) => response.head(&mut storage)?,
+        Some(response) => response.head(&mut storage, max_head)?,
         None => match parse_response(ubuf, &mut storage, max_head, p.is_head)? {
             Some(head) => head,
             None => return Ok(Parsed::Incomplete),
