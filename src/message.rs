@@ -134,6 +134,22 @@ impl ResponseHead<'_, '_> {
     pub fn is_interim(&self) -> bool {
         (100..200).contains(&self.status) && self.status != 101
     }
+
+    /// The bytes its fields take as HTTP/1.1 lines (`name: value` and CRLF): what the head
+    /// limit counts for a head that did not come as bytes.
+    pub fn fields_size(&self) -> usize {
+        let lines = self
+            .headers
+            .iter()
+            .map(|h| h.name.len() + h.value.len() + 4);
+        lines.sum()
+    }
+}
+
+/// Whether a response has no body whatever its fields say (RFC 9110 section 6.4.1): it
+/// answers HEAD, or is 1xx, 204 or 304.
+pub fn has_no_body(status: u16, request_was_head: bool) -> bool {
+    request_was_head || (100..200).contains(&status) || status == 204 || status == 304
 }
 
 /// Hop-by-hop fields the proxy never forwards (RFC 9110 section 7.6.1), plus the framing fields

@@ -69,8 +69,7 @@ pub fn parse_response<'h, 'b>(
 
     let fields = scan_fields(headers)?;
     let (content_length, connection) = (fields.content_length, fields.connection);
-    let bodyless =
-        request_was_head || (100..200).contains(&status) || status == 204 || status == 304;
+    let bodyless = crate::message::has_no_body(status, request_was_head);
     let framing = if bodyless {
         Framing::Empty
     } else if fields.te_seen && fields.chunked_last {

@@ -416,7 +416,7 @@ fn arrived(
     }
     let has_length = parts.headers.contains_key(http::header::CONTENT_LENGTH);
     let status = parts.status.as_u16();
-    let no_body = is_head || status == 204 || status == 304;
+    let no_body = crate::message::has_no_body(status, is_head);
     let ended = recv.is_end_stream();
     let chunked = !ended && !has_length && !no_body;
     let mut inbound = Inbound::new(Bytes::new(), recv, !ended && !no_body, chunked);
@@ -456,13 +456,6 @@ impl UpstreamResponse {
         if fields.len() > storage.len() {
             return Err(ResponseError::TooLarge);
         }
-        let size: usize = fields
-            .iter()
-            .map(|(name, value)| name.as_str().len() + value.len() + 4)
-            .sum();
-        if size > max_head {
-            return Err(ResponseError::TooLarge);
-        }
         let mut length = None;
         for (slot, (name, value)) in storage.iter_mut().zip(fields) {
             if name == http::header::CONTENT_LENGTH {
@@ -481,7 +474,7 @@ impl UpstreamResponse {
         if !(100..=599).contains(&code) {
             return Err(ResponseError::Malformed("invalid status code"));
         }
-        let bodyless = self.is_head || code < 200 || code == 204 || code == 304;
+        let bodyless = crate::message::has_no_body(code, self.is_head);
         let framing = match length {
             _ if bodyless => Framing::Empty,
             Some(n) => Framing::Length(n),
@@ -489,7 +482,7 @@ impl UpstreamResponse {
             None => Framing::Chunked,
         };
         let storage: &'h [Field<'b>] = storage;
-        Ok(ResponseHead {
+        let head = ResponseHead {
             status: code,
             reason: status.canonical_reason().unwrap_or(""),
             framing,
@@ -498,7 +491,11 @@ impl UpstreamResponse {
             connection: ConnectionTokens::default(),
             headers: &storage[..fields.len()],
             head_len: 0,
-        })
+        };
+        if head.fields_size() > max_head {
+            return Err(ResponseError::TooLarge);
+        }
+        Ok(head)
     }
 }
 

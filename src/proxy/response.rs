@@ -147,11 +147,7 @@ fn written_size(head: &crate::message::ResponseHead<'_, '_>) -> usize {
     if head.head_len > 0 {
         return head.head_len;
     }
-    let fields = head
-        .headers
-        .iter()
-        .map(|h| h.name.len() + h.value.len() + 4);
-    32 + fields.sum::<usize>()
+    32 + head.fields_size()
 }
 
 /// The response head has begun in `ubuf`: forwards interim responses, then switches protocols
