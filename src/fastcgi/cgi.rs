@@ -73,15 +73,11 @@ pub fn parse_cgi_head<'h, 'b>(
         } else if h.name.eq_ignore_ascii_case("location") {
             location = true;
         } else if h.name.eq_ignore_ascii_case("content-length") {
-            let n = std::str::from_utf8(h.value.trim_ascii())
-                .ok()
-                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or(CgiError::BadLength)?;
-            if content_length.is_some_and(|c| c != n) {
-                return Err(CgiError::BadLength);
-            }
-            content_length = Some(n);
+            // HTTP/1.1's rule: at most 19 digits, every value the same.
+            content_length = Some(
+                crate::http1::parse_content_length(h.value, content_length)
+                    .ok_or(CgiError::BadLength)?,
+            );
         }
     }
     let status = status.unwrap_or(if location { 302 } else { 200 });

@@ -130,15 +130,12 @@ fn check_fields(parts: &Parts) -> Result<(Option<u64>, usize), Malformed> {
             return Err(Malformed("te other than trailers"));
         }
         if *name == header::CONTENT_LENGTH {
-            // The h2 crate has checked the value is a number, the same in every field.
-            let n = std::str::from_utf8(v)
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or(Malformed("bad content-length"))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(Malformed("differing content-length fields"));
-            }
-            length = Some(n);
+            // HTTP/1.1's rule (at most 19 digits, every field the same), so a length taken
+            // here is one an HTTP/1.1 server reads back: h2 alone takes any u64.
+            length = Some(
+                crate::http1::parse_content_length(v, length)
+                    .ok_or(Malformed("bad or differing content-length"))?,
+            );
         }
         cookies += usize::from(*name == header::COOKIE);
     }
@@ -362,6 +359,15 @@ mod tests {
         for c in cases {
             assert!(check(parts(c), true).is_err());
         }
+        // A length HTTP/1.1 would refuse (20 digits) or two that differ, even where h2
+        // alone would take them.
+        let long = http::Request::post("https://a.example/")
+            .header("content-length", "10000000000000000000");
+        assert!(check(parts(long), false).is_err());
+        let two = http::Request::post("https://a.example/")
+            .header("content-length", "1")
+            .header("content-length", "2");
+        assert!(check(parts(two), false).is_err());
         let same = http::Request::get("https://a.example/").header("host", "A.example");
         assert!(check(parts(same), true).is_ok());
     }
