@@ -10,6 +10,11 @@
 //! An upstream's answer is read the same way into a [`ResponseHead`]: from an HTTP/1.1
 //! server's bytes, or from an HTTP/2 server's parts with no HTTP/1.1 text in between.
 //!
+//! The head a client receives is a [`ClientHead`]: composed once by whichever path answers
+//! (a proxied response, a file, a FastCGI script, the proxy's own answer) and handed to the
+//! client's stream as a value, which an HTTP/1.1 connection writes as it stands and an HTTP/2
+//! stream sends as HEADERS without reading HTTP/1.1 back.
+//!
 //! These are the semantics of RFC 9110, shared by every version; each protocol's syntax lives
 //! in its codec (`http1/`, `http2/`).
 
@@ -30,6 +35,53 @@ pub enum Framing {
 
 /// One header field as read: its name as received, its value's bytes.
 pub type Field<'b> = httparse::Header<'b>;
+
+/// The head a client receives. Its fields are kept in their HTTP/1.1 wire form in `text`
+/// (status line, `Name: value` lines, the framing and Connection fields, the blank line), so
+/// an HTTP/1.1 connection writes `text` as it stands, together with the first body bytes in
+/// one write; `status` and `framing` say as values what an HTTP/2 stream needs besides the
+/// fields ([`ClientHead::fields`]), so it never parses the text. The path that answers
+/// composes the text and edits it (configured fields, compression) before sending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientHead {
+    /// The status code.
+    pub status: u16,
+    /// How the bytes written after the head are delimited: `Chunked` means they carry
+    /// HTTP/1.1's chunked coding (an HTTP/2 stream takes the coding off), `Empty` that no
+    /// body follows.
+    pub framing: Framing,
+    /// The head as HTTP/1.1 sends it.
+    pub text: Vec<u8>,
+}
+
+impl ClientHead {
+    /// A head of `status` whose body is delimited by `framing`, its HTTP/1.1 form `text`.
+    pub fn new(status: u16, framing: Framing, text: Vec<u8>) -> ClientHead {
+        ClientHead {
+            status,
+            framing,
+            text,
+        }
+    }
+
+    /// An interim head (`100 Continue` and the like): no fields, no body.
+    pub fn interim(status: u16) -> ClientHead {
+        let mut text = Vec::with_capacity(32);
+        crate::http1::response::put_status_line(&mut text, 1, status, None);
+        text.extend_from_slice(b"\r\n");
+        ClientHead::new(status, Framing::Empty, text)
+    }
+
+    /// The fields, name and value (the value without surrounding whitespace), in order: the
+    /// lines of `text` after the status line.
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.text.split(|&b| b == b'\n').skip(1).filter_map(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let colon = line.iter().position(|&b| b == b':')?;
+            Some((&line[..colon], line[colon + 1..].trim_ascii()))
+        })
+    }
+}
 
 /// A validated request head, borrowing what it was read from: an HTTP/1.1 connection's read
 /// buffer, or an HTTP/2 stream's request parts (then `minor_version` is 1, `head_len` 0, and

@@ -1,10 +1,11 @@
-//! The head of a compressed response, made from the HTTP/1.1 head the response would have had:
+//! The head of a compressed response, made from the head the response would have had:
 //! `Content-Encoding` added, `Vary: Accept-Encoding` added or merged (never twice), a strong
 //! `ETag` made weak (the bytes differ from the identity's), `Content-Length`,
 //! `Transfer-Encoding` and `Accept-Ranges` replaced by the new framing.
 
 use super::Coding;
 use crate::http1::{list_elements, put_decimal};
+use crate::message::{ClientHead, Framing};
 
 /// What the fields of a response head say about compressing it.
 #[derive(Debug, Default)]
@@ -18,25 +19,13 @@ pub(super) struct HeadFields<'a> {
     pub(super) content_range: bool,
 }
 
-/// The field lines of a head (`Name: value`), without the status line and the blank line.
-fn field_lines(head: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    head.split(|&b| b == b'\n').skip(1).filter_map(|line| {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let colon = line.iter().position(|&b| b == b':')?;
-        Some((&line[..colon], line[colon + 1..].trim_ascii()))
-    })
-}
-
 impl<'a> HeadFields<'a> {
-    pub(super) fn scan(head: &'a [u8]) -> HeadFields<'a> {
+    pub(super) fn scan(head: &'a ClientHead) -> HeadFields<'a> {
         let mut f = HeadFields {
-            status: head
-                .get(9..12)
-                .and_then(|s| std::str::from_utf8(s).ok()?.parse().ok())
-                .unwrap_or(0),
+            status: head.status,
             ..HeadFields::default()
         };
-        for (name, value) in field_lines(head) {
+        for (name, value) in head.fields() {
             if name.eq_ignore_ascii_case(b"content-type") {
                 f.content_type = Some(value);
             } else if name.eq_ignore_ascii_case(b"content-length") {
@@ -70,15 +59,29 @@ pub enum CompressedBody {
     NotModified,
 }
 
-/// The head to send instead of `head` (a complete HTTP/1.1 head ending in a blank line):
-/// compressed with `coding` and delimited by `framing`, or, with no coding, the same head with
-/// `Vary: Accept-Encoding` (the response depends on the field even when it is not compressed).
-pub fn rewrite(head: &[u8], coding: Option<Coding>, framing: CompressedBody) -> Vec<u8> {
-    let mut out = Vec::with_capacity(head.len() + 64);
-    let status_end = head.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
-    out.extend_from_slice(&head[..status_end]);
+impl CompressedBody {
+    /// How the bytes after the head are delimited.
+    fn framing(self, before: Framing) -> Framing {
+        match self {
+            CompressedBody::Length(n) => Framing::Length(n),
+            CompressedBody::Chunked => Framing::Chunked,
+            CompressedBody::Close => Framing::UntilClose,
+            CompressedBody::Bodiless => Framing::Empty,
+            CompressedBody::NotModified => before,
+        }
+    }
+}
+
+/// The head to send instead of `head`: compressed with `coding` and delimited by `framing`,
+/// or, with no coding, the same head with `Vary: Accept-Encoding` (the response depends on the
+/// field even when it is not compressed).
+pub fn rewrite(head: &ClientHead, coding: Option<Coding>, framing: CompressedBody) -> ClientHead {
+    let text = &head.text;
+    let mut out = Vec::with_capacity(text.len() + 64);
+    let status_end = text.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
+    out.extend_from_slice(&text[..status_end]);
     let mut vary_seen = false;
-    for (name, value) in field_lines(head) {
+    for (name, value) in head.fields() {
         let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
         if is(b"vary") {
             vary_seen = true;
@@ -127,7 +130,11 @@ pub fn rewrite(head: &[u8], coding: Option<Coding>, framing: CompressedBody) -> 
         }
     }
     out.extend_from_slice(b"\r\n");
-    out
+    let framing = match coding {
+        Some(_) => framing.framing(head.framing),
+        None => head.framing,
+    };
+    ClientHead::new(head.status, framing, out)
 }
 
 fn put(out: &mut Vec<u8>, name: &[u8], a: &[u8], b: &[u8]) {
@@ -145,14 +152,18 @@ mod tests {
     const HEAD: &str = "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 5000\r\n\
         ETag: \"abc\"\r\nAccept-Ranges: bytes\r\nConnection: keep-alive\r\n\r\n";
 
-    fn text(v: Vec<u8>) -> String {
-        String::from_utf8(v).unwrap()
+    fn text(v: ClientHead) -> String {
+        String::from_utf8(v.text).unwrap()
+    }
+
+    fn head(text: &str) -> ClientHead {
+        ClientHead::new(200, Framing::Length(5000), text.as_bytes().to_vec())
     }
 
     #[test]
     fn compressed_heads() {
         let chunked = text(rewrite(
-            HEAD.as_bytes(),
+            &head(HEAD),
             Some(Coding::Gzip),
             CompressedBody::Chunked,
         ));
@@ -163,40 +174,48 @@ mod tests {
              Transfer-Encoding: chunked\r\n\r\n"
         );
         let whole = text(rewrite(
-            HEAD.as_bytes(),
+            &head(HEAD),
             Some(Coding::Br),
             CompressedBody::Length(42),
         ));
         assert!(whole.ends_with("Content-Encoding: br\r\nContent-Length: 42\r\n\r\n"));
         let close = text(rewrite(
-            HEAD.as_bytes(),
+            &head(HEAD),
             Some(Coding::Zstd),
             CompressedBody::Close,
         ));
         assert!(!close.contains("keep-alive"));
         assert!(close.ends_with("Connection: close\r\n\r\n"));
         let head = text(rewrite(
-            HEAD.as_bytes(),
+            &head(HEAD),
             Some(Coding::Gzip),
             CompressedBody::Bodiless,
         ));
         assert!(!head.contains("Content-Length") && !head.contains("Transfer-Encoding"));
+        // The framing of what follows, as a value.
+        let framing = |body| rewrite(&self::head(HEAD), Some(Coding::Gzip), body).framing;
+        assert_eq!(framing(CompressedBody::Chunked), Framing::Chunked);
+        assert_eq!(framing(CompressedBody::Length(42)), Framing::Length(42));
+        assert_eq!(framing(CompressedBody::Close), Framing::UntilClose);
+        assert_eq!(framing(CompressedBody::Bodiless), Framing::Empty);
+        let vary_only = rewrite(&self::head(HEAD), None, CompressedBody::Chunked);
+        assert_eq!(vary_only.framing, Framing::Length(5000));
     }
 
     #[test]
     fn vary_merged_once_and_weak_etags_kept() {
         let h = "HTTP/1.1 200 OK\r\nVary: Cookie\r\nETag: W/\"x\"\r\n\r\n";
         let out = text(rewrite(
-            h.as_bytes(),
+            &head(h),
             Some(Coding::Gzip),
             CompressedBody::Chunked,
         ));
         assert!(out.contains("Vary: Cookie, Accept-Encoding\r\n"));
         assert!(out.contains("ETag: W/\"x\"\r\n"));
         let h = "HTTP/1.1 200 OK\r\nvary: accept-encoding\r\n\r\n";
-        let out = text(rewrite(h.as_bytes(), None, CompressedBody::Chunked));
+        let out = text(rewrite(&head(h), None, CompressedBody::Chunked));
         assert_eq!(out, h, "already varies on it: unchanged");
-        let out = text(rewrite(HEAD.as_bytes(), None, CompressedBody::Chunked));
+        let out = text(rewrite(&head(HEAD), None, CompressedBody::Chunked));
         assert!(out.contains("Content-Length: 5000") && out.contains("ETag: \"abc\""));
         assert_eq!(out.matches("Vary:").count(), 1);
     }

@@ -4,12 +4,13 @@
 //! `Accept-Encoding` (`http1::accept`), ties broken by [`Settings::order`].
 //!
 //! The same decision serves proxied, FastCGI and static responses, because it reads the
-//! HTTP/1.1 head each of them writes for the client.
+//! [`ClientHead`] each of them composes for the client.
 
 pub mod encoder;
 pub mod head;
 
 pub use crate::http1::accept::{Coding, Codings};
+use crate::message::ClientHead;
 use head::HeadFields;
 
 /// How responses are compressed: the `[compression]` section.
@@ -95,7 +96,7 @@ fn type_matches(pattern: &[u8], media: &[u8]) -> bool {
 /// a full body (not 204, 206 or 304), no content coding yet, no `Cache-Control: no-transform`,
 /// a compressible type, and a length (when known) of at least `min_length`, which
 /// `identity_refused` waives.
-pub fn eligible(head: &[u8], settings: &Settings, identity_refused: bool) -> bool {
+pub fn eligible(head: &ClientHead, settings: &Settings, identity_refused: bool) -> bool {
     let f = HeadFields::scan(head);
     let status_ok = (200..600).contains(&f.status) && !matches!(f.status, 204 | 206 | 304);
     let long_enough = identity_refused || f.content_length.is_none_or(|n| n >= settings.min_length);
@@ -125,8 +126,13 @@ mod tests {
         assert!(!s.compresses_type(b""));
     }
 
-    fn head(fields: &str) -> Vec<u8> {
-        format!("HTTP/1.1 200 OK\r\n{fields}\r\n").into_bytes()
+    fn head(fields: &str) -> ClientHead {
+        status(200, fields)
+    }
+
+    fn status(status: u16, fields: &str) -> ClientHead {
+        let text = format!("HTTP/1.1 {status} X\r\n{fields}\r\n").into_bytes();
+        ClientHead::new(status, crate::message::Framing::Chunked, text)
     }
 
     #[test]
@@ -149,12 +155,10 @@ mod tests {
         assert!(eligible(&identity, &s, false));
         let nt = head(&format!("{ok}Cache-Control: public, No-Transform\r\n"));
         assert!(!eligible(&nt, &s, false));
-        let partial = b"HTTP/1.1 206 Partial Content\r\nContent-Type: text/html\r\n\r\n";
-        assert!(!eligible(partial, &s, false));
-        let not_modified = b"HTTP/1.1 304 Not Modified\r\nContent-Type: text/html\r\n\r\n";
-        assert!(!eligible(not_modified, &s, false));
-        let missing = b"HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\n\r\n";
-        assert!(eligible(missing, &s, false));
+        let html = "Content-Type: text/html\r\n";
+        assert!(!eligible(&status(206, html), &s, false));
+        assert!(!eligible(&status(304, html), &s, false));
+        assert!(eligible(&status(404, html), &s, false));
         assert!(!eligible(&head("Content-Length: 5000\r\n"), &s, false));
     }
 }

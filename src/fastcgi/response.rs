@@ -6,19 +6,7 @@
 
 use super::cgi::CgiHead;
 use crate::http1::response::put_status_line;
-
-/// How the body reaches the client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientBody {
-    /// No body may follow (HEAD, 204, 304): the script's `Content-Length`, if any, is kept.
-    None,
-    /// Exactly this many bytes.
-    Length(u64),
-    /// Chunked transfer coding (HTTP/1.1 clients).
-    Chunked,
-    /// Until the connection closes (HTTP/1.0 clients, length unknown).
-    Close,
-}
+use crate::message::Framing;
 
 /// Fields never passed from a script: `Status` becomes the status line; the rest describe one
 /// connection or the framing, which the proxy decides.
@@ -43,7 +31,7 @@ pub fn bodiless(status: u16, is_head: bool) -> bool {
 pub fn write_head(
     out: &mut Vec<u8>,
     cgi: &CgiHead<'_, '_>,
-    framing: ClientBody,
+    framing: Framing,
     keep_alive: bool,
     minor_version: u8,
     date: &[u8],
@@ -69,16 +57,16 @@ pub fn write_head(
         out.extend_from_slice(b"\r\n");
     }
     let length = match framing {
-        ClientBody::Length(n) => Some(n),
-        ClientBody::None => cgi.content_length,
-        ClientBody::Chunked | ClientBody::Close => None,
+        Framing::Length(n) => Some(n),
+        Framing::Empty => cgi.content_length,
+        Framing::Chunked | Framing::UntilClose => None,
     };
     if let Some(n) = length {
         out.extend_from_slice(b"Content-Length: ");
         crate::http1::put_decimal(out, n);
         out.extend_from_slice(b"\r\n");
     }
-    if framing == ClientBody::Chunked {
+    if framing == Framing::Chunked {
         out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
     }
     match (keep_alive, minor_version) {
@@ -97,7 +85,7 @@ mod tests {
 
     const DATE: &[u8] = b"Sun, 06 Nov 1994 08:49:37 GMT";
 
-    fn head(cgi: &[u8], framing: ClientBody, keep_alive: bool, minor: u8) -> String {
+    fn head(cgi: &[u8], framing: Framing, keep_alive: bool, minor: u8) -> String {
         let mut storage = header_storage();
         let parsed = parse_cgi_head(cgi, &mut storage, 8192).unwrap().unwrap();
         let mut out = Vec::new();
@@ -109,21 +97,21 @@ mod tests {
     fn status_fields_and_framing() {
         let cgi = b"Status: 404 Gone Fishing\r\nContent-Type: text/plain\r\nConnection: x\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n\r\n";
         assert_eq!(
-            head(cgi, ClientBody::Chunked, true, 1),
+            head(cgi, Framing::Chunked, true, 1),
             "HTTP/1.1 404 Gone Fishing\r\nContent-Type: text/plain\r\nSet-Cookie: a=1\r\n\
              Set-Cookie: b=2\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
              Transfer-Encoding: chunked\r\n\r\n"
         );
         let cgi = b"Location: /next\nContent-Length: 99\n\n";
         assert_eq!(
-            head(cgi, ClientBody::Length(3), false, 1),
+            head(cgi, Framing::Length(3), false, 1),
             "HTTP/1.1 302 Found\r\nLocation: /next\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
              Content-Length: 3\r\nConnection: close\r\n\r\n"
         );
         // HEAD keeps the script's length; HTTP/1.0 keep-alive says so.
         let cgi = b"Content-Length: 10\r\nDate: today\r\n\r\n";
         assert_eq!(
-            head(cgi, ClientBody::None, true, 0),
+            head(cgi, Framing::Empty, true, 0),
             "HTTP/1.0 200 OK\r\nDate: today\r\nContent-Length: 10\r\nConnection: keep-alive\r\n\r\n"
         );
     }

@@ -11,7 +11,7 @@ pub use crate::http1::date::http_date_now;
 use crate::http1::date::put_date;
 use crate::http1::put_decimal;
 use crate::http1::response::{put_status_line, reason_phrase};
-use crate::message::RequestHead;
+use crate::message::{ClientHead, Framing, RequestHead};
 
 /// A request's method as static serving sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +111,7 @@ pub struct Plan<'e> {
     /// The status.
     pub status: u16,
     /// The whole response head.
-    pub head: Vec<u8>,
+    pub head: ClientHead,
     /// The representation the body comes from.
     pub representation: &'e Representation,
     /// The body.
@@ -314,6 +314,8 @@ struct HeadWriter {
     out: Vec<u8>,
     framing: KeepAlive,
     status: u16,
+    /// The body's length, once written.
+    length: Option<u64>,
 }
 
 impl HeadWriter {
@@ -322,6 +324,7 @@ impl HeadWriter {
             out: Vec::with_capacity(320),
             framing,
             status: 0,
+            length: None,
         }
     }
 
@@ -349,6 +352,7 @@ impl HeadWriter {
     }
 
     fn length(&mut self, n: u64) {
+        self.length = Some(n);
         self.out.extend_from_slice(b"Content-Length: ");
         put_decimal(&mut self.out, n);
         self.out.extend_from_slice(b"\r\n");
@@ -391,14 +395,15 @@ impl HeadWriter {
         }
     }
 
-    fn finish_head(mut self) -> Vec<u8> {
+    fn finish_head(mut self) -> ClientHead {
         if !self.framing.keep_alive {
             self.out.extend_from_slice(b"Connection: close\r\n");
         } else if self.framing.http10 {
             self.out.extend_from_slice(b"Connection: keep-alive\r\n");
         }
         self.out.extend_from_slice(b"\r\n");
-        self.out
+        let framing = self.length.map_or(Framing::Empty, Framing::Length);
+        ClientHead::new(self.status, framing, self.out)
     }
 }
 
@@ -410,7 +415,7 @@ pub fn simple(
     body: Option<(&[u8], Vec<u8>)>,
     method: Method,
     framing: KeepAlive,
-) -> (Vec<u8>, Vec<u8>) {
+) -> (ClientHead, Vec<u8>) {
     let mut h = HeadWriter::new(framing);
     let (content_type, text) = match body {
         Some((ty, text)) => (ty, text),

@@ -371,9 +371,11 @@ pub fn compress_head(data: &[u8]) {
         head.extend_from_slice(b"\r\n");
     }
     head.extend_from_slice(b"\r\n");
+    let head = crate::message::ClientHead::new(200, crate::message::Framing::Length(9), head);
     let _ = eligible(&head, &Settings::default(), false);
     let out = rewrite(&head, Some(Coding::Gzip), CompressedBody::Chunked);
-    let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+    assert_eq!(out.framing, crate::message::Framing::Chunked);
+    let text = String::from_utf8_lossy(&out.text).to_ascii_lowercase();
     let fields: Vec<(&str, &str)> = text
         .split("\r\n")
         .skip(1)

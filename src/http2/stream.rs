@@ -1,8 +1,9 @@
 //! [`H2Stream`]: one HTTP/2 stream as a connection carrying one request, so every route kind
 //! (proxy, FastCGI, static files) serves HTTP/2 unchanged. Its request head is a value
 //! ([`H2Stream::request`], read into the message model by [`super::request`]); reading gives
-//! the body, chunked when it has no length, with the client's trailers; writing takes the HTTP/1.1 response the proxy produces
-//! and sends it as HEADERS, DATA and trailers, interim 1xx heads as informational HEADERS.
+//! the body, chunked when it has no length, with the client's trailers. The response head is a
+//! value too ([`H2Stream::send_head`]: HEADERS, interim 1xx heads as informational HEADERS);
+//! writing then gives the body as DATA, and chunked bytes' trailers as trailers.
 //!
 //! Flow control is the backpressure ([`super::body`]): memory per stream stays within the
 //! windows. A response that ends early resets the stream instead of looking complete.
@@ -20,9 +21,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::body::{h2_error, invalid, Inbound, Outbound};
 use super::request::{BodyKind, H2Request};
-use super::response::from_http1;
+use super::response::to_http2;
+use crate::message::{ClientHead, Framing};
 
-/// One HTTP/2 stream, read and written as HTTP/1.1 bytes.
+/// One HTTP/2 stream: heads as values, bodies as bytes.
 pub struct H2Stream {
     /// The request's head, read by the request path as a value (no HTTP/1.1 text).
     request: H2Request,
@@ -46,14 +48,8 @@ impl std::fmt::Debug for H2Stream {
 }
 
 impl H2Stream {
-    /// A stream whose request is `request`, its body `recv`, its response going to `respond`;
-    /// response heads may take `max_head` bytes.
-    pub fn new(
-        request: H2Request,
-        recv: RecvStream,
-        respond: SendResponse<Bytes>,
-        max_head: usize,
-    ) -> H2Stream {
+    /// A stream whose request is `request`, its body `recv`, its response going to `respond`.
+    pub fn new(request: H2Request, recv: RecvStream, respond: SendResponse<Bytes>) -> H2Stream {
         let has_body = request.body != BodyKind::None;
         let chunked = request.body == BodyKind::Chunked;
         let tunnel = request.body == BodyKind::Tunnel;
@@ -61,10 +57,9 @@ impl H2Stream {
             reader: Inbound::new(Bytes::new(), recv, has_body, chunked),
             writer: RefCell::new(ResponseWriter {
                 respond,
-                out: ResponseState::Head(Vec::new()),
+                out: ResponseState::Head,
                 is_head: request.is_head(),
                 tunnel,
-                max_head,
             }),
             request,
             tls_version: "",
@@ -76,6 +71,12 @@ impl H2Stream {
     /// The request, as a value: reading the stream gives only its body.
     pub fn request(&self) -> &H2Request {
         &self.request
+    }
+
+    /// Sends a response head: interim ones as they come, then the final one, after which
+    /// writes give the body (framed as the head says; chunked bytes lose their coding).
+    pub fn send_head(&mut self, head: &ClientHead) -> io::Result<()> {
+        self.writer.get_mut().send_head(head)
     }
 
     /// Resets the stream with HTTP/2 error `code` (the upstream's reset, passed on) rather
@@ -111,7 +112,7 @@ impl H2Stream {
     pub fn poll_room(&self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
         match &mut self.writer.borrow_mut().out {
             ResponseState::Body(body) => body.poll_room(cx, want),
-            ResponseState::Head(_) => Poll::Ready(Ok(want)),
+            ResponseState::Head => Poll::Ready(Ok(want)),
         }
     }
 
@@ -120,7 +121,7 @@ impl H2Stream {
         let mut w = self.writer.borrow_mut();
         match &mut w.out {
             ResponseState::Body(body) => body.poll_reset(cx),
-            ResponseState::Head(_) => w.respond.poll_reset(cx).map(|_| ()),
+            ResponseState::Head => w.respond.poll_reset(cx).map(|_| ()),
         }
     }
 }
@@ -132,15 +133,15 @@ impl Drop for H2Stream {
         match &mut w.out {
             ResponseState::Body(body) if body.is_done() => {}
             ResponseState::Body(body) => body.reset(self.abort),
-            ResponseState::Head(_) => w.respond.send_reset(self.abort),
+            ResponseState::Head => w.respond.send_reset(self.abort),
         }
     }
 }
 
 /// How far the response has been written.
 enum ResponseState {
-    /// Head bytes so far.
-    Head(Vec<u8>),
+    /// No final head yet.
+    Head,
     /// HEADERS went out; the body follows.
     Body(Outbound),
 }
@@ -153,26 +154,18 @@ struct ResponseWriter {
     /// The request is a WebSocket's extended CONNECT: the upstream's 101 is the stream's 200,
     /// and the bytes after it the stream's DATA until either side ends it.
     tunnel: bool,
-    max_head: usize,
 }
 
 impl ResponseWriter {
-    fn write_head(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let ResponseState::Head(acc) = &mut self.out else {
-            unreachable!()
-        };
-        let before = acc.len();
-        let take = buf.len().min(self.max_head.saturating_sub(before).max(1));
-        acc.extend_from_slice(&buf[..take]);
-        let converted = match from_http1(acc, self.max_head, self.is_head) {
-            Ok(Some(c)) => c,
-            Ok(None) => return Ok(take),
-            Err(_) => return Err(invalid("malformed response head")),
-        };
-        let used = converted.head_len - before;
-        let status = converted.response.status();
+    /// Sends `head`: an interim one as informational HEADERS (a 101 not at all: HTTP/2 has no
+    /// protocol switch), a final one as the response's HEADERS, the body to follow.
+    fn send_head(&mut self, head: &ClientHead) -> io::Result<()> {
+        if !matches!(self.out, ResponseState::Head) {
+            return Err(invalid("a second response head"));
+        }
+        let mut response = to_http2(head).map_err(invalid)?;
+        let status = response.status();
         if self.tunnel && status == http::StatusCode::SWITCHING_PROTOCOLS {
-            let mut response = converted.response;
             *response.status_mut() = http::StatusCode::OK;
             // The handshake's proof belongs to HTTP/1.1's Upgrade (RFC 8441 section 5).
             response.headers_mut().remove("sec-websocket-accept");
@@ -180,26 +173,29 @@ impl ResponseWriter {
                 .respond
                 .send_response(response, false)
                 .map_err(h2_error)?;
-            let body = Outbound::new(send, crate::http1::Framing::UntilClose);
-            self.out = ResponseState::Body(body);
-            return Ok(used);
+            self.out = ResponseState::Body(Outbound::new(send, Framing::UntilClose));
+            return Ok(());
         }
         if status.is_informational() {
-            acc.clear();
             if status != http::StatusCode::SWITCHING_PROTOCOLS {
                 self.respond
-                    .send_informational(converted.response)
+                    .send_informational(response)
                     .map_err(h2_error)?;
             }
-            return Ok(used);
+            return Ok(());
         }
-        let framing = converted.framing;
+        // A HEAD request's answer has a length but no body.
+        let framing = if self.is_head {
+            Framing::Empty
+        } else {
+            head.framing
+        };
         let send = self
             .respond
-            .send_response(converted.response, Outbound::is_empty(framing))
+            .send_response(response, Outbound::is_empty(framing))
             .map_err(h2_error)?;
         self.out = ResponseState::Body(Outbound::new(send, framing));
-        Ok(used)
+        Ok(())
     }
 
     fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
@@ -207,7 +203,7 @@ impl ResponseWriter {
             return Poll::Ready(Ok(0));
         }
         match &mut self.out {
-            ResponseState::Head(_) => Poll::Ready(self.write_head(buf)),
+            ResponseState::Head => Poll::Ready(Err(invalid("a response head is sent as a value"))),
             ResponseState::Body(body) => body.poll_write(cx, buf),
         }
     }
@@ -215,7 +211,7 @@ impl ResponseWriter {
     fn poll_shutdown(&mut self) -> Poll<io::Result<()>> {
         Poll::Ready(match &mut self.out {
             ResponseState::Body(body) => body.shutdown(),
-            ResponseState::Head(_) => Err(invalid("response ended early")),
+            ResponseState::Head => Err(invalid("response ended early")),
         })
     }
 }

@@ -15,6 +15,7 @@ use tokio::net::TcpStream;
 
 use super::Stream;
 use crate::buffers::MIN_BUFFER;
+use crate::message::ClientHead;
 
 /// Writes all `parts` with as few syscalls as possible (one `writev` when the socket takes it
 /// all), failing if a write makes no progress within `timeout`.
@@ -48,6 +49,36 @@ pub async fn write_all(stream: &mut Stream, parts: &[&[u8]], timeout: Duration) 
         IoSlice::advance_slices(&mut slices, n);
     }
     flush_tls(stream, timeout).await
+}
+
+/// The bytes that carry `head` on `stream`, to be written before its body: its HTTP/1.1
+/// text, or nothing for a stream that takes a head as a value (an HTTP/2 client stream),
+/// which then has it already.
+pub fn head_bytes<'h>(stream: &mut Stream, head: &'h ClientHead) -> io::Result<&'h [u8]> {
+    if stream.send_head(head)? {
+        Ok(&[])
+    } else {
+        Ok(&head.text)
+    }
+}
+
+/// Writes `head` and then the `body` parts (at most five) as [`write_all`] does: one write
+/// for the head and the body's first bytes on an HTTP/1.1 connection.
+pub async fn write_head(
+    stream: &mut Stream,
+    head: &ClientHead,
+    body: &[&[u8]],
+    timeout: Duration,
+) -> io::Result<()> {
+    let mut parts: [&[u8]; 6] = [&[]; 6];
+    parts[0] = head_bytes(stream, head)?;
+    parts[1..=body.len()].copy_from_slice(body);
+    write_all(stream, &parts[..=body.len()], timeout).await
+}
+
+/// Sends `100 Continue`, the interim answer to `Expect: 100-continue` before a body is read.
+pub async fn write_continue(stream: &mut Stream, timeout: Duration) -> io::Result<()> {
+    write_head(stream, &ClientHead::interim(100), &[], timeout).await
 }
 
 /// Writes `before`, `body[range]` and `after` (a head, a body, a chunk's end) as

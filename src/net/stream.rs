@@ -25,9 +25,11 @@ pub enum Stream {
     TlsServer(Box<tokio_rustls::server::TlsStream<TcpStream>>),
     /// A TLS connection to an upstream server.
     TlsClient(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-    /// One HTTP/2 stream of a client connection, carrying one request as HTTP/1.1 bytes.
+    /// One HTTP/2 stream of a client connection: its request and response heads are values,
+    /// its bodies bytes.
     H2(Box<crate::http2::stream::H2Stream>),
-    /// One HTTP/2 stream to an upstream server, carrying one request as HTTP/1.1 bytes.
+    /// One HTTP/2 stream to an upstream server: its request and response heads are values,
+    /// its bodies bytes.
     H2Upstream(Box<crate::http2::upstream::H2Upstream>),
     /// A scripted connection for unit tests of the relay code.
     #[cfg(test)]
@@ -146,6 +148,16 @@ impl Stream {
         };
         let mut request = Some(request);
         std::future::poll_fn(|cx| s.poll_send(cx, &mut request)).await
+    }
+
+    /// Hands a response head to a stream that takes one as a value (an HTTP/2 client
+    /// stream, which sends it as HEADERS); false for a byte stream, which is written the
+    /// head's text instead (see [`super::io::head_bytes`]).
+    pub fn send_head(&mut self, head: &crate::message::ClientHead) -> io::Result<bool> {
+        match self {
+            Stream::H2(s) => s.send_head(head).map(|()| true),
+            _ => Ok(false),
+        }
     }
 
     /// Whether the final response head has arrived as a value (an HTTP/2 server's), to be

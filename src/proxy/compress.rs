@@ -15,7 +15,8 @@ use crate::compress::{eligible, Coding};
 use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
 use crate::http1::{chunk_size_line, BodyReader, Framing, CHUNK_END, LAST_CHUNK};
-use crate::net::io::{read_some, write_all};
+use crate::message::ClientHead;
+use crate::net::io::{read_some, write_all, write_head};
 use crate::net::Stream;
 use crate::observe::metrics::{Counter, Shard};
 
@@ -32,7 +33,7 @@ pub(super) enum Decision {
 }
 
 /// Decides for the response whose client head is `head`.
-pub(super) fn decide(cx: &Ctx<'_>, head: &[u8]) -> Decision {
+pub(super) fn decide(cx: &Ctx<'_>, head: &ClientHead) -> Decision {
     let Some(codings) = cx.request.compress else {
         return Decision::Unchanged;
     };
@@ -94,7 +95,7 @@ pub(super) struct Upstream<'a> {
     /// The client connection may stay open.
     pub(super) keep_alive: bool,
     /// The client head it would get uncompressed.
-    pub(super) client_head: &'a [u8],
+    pub(super) client_head: &'a ClientHead,
 }
 
 /// Compresses a proxied HTTP response with `coding` on its way to the client.
@@ -121,7 +122,7 @@ pub(super) async fn relay(
         if r.reusable && ubuf.len() == r.head_len {
             up.reuse(cx.worker, group);
         }
-        send(&mut client.stream, &[&head], send_timeout).await?;
+        send(&mut client.stream, Some(&head), &[], send_timeout).await?;
         return Ok(outcome(0, r.keep_alive));
     }
     if let Framing::Length(n) = r.framing {
@@ -142,7 +143,7 @@ pub(super) async fn relay(
             if r.reusable && end == ubuf.len() {
                 up.reuse(cx.worker, group);
             }
-            send(&mut client.stream, &[&head, &packed], send_timeout).await?;
+            send(&mut client.stream, Some(&head), &[&packed], send_timeout).await?;
             return Ok(outcome(packed.len() as u64, r.keep_alive));
         }
     }
@@ -193,7 +194,7 @@ struct Streamed {
     encoder: Option<Encoder>,
     chunked: bool,
     /// The head, until it is sent with the first compressed bytes.
-    head: Option<Vec<u8>>,
+    head: Option<ClientHead>,
     bytes_in: u64,
     bytes_out: u64,
     /// Bytes went into the encoder since its last flush.
@@ -306,18 +307,18 @@ impl Streamed {
             }
             Step::Flush | Step::Pending => std::mem::take(encoder.output()),
         };
-        let head = self.head.take().unwrap_or_default();
+        let head = self.head.take();
         self.bytes_out += data.len() as u64;
         let stream = &mut client.stream;
-        send_framed(stream, &head, &data, self.chunked, end, timeout).await
+        send_framed(stream, head.as_ref(), &data, self.chunked, end, timeout).await
     }
 }
 
-/// Sends `head` (if not empty) and a piece of compressed body, as a chunk when `chunked`
-/// (with the last chunk when `end`).
+/// Sends `head` (if any) and a piece of compressed body, as a chunk when `chunked` (with the
+/// last chunk when `end`).
 pub(super) async fn send_framed(
     stream: &mut Stream,
-    head: &[u8],
+    head: Option<&ClientHead>,
     data: &[u8],
     chunked: bool,
     end: bool,
@@ -330,19 +331,21 @@ pub(super) async fn send_framed(
         (&[], &[])
     };
     let last: &[u8] = if end && chunked { LAST_CHUNK } else { &[] };
-    send(stream, &[head, prefix, data, suffix, last], timeout).await
+    send(stream, head, &[prefix, data, suffix, last], timeout).await
 }
 
-/// Writes to the client; nothing is sent for empty parts.
+/// Writes `head` (if any) and the body `parts` (at most five) to the client; nothing is
+/// written for empty parts.
 pub(super) async fn send(
     stream: &mut Stream,
+    head: Option<&ClientHead>,
     parts: &[&[u8]],
     timeout: Duration,
 ) -> Result<(), Error> {
-    if parts.iter().all(|p| p.is_empty()) {
-        return Ok(());
-    }
-    write_all(stream, parts, timeout)
-        .await
-        .map_err(|_| Error::client_write())
+    let written = match head {
+        Some(head) => write_head(stream, head, parts, timeout).await,
+        None if parts.iter().all(|p| p.is_empty()) => return Ok(()),
+        None => write_all(stream, parts, timeout).await,
+    };
+    written.map_err(|_| Error::client_write())
 }

@@ -16,7 +16,8 @@ use tokio::time::{Instant, Sleep};
 use super::relay::Relayed;
 use crate::error::{Error, Kind};
 use crate::http1::BodyReader;
-use crate::net::io::write_all;
+use crate::message::ClientHead;
+use crate::net::io::write_head;
 use crate::net::Stream;
 
 /// Bytes moved per read, each way.
@@ -35,7 +36,7 @@ pub(super) struct Duplex<'a> {
     /// Length of the upstream head at the start of `buf`.
     pub(super) head_len: usize,
     /// The head to send the client.
-    pub(super) head_out: &'a [u8],
+    pub(super) head_out: &'a ClientHead,
     /// Framing tracker of the response body.
     pub(super) response: BodyReader,
     /// The exchange fails when no byte moves either way for this long.
@@ -167,7 +168,7 @@ pub(super) async fn duplex(d: Duplex<'_>, head_sent: &mut bool) -> Result<Ended,
         .map_err(|_| Error::new(Kind::BadResponse("invalid chunked framing")))?;
     let extra = body < first.len();
     *head_sent = true;
-    write_all(client, &[head_out, &first[..body]], send_timeout)
+    write_head(client, head_out, &[&first[..body]], send_timeout)
         .await
         .map_err(|_| Error::client_write())?;
     let mut down = Direction::new(response);

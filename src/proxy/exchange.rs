@@ -18,10 +18,9 @@ use super::response;
 use super::{Client, Conn, Ctx, Outcome, Tried};
 use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
-use crate::http1::response::CONTINUE;
 use crate::http1::{head_complete, BodyReader};
 use crate::http2::upstream::H2Upstream;
-use crate::net::io::{wait_readable, within, write_all};
+use crate::net::io::{wait_readable, within, write_all, write_continue};
 use crate::net::{Address, Stream};
 use crate::observe::metrics::Counter;
 use crate::routing::UpstreamTarget;
@@ -416,7 +415,7 @@ impl Attempt<'_> {
         if !body.is_done() {
             buf.drain(..self.body.end);
             if p.expect_continue && p.minor_version == 1 {
-                write_all(&mut client.stream, &[CONTINUE], limits.client_body_timeout)
+                write_continue(&mut client.stream, limits.client_body_timeout)
                     .await
                     .map_err(|_| Error::client_write())?;
             }

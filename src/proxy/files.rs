@@ -20,7 +20,8 @@ use crate::files::listing;
 use crate::files::lookup::{Lookup, Refusal, Resolution};
 use crate::files::respond::{plan, simple, Body, KeepAlive, Method, Plan};
 use crate::http1::Framing as RequestFraming;
-use crate::net::io::write_all;
+use crate::message::ClientHead;
+use crate::net::io::{head_bytes, write_all, write_head};
 use crate::net::sendfile::{send_file, SendFileError};
 use crate::observe::metrics::Counter;
 
@@ -53,7 +54,7 @@ pub(super) async fn serve_files(
     let outcome = match lookup.resolve(&req.target) {
         Resolution::File(entry) => {
             let mut plan = plan(&entry, req, route, framing);
-            cx.add_response_fields(&mut plan.head, 0);
+            cx.add_response_fields(&mut plan.head.text, 0);
             if plan.status == 304 && compress::would_compress(cx, &entry) {
                 plan.head = rewrite(&plan.head, Some(Coding::Gzip), CompressedBody::NotModified);
             }
@@ -112,13 +113,13 @@ async fn send_simple(
     cx: &Ctx<'_>,
     client: &mut Client,
     status: u16,
-    mut head: Vec<u8>,
+    mut head: ClientHead,
     body: &[u8],
     framing: KeepAlive,
 ) -> Result<Outcome, Error> {
     let timeout = cx.config().limits.client_body_timeout;
-    cx.add_response_fields(&mut head, 0);
-    write_all(&mut client.stream, &[&head, body], timeout)
+    cx.add_response_fields(&mut head.text, 0);
+    write_head(&mut client.stream, &head, &[body], timeout)
         .await
         .map_err(|_| Error::client_write().after_head(status))?;
     Ok(Outcome {
@@ -145,21 +146,24 @@ async fn send_plan(
     let written = |r: std::io::Result<()>| r.map_err(SendFileError::Client).map_err(failed);
     let mut sendfile_bytes = 0;
     match &plan.body {
-        Body::Empty => written(write_all(stream, &[&plan.head], timeout).await)?,
-        Body::Text(t) => written(write_all(stream, &[&plan.head, t], timeout).await)?,
+        Body::Empty => written(write_head(stream, &plan.head, &[], timeout).await)?,
+        Body::Text(t) => written(write_head(stream, &plan.head, &[t], timeout).await)?,
         Body::Range { offset, len } => match &rep.memory {
             Some(m) => {
                 let part = &m[*offset as usize..(*offset + *len) as usize];
-                written(write_all(stream, &[&plan.head, part], timeout).await)?;
+                written(write_head(stream, &plan.head, &[part], timeout).await)?;
             }
             None => {
-                sendfile_bytes += send_file(stream, &plan.head, &rep.file, *offset, *len, timeout)
+                let head = head_bytes(stream, &plan.head)
+                    .map_err(SendFileError::Client)
+                    .map_err(failed)?;
+                sendfile_bytes += send_file(stream, head, &rep.file, *offset, *len, timeout)
                     .await
                     .map_err(failed)?;
             }
         },
         Body::Multipart { parts, tail } => {
-            written(write_all(stream, &[&plan.head], timeout).await)?;
+            written(write_head(stream, &plan.head, &[], timeout).await)?;
             for (head, r) in parts {
                 match &rep.memory {
                     Some(m) => {
@@ -248,7 +252,7 @@ async fn send_compressed(
             CompressedBody::Length(packed.len() as u64),
         );
         let body = if head_only { &[][..] } else { &packed[..] };
-        send(&mut client.stream, &[&head, body], timeout).await?;
+        send(&mut client.stream, Some(&head), &[body], timeout).await?;
         compress::count(counters, rep.size, body.len() as u64);
         return Ok(Outcome {
             status: plan.status,
@@ -258,7 +262,7 @@ async fn send_compressed(
     }
     if head_only {
         let head = rewrite(&plan.head, Some(coding), CompressedBody::Bodiless);
-        send(&mut client.stream, &[&head], timeout).await?;
+        send(&mut client.stream, Some(&head), &[], timeout).await?;
         return Ok(Outcome {
             status: plan.status,
             body_bytes: 0,
@@ -267,7 +271,7 @@ async fn send_compressed(
     }
     let body_framing = compress::stream_framing(cx);
     let chunked = body_framing == CompressedBody::Chunked;
-    let mut head = rewrite(&plan.head, Some(coding), body_framing);
+    let mut head = Some(rewrite(&plan.head, Some(coding), body_framing));
     let mut encoder = Encoder::new(coding, settings).map_err(compress::failed(counters))?;
     let mut piece = vec![0; FILE_PIECE];
     let (mut offset, mut sent) = (0u64, 0u64);
@@ -290,13 +294,13 @@ async fn send_compressed(
             let data = std::mem::take(encoder.output());
             sent += data.len() as u64;
             let stream = &mut client.stream;
-            send_framed(stream, &head, &data, chunked, false, timeout).await?;
-            head.clear();
+            send_framed(stream, head.take().as_ref(), &data, chunked, false, timeout).await?;
         }
     }
     let data = encoder.finish().map_err(compress::failed(counters))?;
     sent += data.len() as u64;
-    send_framed(&mut client.stream, &head, &data, chunked, true, timeout).await?;
+    let head = head.as_ref();
+    send_framed(&mut client.stream, head, &data, chunked, true, timeout).await?;
     compress::count(counters, rep.size, sent);
     Ok(Outcome {
         status: plan.status,

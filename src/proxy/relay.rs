@@ -14,7 +14,8 @@ use crate::buffers::BufferPool;
 use crate::error::{Error, Kind};
 use crate::http1::response::Relay;
 use crate::http1::{chunk_size_line, BodyReader, Framing, CHUNK_END, LAST_CHUNK};
-use crate::net::io::{read_some, write_all, write_all_around};
+use crate::message::ClientHead;
+use crate::net::io::{head_bytes, read_some, write_all, write_all_around};
 use crate::net::splice::{self, PipePool, SpliceError, SPLICE_MIN};
 use crate::net::Stream;
 use crate::observe::metrics::{Counter, Shard};
@@ -30,7 +31,7 @@ pub(super) struct ResponseBody<'a> {
     /// Length of the upstream head at the start of `buf`.
     pub(super) head_len: usize,
     /// The head to send the client, written together with the first body bytes.
-    pub(super) head_out: &'a [u8],
+    pub(super) head_out: &'a ClientHead,
     /// Framing tracker for the body.
     pub(super) reader: BodyReader,
     /// How the framing changes on the way.
@@ -118,7 +119,7 @@ pub(super) async fn relay_response(
             continue;
         }
         *head_sent = true;
-        at.sent += write_out(&mut r, &mut at, head.take().unwrap_or_default()).await?;
+        at.sent += write_out(&mut r, &mut at, head.take()).await?;
         if complete {
             return Ok(Relayed {
                 body_bytes: at.sent,
@@ -208,7 +209,15 @@ fn should_read(r: &ResponseBody<'_>, at: &Cursor, head_pending: bool, can_splice
 /// Writes the head (once) and the body bytes gathered so far, framed as the relay says; returns
 /// how many body bytes that was. On the io_uring path the buffer holding them is lent to the
 /// kernel for a large write (and may be lost with a failed one, which ends the relay).
-async fn write_out(r: &mut ResponseBody<'_>, at: &mut Cursor, head: &[u8]) -> Result<u64, Error> {
+async fn write_out(
+    r: &mut ResponseBody<'_>,
+    at: &mut Cursor,
+    head: Option<&ClientHead>,
+) -> Result<u64, Error> {
+    let head = match head {
+        Some(head) => head_bytes(r.client, head).map_err(|_| Error::client_write())?,
+        None => &[],
+    };
     let (data, range) = if r.relay == Relay::DecodeChunked {
         let len = at.decoded.len();
         (&mut at.decoded, 0..len)

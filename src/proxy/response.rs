@@ -18,7 +18,8 @@ use crate::error::{Error, Kind};
 use crate::http1::request::header_storage;
 use crate::http1::response::Relay;
 use crate::http1::{head_complete, parse_response, BodyReader, Framing};
-use crate::net::io::{read_some, write_all};
+use crate::message::ClientHead;
+use crate::net::io::{read_some, write_head};
 use crate::net::Stream;
 use crate::observe::metrics::Counter;
 
@@ -34,7 +35,8 @@ struct FinalHead {
     reusable: bool,
     relay: Relay,
     keep_alive: bool,
-    out: Vec<u8>,
+    /// The head the client gets.
+    out: ClientHead,
 }
 
 /// What the start of the upstream read buffer holds.
@@ -42,9 +44,12 @@ enum Parsed {
     /// Not a whole head yet.
     Incomplete,
     /// An interim (1xx) response, with what to forward of it (nothing for 100 or HTTP/1.0).
-    Interim { head_len: usize, forward: Vec<u8> },
+    Interim {
+        head_len: usize,
+        forward: Option<ClientHead>,
+    },
     /// `101 Switching Protocols` to a request that asked for it.
-    Switch { head_len: usize, out: Vec<u8> },
+    Switch { head_len: usize, out: ClientHead },
     /// The final response head.
     Final(FinalHead),
 }
@@ -108,12 +113,13 @@ fn parse_head(
             None => return Ok(Parsed::Incomplete),
         },
     };
+    let as_is = |text: &mut Vec<u8>| head.write_client_head(text, Relay::Pass, true, 1);
     if head.is_interim() {
-        let mut forward = Vec::new();
         // 100 Continue was already answered by the proxy; HTTP/1.0 clients get no 1xx.
-        if head.status != 100 && p.minor_version == 1 {
-            head.write_client_head(&mut forward, Relay::Pass, true, 1);
-        }
+        let forward = (head.status != 100 && p.minor_version == 1).then(|| {
+            let mut text = Vec::new();
+            ClientHead::new(head.status, as_is(&mut text), text)
+        });
         let head_len = head.head_len;
         return Ok(Parsed::Interim { head_len, forward });
     }
@@ -121,15 +127,16 @@ fn parse_head(
         if !p.upgrade {
             return Err(Error::new(Kind::UnexpectedUpgrade));
         }
-        let mut out = Vec::new();
-        head.write_client_head(&mut out, Relay::Pass, true, 1);
+        let mut text = Vec::new();
+        let out = ClientHead::new(101, as_is(&mut text), text);
         let head_len = head.head_len;
         return Ok(Parsed::Switch { head_len, out });
     }
     let relay = head.relay(p.minor_version);
     let keep_alive = p.keep_alive && !head.ends_by_close(relay) && !shutting_down;
-    let mut out = Vec::with_capacity(written_size(&head) + 64);
-    head.write_client_head(&mut out, relay, keep_alive, p.minor_version);
+    let mut text = Vec::with_capacity(written_size(&head) + 64);
+    let framing = head.write_client_head(&mut text, relay, keep_alive, p.minor_version);
+    let out = ClientHead::new(head.status, framing, text);
     Ok(Parsed::Final(FinalHead {
         status: head.status,
         head_len: head.head_len,
@@ -176,8 +183,9 @@ pub(super) async fn respond(
                 more.read(cx, client, &mut up, ubuf).await?;
             }
             Parsed::Interim { head_len, forward } => {
-                if !forward.is_empty() {
-                    write_all(&mut client.stream, &[&forward], limits.client_body_timeout)
+                if let Some(forward) = &forward {
+                    let timeout = limits.client_body_timeout;
+                    write_head(&mut client.stream, forward, &[], timeout)
                         .await
                         .map_err(|_| Error::client_write())?;
                 }
@@ -196,7 +204,7 @@ pub(super) async fn respond(
                 return tunnel::switch(cx, group, client, pending, up, &out, early).await;
             }
             Parsed::Final(mut head) => {
-                cx.add_response_fields(&mut head.out, 0);
+                cx.add_response_fields(&mut head.out.text, 0);
                 break head;
             }
         }
@@ -364,7 +372,7 @@ async fn send_whole(
 ) -> Result<Outcome, Error> {
     let body = &response[head.head_len..];
     let timeout = cx.config().limits.client_body_timeout;
-    write_all(&mut client.stream, &[&head.out, body], timeout)
+    write_head(&mut client.stream, &head.out, &[body], timeout)
         .await
         .map_err(|_| Error::client_write())?;
     Ok(Outcome {

@@ -15,9 +15,9 @@ use super::{exchange, files, Client, Ctx, Outcome, Tried};
 use crate::buffers::MIN_BUFFER;
 use crate::config::Config;
 use crate::error::{Error, Kind, Side};
-use crate::http1::response::{write_grpc_error, write_simple_response};
+use crate::http1::response::{grpc_error, simple_response};
 use crate::http1::Framing;
-use crate::net::io::write_all;
+use crate::net::io::{write_all, write_head};
 use crate::net::Stream;
 use crate::observe::log_format::{Entry, Field};
 use crate::observe::metrics::{Counter, Gauge};
@@ -147,12 +147,11 @@ impl Client {
         config: &Config,
         site: Option<u16>,
     ) {
-        let mut out = Vec::with_capacity(160);
-        write_simple_response(&mut out, status, keep_alive, head_only);
+        let (mut head, body) = simple_response(status, keep_alive, head_only);
         let https = !self.stream.tls_version().is_empty();
-        super::add_configured_fields(config, site, https, &mut out, 0);
+        super::add_configured_fields(config, site, https, &mut head.text, 0);
         let timeout = config.limits.client_body_timeout;
-        let _ = write_all(&mut self.stream, &[&out], timeout).await;
+        let _ = write_head(&mut self.stream, &head, &[&body], timeout).await;
     }
 
     /// Answers a failed gRPC call as the gRPC error `status` (see
@@ -164,15 +163,9 @@ impl Client {
         keep_alive: bool,
         config: &Config,
     ) {
-        let mut out = Vec::with_capacity(200);
-        write_grpc_error(
-            &mut out,
-            (content_type, status),
-            e.kind.reason(),
-            keep_alive,
-        );
+        let head = grpc_error((content_type, status), e.kind.reason(), keep_alive);
         let timeout = config.limits.client_body_timeout;
-        let _ = write_all(&mut self.stream, &[&out], timeout).await;
+        let _ = write_head(&mut self.stream, &head, &[], timeout).await;
     }
 }
 

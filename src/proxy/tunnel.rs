@@ -15,7 +15,8 @@ use tokio::time::Instant;
 use super::{Client, Conn, Ctx, Outcome};
 use crate::config::UpstreamGroup;
 use crate::error::Error;
-use crate::net::io::write_all;
+use crate::message::ClientHead;
+use crate::net::io::{write_all, write_head};
 use crate::net::Stream;
 use crate::observe::metrics::Counter;
 
@@ -27,12 +28,12 @@ pub(super) async fn switch(
     client: &mut Client,
     pending: &mut Vec<u8>,
     mut up: Conn,
-    out: &[u8],
+    out: &ClientHead,
     early: &[u8],
 ) -> Result<Outcome, Error> {
     let limits = &cx.config().limits;
     let timeout = limits.client_body_timeout;
-    write_all(&mut client.stream, &[out, early], timeout)
+    write_head(&mut client.stream, out, &[early], timeout)
         .await
         .map_err(|_| Error::client_write())?;
     // Bytes the client sent after its request head belong to the new protocol.

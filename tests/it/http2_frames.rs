@@ -322,6 +322,43 @@ fn malformed_requests_are_reset_and_nothing_reaches_the_upstream() {
     assert!(!raw.contains(":method"));
 }
 
+/// An HTTP/2 client that asks for `100-continue` gets the interim HEADERS before it has sent
+/// a byte of its body (the head goes to the stream as a value, an interim one included), then
+/// its answer once the body has gone upstream.
+#[test]
+fn expect_continue_gets_an_interim_head_before_the_body() {
+    let up = Upstream::ok(b"fine");
+    let proxy = h2c_proxy(up.addr, "");
+    let addr = proxy.local_addrs()[0];
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut out = PREFACE.to_vec();
+    out.extend_from_slice(&frame(SETTINGS, 0, 0, &[]));
+    let fields = [
+        (&b"content-length"[..], &b"5"[..]),
+        (b"expect", b"100-continue"),
+    ];
+    out.extend_from_slice(&headers(1, false, &post_block(&fields)));
+    s.write_all(&out).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let interim = loop {
+        let f = read_frame(&mut s).expect("an interim head before the body was sent");
+        if f.kind == HEADERS && f.stream == 1 {
+            break f;
+        }
+    };
+    assert_eq!(interim.flags & END_STREAM, 0, "{interim:?}");
+    assert!(up.seen().is_empty(), "nothing forwarded yet");
+    s.write_all(&frame(DATA, END_STREAM, 1, b"hello")).unwrap();
+    let rest = read_until_answered(&mut s, 1);
+    let answer: Vec<u8> = rest
+        .iter()
+        .filter(|f| f.kind == DATA && f.stream == 1)
+        .flat_map(|f| f.payload.clone())
+        .collect();
+    assert_eq!(answer, b"fine", "{rest:?}");
+    assert_eq!(up.seen()[0].body, b"hello");
+}
+
 /// A refused field the client added to the HPACK dynamic table stays in it (the table stays
 /// in step with the client's): a later request that names it by index is refused too, and the
 /// one after that, clean, is answered on the same connection.

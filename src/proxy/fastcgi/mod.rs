@@ -129,13 +129,9 @@ async fn read_chunked(
     let mut rest = buf[p.head_len + used..].to_vec();
     if !reader.is_done() && p.expect_continue && p.minor_version == 1 {
         let timeout = limits.client_body_timeout;
-        crate::net::io::write_all(
-            &mut client.stream,
-            &[crate::http1::response::CONTINUE],
-            timeout,
-        )
-        .await
-        .map_err(|_| Error::client_write())?;
+        crate::net::io::write_continue(&mut client.stream, timeout)
+            .await
+            .map_err(|_| Error::client_write())?;
     }
     let mut chunk = Vec::new();
     let mut used = 0;

@@ -15,11 +15,12 @@ use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
 use crate::fastcgi::cgi::parse_cgi_head;
 use crate::fastcgi::record::{parse_record, Record};
-use crate::fastcgi::response::{bodiless, write_head, ClientBody};
+use crate::fastcgi::response::{bodiless, write_head};
 use crate::files::respond::http_date_now;
 use crate::http1::request::header_storage;
 use crate::http1::{chunk_size_line, LAST_CHUNK};
-use crate::net::io::{read_some, write_all};
+use crate::message::{ClientHead, Framing};
+use crate::net::io::{head_bytes, read_some, write_all};
 use crate::net::Address;
 use crate::observe::metrics::Counter;
 use crate::proxy::compress::{self, Decision};
@@ -43,7 +44,7 @@ enum Stage {
     Parsed { head_len: usize, status: u16 },
     /// The head went out with this framing; `sent` body bytes since.
     Streaming {
-        framing: ClientBody,
+        framing: Framing,
         sent: u64,
         status: u16,
     },
@@ -144,8 +145,8 @@ pub(super) async fn relay(
 }
 
 /// Whether the client connection stays open after a response with `framing`.
-fn keep_alive(cx: &Ctx<'_>, framing: ClientBody) -> bool {
-    cx.request.keep_alive && framing != ClientBody::Close && !cx.worker.shutting_down()
+fn keep_alive(cx: &Ctx<'_>, framing: Framing) -> bool {
+    cx.request.keep_alive && framing != Framing::UntilClose && !cx.worker.shutting_down()
 }
 
 impl CgiResponse {
@@ -226,6 +227,8 @@ impl CgiResponse {
     /// Sends what the batch produced: the head once its framing can be chosen, and the body.
     async fn flush(&mut self, cx: &Ctx<'_>, client: &mut Client) -> Result<(), Error> {
         let timeout = cx.config().limits.client_body_timeout;
+        // The head, the first time: as bytes written with the body's first bytes, or handed
+        // to a stream that takes it as a value.
         let mut out = Vec::new();
         let first = match self.stage {
             Stage::Head if self.ended => {
@@ -235,7 +238,10 @@ impl CgiResponse {
             }
             Stage::Head => return Ok(()),
             Stage::Parsed { head_len, status } => {
-                self.start(cx, head_len, status, &mut out)?;
+                let head = self.start(cx, head_len, status)?;
+                let text =
+                    head_bytes(&mut client.stream, &head).map_err(|_| Error::client_write())?;
+                out.extend_from_slice(text);
                 head_len
             }
             Stage::Streaming { .. } => 0,
@@ -269,29 +275,29 @@ impl CgiResponse {
             }
             body = &p.out;
         }
-        if let ClientBody::Length(n) = *framing {
+        if let Framing::Length(n) = *framing {
             // Never more than the head announced.
             body = &body[..body.len().min((n - *sent) as usize)];
         }
         let mut size_line = [0u8; 20];
         let (before, after): (&[u8], &[u8]) = match *framing {
-            ClientBody::None => (&[], &[]),
-            ClientBody::Chunked if body.is_empty() => (&[], &[]),
-            ClientBody::Chunked => (chunk_size_line(body.len(), &mut size_line), b"\r\n"),
-            ClientBody::Length(_) | ClientBody::Close => (&[], &[]),
+            Framing::Empty => (&[], &[]),
+            Framing::Chunked if body.is_empty() => (&[], &[]),
+            Framing::Chunked => (chunk_size_line(body.len(), &mut size_line), b"\r\n"),
+            Framing::Length(_) | Framing::UntilClose => (&[], &[]),
         };
-        if *framing == ClientBody::None {
+        if *framing == Framing::Empty {
             body = &[];
         }
         *sent += body.len() as u64;
         self.body_bytes += body.len() as u64;
         let done = self.ended;
-        let last: &[u8] = if done && *framing == ClientBody::Chunked {
+        let last: &[u8] = if done && *framing == Framing::Chunked {
             LAST_CHUNK
         } else {
             &[]
         };
-        let short = matches!(*framing, ClientBody::Length(n) if done && *sent < n);
+        let short = matches!(*framing, Framing::Length(n) if done && *sent < n);
         // A small response goes out as one buffer: send(2) costs less than writev(2).
         let whole = !out.is_empty() && body.len() <= SMALL_BODY;
         if whole {
@@ -324,70 +330,64 @@ impl CgiResponse {
         Ok(())
     }
 
-    /// Writes the client's head into `out`, choosing the framing: the whole body's length when
-    /// END_REQUEST came with it, else the script's length, else chunked or until close.
-    fn start(
-        &mut self,
-        cx: &Ctx<'_>,
-        head_len: usize,
-        status: u16,
-        out: &mut Vec<u8>,
-    ) -> Result<(), Error> {
+    /// The client's head, choosing the framing: the whole body's length when END_REQUEST came
+    /// with it, else the script's length, else chunked or until close.
+    fn start(&mut self, cx: &Ctx<'_>, head_len: usize, status: u16) -> Result<ClientHead, Error> {
         let p = cx.request;
         let mut storage = header_storage();
         let Ok(Some(head)) = parse_cgi_head(&self.cgi[..head_len], &mut storage, head_len) else {
             return Err(Error::new(Kind::BadResponse("invalid CGI response head")));
         };
         let framing = if bodiless(status, p.is_head) {
-            ClientBody::None
+            Framing::Empty
         } else if self.ended {
-            ClientBody::Length((self.cgi.len() - head_len) as u64)
+            Framing::Length((self.cgi.len() - head_len) as u64)
         } else if let Some(n) = head.content_length {
-            ClientBody::Length(n)
+            Framing::Length(n)
         } else if p.minor_version == 1 {
-            ClientBody::Chunked
+            Framing::Chunked
         } else {
-            ClientBody::Close
+            Framing::UntilClose
         };
         let keep = keep_alive(cx, framing);
-        out.reserve(head_len + 128);
-        let start = out.len();
-        write_head(out, &head, framing, keep, p.minor_version, &http_date_now());
-        cx.add_response_fields(out, start);
-        let framing = self.pack(cx, head_len, out, start, framing)?;
-        self.stage = Stage::Streaming {
+        let mut text = Vec::with_capacity(head_len + 128);
+        write_head(
+            &mut text,
+            &head,
             framing,
+            keep,
+            p.minor_version,
+            &http_date_now(),
+        );
+        cx.add_response_fields(&mut text, 0);
+        let head = self.pack(cx, head_len, ClientHead::new(status, framing, text))?;
+        self.stage = Stage::Streaming {
+            framing: head.framing,
             sent: 0,
             status,
         };
-        Ok(())
+        Ok(head)
     }
 }
 
 impl CgiResponse {
-    /// Compresses the body when the route and the response call for it: rewrites the head
-    /// written at `start` in `out` and returns the body's framing.
+    /// Compresses the body when the route and the response call for it: returns the head
+    /// to send instead of `head`, its framing the body's.
     fn pack(
         &mut self,
         cx: &Ctx<'_>,
         head_len: usize,
-        out: &mut Vec<u8>,
-        start: usize,
-        framing: ClientBody,
-    ) -> Result<ClientBody, Error> {
-        let coding = match compress::decide(cx, &out[start..]) {
-            Decision::Unchanged => return Ok(framing),
-            Decision::VaryOnly => {
-                let head = rewrite(&out[start..], None, CompressedBody::Chunked);
-                out.truncate(start);
-                out.extend_from_slice(&head);
-                return Ok(framing);
-            }
+        head: ClientHead,
+    ) -> Result<ClientHead, Error> {
+        let framing = head.framing;
+        let coding = match compress::decide(cx, &head) {
+            Decision::Unchanged => return Ok(head),
+            Decision::VaryOnly => return Ok(rewrite(&head, None, CompressedBody::Chunked)),
             Decision::Compress(coding) => coding,
         };
         let settings = &cx.config().compression;
         let failed = compress::failed(&cx.worker.counters);
-        let (framing, packing, new_head) = if framing == ClientBody::None {
+        let (framing, packing, new_head) = if framing == Framing::Empty {
             (framing, None, CompressedBody::Bodiless)
         } else if self.ended {
             // The whole body is here: compressed in one go, sent with its length.
@@ -399,11 +399,7 @@ impl CgiResponse {
                 bytes_in: body.len() as u64,
                 out: packed,
             };
-            (
-                ClientBody::Length(n),
-                Some(packing),
-                CompressedBody::Length(n),
-            )
+            (Framing::Length(n), Some(packing), CompressedBody::Length(n))
         } else {
             let encoder = Encoder::new(coding, settings).map_err(failed)?;
             let packing = Packing {
@@ -412,15 +408,17 @@ impl CgiResponse {
                 bytes_in: 0,
             };
             match compress::stream_framing(cx) {
-                CompressedBody::Close => (ClientBody::Close, Some(packing), CompressedBody::Close),
-                _ => (ClientBody::Chunked, Some(packing), CompressedBody::Chunked),
+                CompressedBody::Close => {
+                    (Framing::UntilClose, Some(packing), CompressedBody::Close)
+                }
+                _ => (Framing::Chunked, Some(packing), CompressedBody::Chunked),
             }
         };
-        let head = rewrite(&out[start..], Some(coding), new_head);
-        out.truncate(start);
-        out.extend_from_slice(&head);
+        let mut head = rewrite(&head, Some(coding), new_head);
+        // The head's framing is what the body gets (rewrite's names the same ones).
+        head.framing = framing;
         self.packing = packing;
-        Ok(framing)
+        Ok(head)
     }
 }
 

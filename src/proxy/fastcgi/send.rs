@@ -11,8 +11,7 @@ use super::Request;
 use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
 use crate::fastcgi::record::{put_header, put_record, RecordType, MAX_CONTENT};
-use crate::http1::response::CONTINUE;
-use crate::net::io::{read_some, write_all};
+use crate::net::io::{read_some, write_all, write_continue};
 use crate::proxy::exchange::on_connection;
 use crate::proxy::{Client, Conn, Ctx};
 use crate::upstream::Lease;
@@ -49,7 +48,7 @@ async fn send(
         .map_err(|e| Error::no_response(&e))?;
     if !request.in_hand() {
         if p.expect_continue && p.minor_version == 1 {
-            write_all(&mut client.stream, &[CONTINUE], limits.client_body_timeout)
+            write_continue(&mut client.stream, limits.client_body_timeout)
                 .await
                 .map_err(|_| Error::client_write())?;
         }

@@ -63,7 +63,6 @@ pub async fn serve_http2(worker: Rc<Worker>, mut stream: Stream, peer: SocketAdd
         tls_version: stream.tls_version(),
         local: stream.local_addr(),
         peer,
-        max_head: limits.max_buffer,
         id: worker.new_connection_id(),
     };
     let verdict = Rc::new(Cell::new(None));
@@ -232,8 +231,6 @@ struct StreamInfo {
     tls_version: &'static str,
     local: Option<SocketAddr>,
     peer: SocketAddr,
-    /// Largest response head written to the stream.
-    max_head: usize,
     /// The connection's serial number on this worker (the error log's `conn=`).
     id: u64,
 }
@@ -256,7 +253,7 @@ async fn serve_stream(
         }
     };
     let expects_continue = request.expects_continue();
-    let mut stream = H2Stream::new(request, body, respond, info.max_head);
+    let mut stream = H2Stream::new(request, body, respond);
     stream.tls_version = info.tls_version;
     stream.local = info.local;
     if !expects_continue {

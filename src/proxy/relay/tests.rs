@@ -59,12 +59,13 @@ impl Case {
             let mut buf = [UP_HEAD, self.first].concat();
             let counters = Shard::default();
             let mut head_sent = false;
+            let head = ClientHead::new(200, self.framing, HEAD_OUT.to_vec());
             let body = ResponseBody {
                 upstream: &mut upstream,
                 client: &mut client,
                 buf: &mut buf,
                 head_len: UP_HEAD.len(),
-                head_out: HEAD_OUT,
+                head_out: &head,
                 reader: BodyReader::new(self.framing),
                 relay: self.relay,
                 wait_whole: self.wait_whole,
