@@ -11,7 +11,7 @@ pub use crate::http1::date::http_date_now;
 use crate::http1::date::put_date;
 use crate::http1::put_decimal;
 use crate::http1::response::{put_status_line, reason_phrase};
-use crate::message::{ClientHead, Framing, RequestHead};
+use crate::message::{has_no_body, ClientHead, Framing, RequestHead};
 
 /// A request's method as static serving sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -402,7 +402,10 @@ impl HeadWriter {
             self.out.extend_from_slice(b"Connection: keep-alive\r\n");
         }
         self.out.extend_from_slice(b"\r\n");
-        let framing = self.length.map_or(Framing::Empty, Framing::Length);
+        let framing = match self.length {
+            Some(n) if !has_no_body(self.status, false) => Framing::Length(n),
+            _ => Framing::Empty,
+        };
         ClientHead::new(self.status, framing, self.out)
     }
 }
@@ -427,6 +430,10 @@ pub fn simple(
     h.status(status);
     for (name, value) in fields {
         h.field(name, value);
+    }
+    if has_no_body(status, false) {
+        // A 204 or 304 (`try_files ... =204`): no body, so no length or type either.
+        return (h.finish_head(), Vec::new());
     }
     h.field("Content-Type", content_type);
     h.length(text.len() as u64);

@@ -6,6 +6,7 @@
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 
+use crate::http1::MAX_HEADERS;
 use crate::message::{list_elements, ClientHead};
 
 /// The HTTP/2 response for `head`; Err names what HTTP/2 cannot carry (a status outside
@@ -17,7 +18,9 @@ pub fn to_http2(head: &ClientHead) -> Result<Response<()>, &'static str> {
         .filter(|(name, _)| name.eq_ignore_ascii_case(b"connection"))
         .flat_map(|(_, value)| list_elements(value))
         .collect();
-    let mut fields = HeaderMap::with_capacity(head.fields().count());
+    // Heads are bounded where they are read (at most `MAX_HEADERS` fields); a map that would
+    // outgrow `http`'s own bound is refused rather than a panic.
+    let mut fields = HeaderMap::with_capacity(head.fields().count().min(MAX_HEADERS));
     // One copy of the head; each value is a slice of it (no allocation per field).
     let shared = bytes::Bytes::copy_from_slice(&head.text);
     let start = head.text.as_ptr() as usize;
@@ -33,7 +36,9 @@ pub fn to_http2(head: &ClientHead) -> Result<Response<()>, &'static str> {
         let at = value.as_ptr() as usize - start;
         let value = HeaderValue::from_maybe_shared(shared.slice(at..at + value.len()))
             .map_err(|_| "invalid field value")?;
-        fields.append(name, value);
+        fields
+            .try_append(name, value)
+            .map_err(|_| "too many fields")?;
     }
     let mut response = Response::new(());
     *response.status_mut() = status;
@@ -86,6 +91,13 @@ mod tests {
         assert_eq!(to_http2(&head).unwrap().status(), 404);
         let bad = ClientHead::new(1000, crate::message::Framing::Empty, Vec::new());
         assert!(to_http2(&bad).is_err());
+        // More fields than a field map holds: refused, not a panic.
+        let mut text = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for i in 0..40_000 {
+            text.extend_from_slice(format!("x{i}: 1\r\n").as_bytes());
+        }
+        let huge = ClientHead::new(200, crate::message::Framing::Empty, text);
+        assert!(to_http2(&huge).is_err());
     }
 
     #[test]

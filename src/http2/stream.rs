@@ -184,8 +184,8 @@ impl ResponseWriter {
             }
             return Ok(());
         }
-        // A HEAD request's answer has a length but no body.
-        let framing = if self.is_head {
+        // A HEAD request's answer, a 204's and a 304's have no body, whatever the head says.
+        let framing = if crate::message::has_no_body(head.status, self.is_head) {
             Framing::Empty
         } else {
             head.framing

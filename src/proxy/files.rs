@@ -242,7 +242,8 @@ async fn send_compressed(
     let counters = &cx.worker.counters;
     let timeout = cx.config().limits.client_body_timeout;
     let rep = plan.representation;
-    let head_only = plan.body.is_empty();
+    // A HEAD request's (an empty file's compressed form is still a body).
+    let head_only = cx.request.is_head;
     let failed = |_| Error::new(Kind::FileFailed).after_head(plan.status);
     if rep.size <= settings.static_cache_max_file {
         let packed = cached_copy(cx, entry, rep, coding)?;
@@ -287,9 +288,15 @@ async fn send_compressed(
             return Err(truncated());
         }
         offset += n as u64;
+        // Once the head is out, a failure can only end the response early.
+        let after = |e: Error| match head {
+            None => e.after_head(plan.status),
+            Some(_) => e,
+        };
         encoder
             .write(&piece[..n])
-            .map_err(compress::failed(counters))?;
+            .map_err(compress::failed(counters))
+            .map_err(after)?;
         if encoder.output().len() >= FILE_PIECE || offset >= rep.size {
             let data = std::mem::take(encoder.output());
             sent += data.len() as u64;
@@ -297,7 +304,11 @@ async fn send_compressed(
             send_framed(stream, head.take().as_ref(), &data, chunked, false, timeout).await?;
         }
     }
-    let data = encoder.finish().map_err(compress::failed(counters))?;
+    let data = encoder.finish().map_err(compress::failed(counters));
+    let data = match (data, &head) {
+        (Err(e), None) => return Err(e.after_head(plan.status)),
+        (data, _) => data?,
+    };
     sent += data.len() as u64;
     let head = head.as_ref();
     send_framed(&mut client.stream, head, &data, chunked, true, timeout).await?;

@@ -437,6 +437,7 @@ routes = [
   {{ path = "/static/", alias = "{dir}/assets" }},
   {{ path = "/maybe/", root = "{dir}", try_files = ["$uri", "@app"] }},
   {{ path = "/gone/", root = "{dir}", try_files = ["$uri", "=410"] }},
+  {{ path = "/empty/", root = "{dir}", try_files = ["$uri", "=204"] }},
 ]
 "#,
         up.addr,
@@ -454,6 +455,15 @@ routes = [
     assert_eq!(body("/static/../app.js").0, 400);
     assert_eq!(body("/maybe/nothing?q=1"), (200, "from upstream".into()));
     assert_eq!(body("/gone/x").0, 410);
+    // A 204 has no body: the next response on the connection reads clean.
+    let mut s = BufReader::new(connect(addr));
+    let two = "GET /empty/x HTTP/1.1\r\nHost: x\r\n\r\nGET /app.js HTTP/1.1\r\nHost: x\r\n\r\n";
+    s.get_mut().write_all(two.as_bytes()).unwrap();
+    let empty = read_response(&mut s, true).unwrap();
+    assert_eq!((empty.status, empty.header("content-length")), (204, None));
+    let next = read_response(&mut s, false).unwrap();
+    assert_eq!((next.status, next.body.as_slice()), (200, &b"js"[..]));
+    drop(s);
     let seen = up.seen();
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[1].path(), "/maybe/nothing?q=1");
