@@ -30,6 +30,7 @@ pub mod fuzzing;
 pub mod grpc;
 pub mod http1;
 pub mod http2;
+pub mod import;
 pub mod message;
 pub mod net;
 pub mod observe;

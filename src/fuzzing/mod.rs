@@ -402,6 +402,30 @@ pub fn compress_head(data: &[u8]) {
     );
 }
 
+/// Any bytes as an nginx config (for `slipstream import`): reading never panics, and a config
+/// that reads, written back ([`crate::import::syntax::write`]), reads as the same directives.
+pub fn nginx_conf(data: &[u8]) {
+    use crate::import::syntax::{parse, write, Directive};
+    fn shape(d: &[Directive]) -> Vec<(String, Vec<String>, Option<Vec<u8>>)> {
+        d.iter()
+            .map(|d| {
+                let block = d
+                    .block
+                    .as_ref()
+                    .map(|b| format!("{:?}", shape(b)).into_bytes());
+                (d.name.clone(), d.args.clone(), block)
+            })
+            .collect()
+    }
+    let Ok(first) = parse(data, 0) else {
+        return;
+    };
+    let mut text = String::new();
+    write(&first, 0, &mut text);
+    let again = parse(text.as_bytes(), 0).expect("what was written reads");
+    assert_eq!(shape(&first), shape(&again), "{text}");
+}
+
 /// Bytes from a FastCGI server: reading records one after another never panics, and every
 /// record read lies inside the bytes. The same bytes split at 0xFF into names and values
 /// survive a PARAMS round trip.

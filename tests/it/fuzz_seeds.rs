@@ -112,3 +112,8 @@ fn grpc_seeds() {
 fn http2_convert_seeds() {
     replay("http2_convert", slipstream::fuzzing::http2_convert);
 }
+
+#[test]
+fn nginx_conf_seeds() {
+    replay("nginx_conf", slipstream::fuzzing::nginx_conf);
+}

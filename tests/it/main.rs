@@ -18,6 +18,7 @@ mod grpc_web;
 mod hangups;
 mod http2;
 mod http2_frames;
+mod import;
 mod io_paths;
 mod large_bodies;
 mod lifecycle;
