@@ -402,10 +402,7 @@ impl HeadWriter {
             self.out.extend_from_slice(b"Connection: keep-alive\r\n");
         }
         self.out.extend_from_slice(b"\r\n");
-        let framing = match self.length {
-            Some(n) if !has_no_body(self.status, false) => Framing::Length(n),
-            _ => Framing::Empty,
-        };
+        let framing = self.length.map_or(Framing::Empty, Framing::Length);
         ClientHead::new(self.status, framing, self.out)
     }
 }

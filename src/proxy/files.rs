@@ -193,6 +193,12 @@ async fn send_plan(
     })
 }
 
+/// A failure as one after the head when the head is out (`sent`): the response can then only
+/// end early.
+fn after_head_if(sent: bool, status: u16) -> impl Fn(Error) -> Error {
+    move |e| if sent { e.after_head(status) } else { e }
+}
+
 /// The compressed copy of a whole file from the worker's cache, made and kept on a miss.
 fn cached_copy(
     cx: &Ctx<'_>,
@@ -288,15 +294,10 @@ async fn send_compressed(
             return Err(truncated());
         }
         offset += n as u64;
-        // Once the head is out, a failure can only end the response early.
-        let after = |e: Error| match head {
-            None => e.after_head(plan.status),
-            Some(_) => e,
-        };
         encoder
             .write(&piece[..n])
             .map_err(compress::failed(counters))
-            .map_err(after)?;
+            .map_err(after_head_if(head.is_none(), plan.status))?;
         if encoder.output().len() >= FILE_PIECE || offset >= rep.size {
             let data = std::mem::take(encoder.output());
             sent += data.len() as u64;
@@ -304,11 +305,10 @@ async fn send_compressed(
             send_framed(stream, head.take().as_ref(), &data, chunked, false, timeout).await?;
         }
     }
-    let data = encoder.finish().map_err(compress::failed(counters));
-    let data = match (data, &head) {
-        (Err(e), None) => return Err(e.after_head(plan.status)),
-        (data, _) => data?,
-    };
+    let data = encoder
+        .finish()
+        .map_err(compress::failed(counters))
+        .map_err(after_head_if(head.is_none(), plan.status))?;
     sent += data.len() as u64;
     let head = head.as_ref();
     send_framed(&mut client.stream, head, &data, chunked, true, timeout).await?;

@@ -20,7 +20,7 @@ use crate::files::respond::http_date_now;
 use crate::http1::request::header_storage;
 use crate::http1::{chunk_size_line, LAST_CHUNK};
 use crate::message::{ClientHead, Framing};
-use crate::net::io::{head_bytes, read_some, write_all};
+use crate::net::io::{read_some, write_all};
 use crate::net::Address;
 use crate::observe::metrics::Counter;
 use crate::proxy::compress::{self, Decision};
@@ -239,42 +239,24 @@ impl CgiResponse {
             Stage::Head => return Ok(()),
             Stage::Parsed { head_len, status } => {
                 let head = self.start(cx, head_len, status)?;
-                let text =
-                    head_bytes(&mut client.stream, &head).map_err(|_| Error::client_write())?;
-                out.extend_from_slice(text);
+                let taken = client.stream.send_head(&head);
+                if !taken.map_err(|_| Error::client_write())? {
+                    out = head.text;
+                }
                 head_len
             }
             Stage::Streaming { .. } => 0,
         };
+        self.compress_batch(cx, first)?;
         let Stage::Streaming { framing, sent, .. } = &mut self.stage else {
             return Ok(());
         };
-        // Body bytes: after the head in `cgi` the first time, then in `body`.
-        let mut body: &[u8] = if first > 0 {
-            &self.cgi[first..]
-        } else {
-            &self.body
+        // Body bytes: compressed, or after the head in `cgi` the first time, then in `body`.
+        let mut body: &[u8] = match &self.packing {
+            Some(p) => &p.out,
+            None if first > 0 => &self.cgi[first..],
+            None => &self.body,
         };
-        if let Some(p) = &mut self.packing {
-            if let Some(encoder) = &mut p.encoder {
-                p.bytes_in += body.len() as u64;
-                let failed = compress::failed(&cx.worker.counters);
-                if !body.is_empty() {
-                    encoder.write(body).map_err(&failed)?;
-                }
-                if self.ended {
-                    p.out = p
-                        .encoder
-                        .take()
-                        .map_or(Ok(Vec::new()), Encoder::finish)
-                        .map_err(failed)?;
-                } else if !body.is_empty() {
-                    encoder.flush().map_err(failed)?;
-                    p.out = std::mem::take(encoder.output());
-                }
-            }
-            body = &p.out;
-        }
         if let Framing::Length(n) = *framing {
             // Never more than the head announced.
             body = &body[..body.len().min((n - *sent) as usize)];
@@ -330,6 +312,39 @@ impl CgiResponse {
         Ok(())
     }
 
+    /// Feeds this batch's body bytes (after the head in `cgi` the first time, then in `body`)
+    /// to the encoder of a response compressed as it streams; what it gives waits in
+    /// `packing.out`, all of it once the response has ended.
+    fn compress_batch(&mut self, cx: &Ctx<'_>, first: usize) -> Result<(), Error> {
+        let Some(p) = &mut self.packing else {
+            return Ok(());
+        };
+        let Some(encoder) = &mut p.encoder else {
+            return Ok(());
+        };
+        let body: &[u8] = if first > 0 {
+            &self.cgi[first..]
+        } else {
+            &self.body
+        };
+        p.bytes_in += body.len() as u64;
+        let failed = compress::failed(&cx.worker.counters);
+        if !body.is_empty() {
+            encoder.write(body).map_err(&failed)?;
+        }
+        if self.ended {
+            p.out = p
+                .encoder
+                .take()
+                .map_or(Ok(Vec::new()), Encoder::finish)
+                .map_err(failed)?;
+        } else if !body.is_empty() {
+            encoder.flush().map_err(failed)?;
+            p.out = std::mem::take(encoder.output());
+        }
+        Ok(())
+    }
+
     /// The client's head, choosing the framing: the whole body's length when END_REQUEST came
     /// with it, else the script's length, else chunked or until close.
     fn start(&mut self, cx: &Ctx<'_>, head_len: usize, status: u16) -> Result<ClientHead, Error> {
@@ -379,7 +394,6 @@ impl CgiResponse {
         head_len: usize,
         head: ClientHead,
     ) -> Result<ClientHead, Error> {
-        let framing = head.framing;
         let coding = match compress::decide(cx, &head) {
             Decision::Unchanged => return Ok(head),
             Decision::VaryOnly => return Ok(rewrite(&head, None, CompressedBody::Chunked)),
@@ -387,8 +401,9 @@ impl CgiResponse {
         };
         let settings = &cx.config().compression;
         let failed = compress::failed(&cx.worker.counters);
-        let (framing, packing, new_head) = if framing == Framing::Empty {
-            (framing, None, CompressedBody::Bodiless)
+        // The body's framing is the rewritten head's.
+        let (packing, body) = if head.framing == Framing::Empty {
+            (None, CompressedBody::Bodiless)
         } else if self.ended {
             // The whole body is here: compressed in one go, sent with its length.
             let body = &self.cgi[head_len..];
@@ -399,7 +414,7 @@ impl CgiResponse {
                 bytes_in: body.len() as u64,
                 out: packed,
             };
-            (Framing::Length(n), Some(packing), CompressedBody::Length(n))
+            (Some(packing), CompressedBody::Length(n))
         } else {
             let encoder = Encoder::new(coding, settings).map_err(failed)?;
             let packing = Packing {
@@ -407,16 +422,9 @@ impl CgiResponse {
                 out: Vec::new(),
                 bytes_in: 0,
             };
-            match compress::stream_framing(cx) {
-                CompressedBody::Close => {
-                    (Framing::UntilClose, Some(packing), CompressedBody::Close)
-                }
-                _ => (Framing::Chunked, Some(packing), CompressedBody::Chunked),
-            }
+            (Some(packing), compress::stream_framing(cx))
         };
-        let mut head = rewrite(&head, Some(coding), new_head);
-        // The head's framing is what the body gets (rewrite's names the same ones).
-        head.framing = framing;
+        let head = rewrite(&head, Some(coding), body);
         self.packing = packing;
         Ok(head)
     }
