@@ -59,6 +59,13 @@ pub enum Kind {
     ClientClosed,
     /// No site or route matches the request.
     NoRoute,
+    /// The route's `access` rules refuse the client.
+    AccessDenied,
+    /// The rules changed the path more than 10 times (nginx's rewrite cycle), or to one that
+    /// does not start with `/`.
+    RewriteFailed,
+    /// The Content-Length exceeds the route's `client_max_body_size`.
+    BodyOverLimit,
     /// A static-file route has nothing at this path.
     FileNotFound,
     /// A static-file route refuses this path (dotfile, symlink out, permissions, special file,
@@ -108,8 +115,11 @@ impl Kind {
             | Kind::ExpectationFailed
             | Kind::ClientTimeout
             | Kind::ClientClosed
-            | Kind::BodyTooLarge => Side::Client,
+            | Kind::BodyTooLarge
+            | Kind::BodyOverLimit => Side::Client,
             Kind::NoRoute
+            | Kind::AccessDenied
+            | Kind::RewriteFailed
             | Kind::FileNotFound
             | Kind::FileForbidden
             | Kind::FileFailed
@@ -139,6 +149,11 @@ impl Kind {
             Kind::ClientTimeout => "client timed out",
             Kind::ClientClosed => "client closed the connection",
             Kind::NoRoute => "no route",
+            Kind::AccessDenied => "access denied by the route's rules",
+            Kind::RewriteFailed => {
+                "rules changed the path more than 10 times, or to one not starting with '/'"
+            }
+            Kind::BodyOverLimit => "request body larger than client_max_body_size",
             Kind::FileNotFound => "file not found",
             Kind::FileForbidden => "file access forbidden",
             Kind::FileFailed => "file system error",
@@ -336,6 +351,9 @@ impl Error {
             Kind::ClientTimeout => (408, Counter::ClientTimeouts),
             Kind::ClientClosed => (499, Counter::ClientClosed),
             Kind::NoRoute => (404, Counter::NoRoute),
+            Kind::AccessDenied => (403, Counter::AccessDenied),
+            Kind::RewriteFailed => (500, Counter::RewriteFailures),
+            Kind::BodyOverLimit => (413, Counter::BadRequests),
             Kind::FileNotFound => (404, Counter::FilesNotFound),
             Kind::FileForbidden => (403, Counter::FilesForbidden),
             Kind::FileFailed => (500, Counter::FilesErrors),
@@ -362,7 +380,7 @@ impl Error {
             logged: self.started.unwrap_or(status),
             keep_alive: matches!(
                 self.kind,
-                Kind::NoRoute | Kind::FileNotFound | Kind::FileForbidden
+                Kind::NoRoute | Kind::FileNotFound | Kind::FileForbidden | Kind::AccessDenied
             ),
             counter,
         }
@@ -379,12 +397,15 @@ impl Kind {
         match self {
             Kind::BadRequest(_) | Kind::ExpectationFailed => INTERNAL,
             Kind::NotImplemented(_) | Kind::NoRoute | Kind::FileNotFound => UNIMPLEMENTED,
-            Kind::UriTooLong | Kind::HeadTooLarge | Kind::BodyTooLarge | Kind::QueueTimeout => {
-                RESOURCE_EXHAUSTED
-            }
+            Kind::UriTooLong
+            | Kind::HeadTooLarge
+            | Kind::BodyTooLarge
+            | Kind::BodyOverLimit
+            | Kind::QueueTimeout => RESOURCE_EXHAUSTED,
             Kind::ClientTimeout | Kind::ConnectTimeout | Kind::UpstreamTimeout => DEADLINE_EXCEEDED,
             Kind::ClientClosed => CANCELLED,
-            Kind::FileForbidden => PERMISSION_DENIED,
+            Kind::FileForbidden | Kind::AccessDenied => PERMISSION_DENIED,
+            Kind::RewriteFailed => INTERNAL,
             Kind::FileFailed | Kind::FileTruncated | Kind::CompressFailed => INTERNAL,
             Kind::ConnectRefused
             | Kind::ConnectFailed

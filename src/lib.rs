@@ -36,6 +36,7 @@ pub mod net;
 pub mod observe;
 pub mod proxy;
 pub mod routing;
+pub mod rules;
 pub mod server;
 pub mod tls;
 pub mod upstream;

@@ -141,6 +141,19 @@ enum Command {
         #[arg(long, short, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
+    /// Translate an nginx config (a whole nginx.conf, or a sites-available file) into
+    /// slipstream's TOML on stdout; each directive not translated is listed on stderr as
+    /// FILE:LINE with the reason.
+    Import {
+        /// Exit 1 when anything was not translated.
+        #[arg(long)]
+        strict: bool,
+        /// Also list the directives left out because slipstream needs none.
+        #[arg(long, short)]
+        verbose: bool,
+        /// The nginx config to translate.
+        nginx_conf: PathBuf,
+    },
     /// Check this host (and a config, and a running slipstream) against the throughput traps;
     /// print findings worst first with the fix. Exit 1 when one is critical.
     Doctor {
@@ -464,6 +477,11 @@ fn main() -> ExitCode {
             sample,
             proc_root,
         } => return doctor_command(config.as_deref(), admin, json, sample, proc_root),
+        Command::Import {
+            strict,
+            verbose,
+            nginx_conf,
+        } => return import_command(&nginx_conf, strict, verbose),
         Command::Check { config } => {
             return match Config::load(&config) {
                 Ok(_) => {
@@ -593,6 +611,35 @@ fn generate(out_dir: &Path) -> std::io::Result<()> {
         clap_complete::generate_to(shell, &mut command.clone(), "slipstream", &completions)?;
     }
     Ok(())
+}
+
+/// `slipstream import`: the TOML on stdout, what was left out on stderr (ignored directives
+/// only with `--verbose`). Exit 1 when the config cannot be read, or under `--strict` when
+/// something was not translated (a missing include counts).
+fn import_command(path: &Path, strict: bool, verbose: bool) -> ExitCode {
+    use slipstream::import::{read_config, translate, NoteKind};
+    let config = match read_config(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for skipped in &config.skipped {
+        eprintln!("{skipped}");
+    }
+    let translation = translate(&config);
+    print!("{}", translation.toml);
+    for note in &translation.notes {
+        if verbose || note.kind == NoteKind::NotTranslated {
+            eprintln!("{}", note.render(&config.files));
+        }
+    }
+    if strict && (translation.untranslated() > 0 || !config.skipped.is_empty()) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 /// `slipstream doctor`: prints the findings; exit status 1 when one is critical.

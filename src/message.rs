@@ -86,7 +86,7 @@ impl ClientHead {
 /// A validated request head, borrowing what it was read from: an HTTP/1.1 connection's read
 /// buffer, or an HTTP/2 stream's request parts (then `minor_version` is 1, `head_len` 0, and
 /// `host` is `:authority`).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RequestHead<'h, 'b> {
     /// Request method.
     pub method: &'b str,

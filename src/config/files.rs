@@ -103,7 +103,16 @@ pub(super) struct FileFilesSection {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RouteSection {
-    pub(super) path: Spanned<String>,
+    pub(super) path: Option<Spanned<String>>,
+    /// nginx's location forms: `= /x`, `^~ /x`, `~ re`, `~* re`, `@name`, `/x`.
+    pub(super) location: Option<Spanned<String>>,
+    pub(super) internal: Option<bool>,
+    pub(super) rules: Option<Vec<Spanned<super::policy::FileRule>>>,
+    pub(super) access: Option<Spanned<Vec<String>>>,
+    pub(super) add_headers: Option<Spanned<BTreeMap<String, String>>>,
+    pub(super) add_headers_on_success: Option<Spanned<BTreeMap<String, String>>>,
+    pub(super) client_max_body_size: Option<Spanned<Size>>,
+    pub(super) proxy_set_headers: Option<Spanned<BTreeMap<String, String>>>,
     pub(super) upstream: Option<Spanned<String>>,
     pub(super) buffer_response: Option<Spanned<Size>>,
     pub(super) params: Option<std::collections::BTreeMap<String, String>>,
@@ -120,6 +129,29 @@ pub(super) struct RouteSection {
 }
 
 impl RouteSection {
+    /// Where the route starts in the file (for its errors).
+    pub(super) fn at(&self) -> usize {
+        self.path
+            .as_ref()
+            .or(self.location.as_ref())
+            .or(self.upstream.as_ref())
+            .or(self.root.as_ref())
+            .or(self.alias.as_ref())
+            .map_or(0, |p| p.span().start)
+    }
+
+    /// Its policy keys.
+    pub(super) fn policy_keys(&self) -> super::policy::PolicyKeys<'_> {
+        super::policy::PolicyKeys {
+            rules: self.rules.as_ref(),
+            access: self.access.as_ref(),
+            add_headers: self.add_headers.as_ref(),
+            add_headers_on_success: self.add_headers_on_success.as_ref(),
+            client_max_body_size: self.client_max_body_size.as_ref(),
+            proxy_set_headers: self.proxy_set_headers.as_ref(),
+        }
+    }
+
     /// Whether any static-file key is set (so the route must be a file route).
     pub(super) fn any(&self) -> bool {
         self.root.is_some()
@@ -192,10 +224,7 @@ impl Validator<'_> {
                 return None;
             }
             (None, None) => {
-                self.error(
-                    keys.path.span().start,
-                    "static-file keys need root or alias",
-                );
+                self.error(keys.at(), "static-file keys need root or alias");
                 return None;
             }
         };

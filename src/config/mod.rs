@@ -21,6 +21,7 @@ pub mod fastcgi;
 pub mod files;
 pub mod http2;
 pub mod logs;
+mod policy;
 mod read;
 mod routes;
 use routes::Built;
@@ -469,6 +470,11 @@ struct FileSite {
     cert: Option<Spanned<String>>,
     key: Option<Spanned<String>>,
     add_headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
+    add_headers_on_success: Option<Spanned<std::collections::BTreeMap<String, String>>>,
+    rules: Option<Vec<Spanned<policy::FileRule>>>,
+    access: Option<Spanned<Vec<String>>>,
+    client_max_body_size: Option<Spanned<Size>>,
+    proxy_set_headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
     #[serde(default)]
     hosts: Vec<Spanned<String>>,
     #[serde(default)]

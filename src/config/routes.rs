@@ -1,10 +1,13 @@
-//! Building the router from the `[[sites]]` sections: sites, their hosts and headers, and each
-//! route's target (an upstream group, with FastCGI `params` and `buffer_response`, or a
-//! static-file route) and options, every problem reported with its line.
+//! Building the router from the `[[sites]]` sections: sites, their hosts and policies, and
+//! each route's location, policy, target (an upstream group, with FastCGI `params` and
+//! `buffer_response`, or a static-file route) and options, every problem reported with its
+//! line.
 
 use super::files::RouteSection;
+use super::policy::PolicyKeys;
 use super::{nearest, FileRoute, FileSite, Protocol, UpstreamGroup, Validator};
-use crate::routing::{Router, RouterBuilder, Target, UpstreamTarget};
+use crate::routing::location::Match;
+use crate::routing::{Policy, RouteSpec, Router, RouterBuilder, Target, UpstreamTarget};
 
 impl Validator<'_> {
     pub(super) fn build_router(
@@ -36,16 +39,15 @@ impl Validator<'_> {
                     None => "default".to_string(),
                 });
             let index = builder.add_site(&name, is_default);
-            if let Some(headers) = &site.add_headers {
-                let mut lines = Vec::new();
-                for (name, value) in headers.get_ref() {
-                    match crate::http1::response::field_line(name, value) {
-                        Ok(line) => lines.extend_from_slice(&line),
-                        Err(e) => self.error(headers.span().start, format!("add_headers: {e}")),
-                    }
-                }
-                builder.set_headers(index, lines);
-            }
+            let keys = PolicyKeys {
+                rules: site.rules.as_ref(),
+                access: site.access.as_ref(),
+                add_headers: site.add_headers.as_ref(),
+                add_headers_on_success: site.add_headers_on_success.as_ref(),
+                client_max_body_size: site.client_max_body_size.as_ref(),
+                proxy_set_headers: site.proxy_set_headers.as_ref(),
+            };
+            let site_policy = self.build_policy(&keys, None, &[]);
             for host in &site.hosts {
                 if let Err(reason) = builder.add_host(index, host.get_ref()) {
                     self.error(host.span().start, reason);
@@ -55,44 +57,109 @@ impl Validator<'_> {
             let implied_default = !any_default && std::ptr::eq(site, &sites[0]);
             if site.hosts.is_empty() && !is_default && !implied_default {
                 let message = "site has no hosts and is not the default: nothing can reach it";
-                self.error(
-                    site.routes.first().map_or(0, |r| r.path.span().start),
-                    message,
-                );
+                self.error(site.routes.first().map_or(0, RouteSection::at), message);
             }
             for route in &site.routes {
-                if let Some(target) = self.build_route(route, upstreams, built) {
-                    builder.add_route(index, route.path.get_ref(), target);
-                    builder.set_compress(index, route.compress.unwrap_or(false));
+                if let Some(spec) = self.build_route_spec(route, &site_policy, upstreams, built) {
+                    if let Err(reason) = builder.add_location(index, spec) {
+                        self.error(route.at(), reason);
+                    }
                 }
             }
+            builder.set_policy(index, site_policy);
         }
         builder.build()
     }
 }
 
 impl Validator<'_> {
-    /// One route: to an upstream group, or to a directory.
+    /// One route: its location, policy and target.
+    fn build_route_spec(
+        &mut self,
+        route: &RouteSection,
+        site_policy: &Policy,
+        upstreams: &[UpstreamGroup],
+        built: &mut Built<'_>,
+    ) -> Option<RouteSpec> {
+        let matcher = match (&route.path, &route.location) {
+            (Some(path), None) => {
+                if !path.get_ref().starts_with('/') {
+                    self.error(path.span().start, "route path must start with '/'");
+                }
+                Match::Prefix(path.get_ref().clone())
+            }
+            (None, Some(location)) => match Match::parse(location.get_ref()) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.error(location.span().start, e);
+                    return None;
+                }
+            },
+            (Some(path), Some(_)) => {
+                self.error(
+                    path.span().start,
+                    "a route has either path or location, not both",
+                );
+                return None;
+            }
+            (None, None) => {
+                self.error(route.at(), "a route needs path (a prefix) or location");
+                return None;
+            }
+        };
+        let names: Vec<String> = match &matcher {
+            Match::Regex(p) => p.group_names().map(str::to_string).collect(),
+            _ => Vec::new(),
+        };
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let keys = route.policy_keys();
+        let policy = keys
+            .any()
+            .then(|| self.build_policy(&keys, Some(site_policy), &names));
+        let answers_itself = route.rules.is_some() && route.upstream.is_none() && !route.any();
+        let target = if answers_itself {
+            None
+        } else {
+            let prefix = match &matcher {
+                Match::Prefix(p) | Match::PrefixStop(p) | Match::Exact(p) => p.clone(),
+                Match::Regex(_) | Match::Named(_) => {
+                    if route.alias.is_some() {
+                        let message = "alias applies to prefix and exact locations (a regex location takes root)";
+                        self.error(route.at(), message);
+                    }
+                    "/".to_string()
+                }
+            };
+            Some(self.build_route(&prefix, route, upstreams, built)?)
+        };
+        Some(RouteSpec {
+            matcher,
+            target,
+            compress: route.compress.unwrap_or(false),
+            internal: route.internal.unwrap_or(false),
+            policy,
+            nginx: route.location.is_some(),
+        })
+    }
+
+    /// One route's target: an upstream group, or a directory.
     fn build_route(
         &mut self,
+        path: &str,
         route: &RouteSection,
         upstreams: &[UpstreamGroup],
         built: &mut Built<'_>,
     ) -> Option<Target> {
-        let path = route.path.get_ref();
-        if !path.starts_with('/') {
-            self.error(route.path.span().start, "route path must start with '/'");
-        }
         let group_named = |name: &str| upstreams.iter().position(|u| u.name == name);
         match (&route.upstream, route.any()) {
             (Some(_), true) => {
                 let message = "a route has either upstream or root/alias, not both";
-                self.error(route.path.span().start, message);
+                self.error(route.at(), message);
                 None
             }
             (None, false) => {
                 let message = "a route needs upstream, root or alias";
-                self.error(route.path.span().start, message);
+                self.error(route.at(), message);
                 None
             }
             (None, true) => {
@@ -101,7 +168,7 @@ impl Validator<'_> {
                 }
                 if route.params.is_some() {
                     let message = "params applies to routes to a FastCGI upstream";
-                    self.error(route.path.span().start, message);
+                    self.error(route.at(), message);
                 }
                 let file_route = self.build_file_route(path, route, &group_named)?;
                 built.file_routes.push(file_route);
@@ -149,7 +216,7 @@ impl Validator<'_> {
         group: &UpstreamGroup,
         built: &mut Built<'_>,
     ) -> Option<u16> {
-        let at = route.path.span().start;
+        let at = route.at();
         if group.protocol != Protocol::FastCgi {
             if route.params.is_some() {
                 self.error(at, "params applies to routes to a FastCGI upstream");

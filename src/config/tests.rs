@@ -56,14 +56,14 @@ fn a_misspelt_key_is_read_as_a_near_key_its_value_fits() {
     assert_errors(&e, &[(10, "unknown key `prefix`; did you mean `path`?")]);
     let text = GOOD.replace(
         route,
-        "routes = [{ root = \"/srv\", prefix = [\"home.html\"] }]",
+        "routes = [{ root = \"/srv\", indexes = [\"home.html\"] }]",
     );
     let e = Config::parse(&text, "t.toml").unwrap_err();
     assert_errors(
         &e,
         &[
-            (10, "unknown key `prefix`; did you mean `index`?"),
-            (10, "missing field `path`"),
+            (10, "unknown key `indexes`; did you mean `index`?"),
+            (10, "a route needs path (a prefix) or location"),
         ],
     );
     // No near key takes a string: the key is named, its value not (reading stops there).

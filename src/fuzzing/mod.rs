@@ -4,9 +4,11 @@
 //! gRPC's are in `http2.rs`.
 
 mod http2;
+mod rules;
 
 use http2::http2_request_is_clean;
 pub use http2::{grpc, http2_convert, http2_frames, http2_server};
+pub use rules::request_rules;
 
 use std::net::SocketAddr;
 

@@ -292,5 +292,38 @@ pub fn is_field_name(name: &[u8]) -> bool {
     !name.is_empty() && name.iter().all(|b| is_token_byte(*b))
 }
 
+/// Sets fields in a request head written by [`RequestHead::write_upstream_head`]: each
+/// `(name, value)` removes the head's fields of that name (any case) and, unless `value` is
+/// empty, adds `name: value` (nginx's `proxy_set_header`). Values come checked for control
+/// bytes.
+pub fn set_fields(head: &mut Vec<u8>, fields: &[(String, String)]) {
+    if fields.is_empty() {
+        return;
+    }
+    let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return;
+    };
+    let first_line = head.windows(2).position(|w| w == b"\r\n").unwrap_or(0) + 2;
+    let mut out = Vec::with_capacity(head.len() + 64);
+    out.extend_from_slice(&head[..first_line]);
+    for line in head[first_line..end + 2].split_inclusive(|&b| b == b'\n') {
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        if !fields
+            .iter()
+            .any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+        {
+            out.extend_from_slice(line);
+        }
+    }
+    for (name, value) in fields {
+        if !value.is_empty() {
+            put_field(&mut out, name.as_bytes(), value.as_bytes());
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&head[end + 4..]);
+    *head = out;
+}
+
 #[cfg(test)]
 mod tests;

@@ -30,6 +30,13 @@ pub enum Counter {
     BadRequests,
     /// Requests matching no route (404).
     NoRoute,
+    /// Requests refused by a site's or route's `access` rules (403).
+    AccessDenied,
+    /// Requests whose rules changed the path more than 10 times, or to one not starting with
+    /// `/` (500).
+    RewriteFailures,
+    /// Requests answered by a `return` or redirect rule.
+    RuleAnswers,
     /// Responses sent with a 2xx/3xx status.
     ResponsesOk,
     /// Responses sent with a 4xx status.
@@ -182,6 +189,9 @@ impl Counter {
             Counter::Requests => "slipstream_requests_total",
             Counter::BadRequests => "slipstream_bad_requests_total",
             Counter::NoRoute => "slipstream_no_route_total",
+            Counter::AccessDenied => "slipstream_access_denied_total",
+            Counter::RewriteFailures => "slipstream_rewrite_failures_total",
+            Counter::RuleAnswers => "slipstream_rule_answers_total",
             Counter::ResponsesOk => "slipstream_responses_ok_total",
             Counter::Responses4xx => "slipstream_responses_4xx_total",
             Counter::Responses5xx => "slipstream_responses_5xx_total",
@@ -260,6 +270,9 @@ impl Counter {
             Counter::Requests => "Requests whose head was read.",
             Counter::BadRequests => "Requests refused as malformed or too large (4xx from the proxy itself).",
             Counter::NoRoute => "Requests matching no route (404).",
+            Counter::AccessDenied => "Requests refused by access rules (403).",
+            Counter::RewriteFailures => "Requests whose rules changed the path more than 10 times, or to a path not starting with / (500).",
+            Counter::RuleAnswers => "Requests answered by a return or redirect rule.",
             Counter::ResponsesOk => "Responses sent with a 2xx/3xx status.",
             Counter::Responses4xx => "Responses sent with a 4xx status.",
             Counter::Responses5xx => "Responses sent with a 5xx status.",

@@ -2,7 +2,9 @@
 //!
 //! 1. [`serve`]: the keep-alive loop; waits for a request without holding a buffer, and turns
 //!    every failure into its answer through [`crate::error::Error::answer`].
-//! 2. [`request`]: reads and validates the head, routes it, and keeps what the rest needs.
+//! 2. [`request`]: reads and validates the head, routes it, and keeps what the rest needs;
+//!    [`rules`]: for a site with nginx-style locations, rules, access or limits, nginx's
+//!    phases over the head, and the answers its `return` and redirects give.
 //! 3. [`exchange`]: picks a server, takes a pooled connection or opens one, sends the head and
 //!    body, waits for the response head, and retries on a fresh connection when that is safe.
 //! 4. [`response`]: interim responses, the final head, and `buffer_response`.
@@ -29,6 +31,7 @@ mod http2;
 mod relay;
 mod request;
 mod response;
+mod rules;
 mod serve;
 mod tunnel;
 
@@ -120,11 +123,11 @@ impl Ctx<'_> {
         &self.snapshot.config
     }
 
-    /// Adds the fields configured for every response to the head at `start` in `out`: the
-    /// site's `add_headers` and, over TLS, `Strict-Transport-Security`.
+    /// Adds the fields configured for the response to the head at `start` in `out`: the
+    /// route's (or site's) `add_headers` and, over TLS, `Strict-Transport-Security`.
     fn add_response_fields(&self, out: &mut Vec<u8>, start: usize) {
-        let (site, https) = (self.request.routed.site, self.request.https);
-        add_configured_fields(self.config(), site, https, out, start);
+        let (policy, https) = (self.request.routed.policy, self.request.https);
+        add_configured_fields(self.config(), policy, https, out, start);
     }
 
     /// Microseconds since the current try began.
@@ -169,16 +172,26 @@ impl Ctx<'_> {
     }
 }
 
-/// Adds the fields every response gets to the head at `start` in `out`: the `add_headers` of
-/// `site` (when known) and, over TLS, the configured `Strict-Transport-Security`.
+/// Adds the fields configured for a response to the head at `start` in `out`: those of
+/// `policy` (the route's or site's `add_headers`, and `add_headers_on_success` when its status
+/// is one nginx's `add_header` applies to) and, over TLS, `Strict-Transport-Security`.
 fn add_configured_fields(
     config: &crate::config::Config,
-    site: Option<u16>,
+    policy: Option<u16>,
     https: bool,
     out: &mut Vec<u8>,
     start: usize,
 ) {
-    crate::http1::response::add_fields(out, start, config.router.site_headers(site));
+    if policy.is_some() {
+        let status = out
+            .get(start + 9..start + 12)
+            .and_then(|d| std::str::from_utf8(d).ok())
+            .and_then(|d| d.parse().ok())
+            .unwrap_or(0);
+        let (always, on_success) = config.router.headers(policy, status);
+        crate::http1::response::add_fields(out, start, always);
+        crate::http1::response::add_fields(out, start, on_success);
+    }
     if let Some(hsts) = config.tls.as_ref().and_then(|t| t.hsts.as_deref()) {
         if https {
             crate::http1::response::add_fields(out, start, hsts);

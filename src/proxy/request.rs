@@ -59,6 +59,12 @@ pub(super) struct Prepared {
     pub(super) hash_key: Option<u64>,
     /// Fields for the access log, gathered only when it is on.
     pub(super) log: Option<LogFields>,
+    /// What the route's rules answer instead of its content.
+    pub(super) answer: Option<Box<super::rules::Answered>>,
+    /// Why the rules refused the request (403, 413, ...).
+    pub(super) refused: Option<Kind>,
+    /// The target the rules rewrote the request to (FastCGI reads the head again with it).
+    pub(super) rewritten: Option<String>,
 }
 
 /// The request fields an access-log line shows, copied into one allocation.
@@ -119,11 +125,29 @@ impl Prepared {
         head: &RequestHead<'_, '_>,
         config: &Config,
         (peer, ip_text): (SocketAddr, &[u8]),
-        log: bool,
-        https: bool,
+        (log, https): (bool, bool),
+        local_port: &dyn Fn() -> u16,
     ) -> Prepared {
-        let routed = config.router.route_request(head.host, &head.path);
-        let route = routed.target;
+        let client = super::rules::Client {
+            ip: peer.ip(),
+            ip_text: std::str::from_utf8(ip_text).unwrap_or_default(),
+            https,
+            local_port,
+        };
+        let decision = super::rules::decide(&config.router, head, &client);
+        let routed = decision.routed;
+        let answered = decision.answer.is_some() || decision.refused.is_some();
+        let route = if answered { None } else { routed.target };
+        let rewritten_head;
+        let head = match &decision.target {
+            Some(target) => {
+                let mut h = head.clone();
+                h.path = std::borrow::Cow::Owned(target.clone());
+                rewritten_head = h;
+                &rewritten_head
+            }
+            None => head,
+        };
         let log = log && config.access_log_for(routed.site).is_some();
         // The upstream a request may go to: its route's, or a static route's fallback.
         let upstream = route.and_then(|r| match r {
@@ -148,6 +172,7 @@ impl Prepared {
         if protocol.is_some_and(|p| p != Protocol::FastCgi) && upstream_request.is_none() {
             upstream_head.reserve(head.head_len + 128);
             head.write_upstream_head(&mut upstream_head, fwd);
+            crate::http1::request::set_fields(&mut upstream_head, &decision.request_fields);
         }
         Prepared {
             upstream_head,
@@ -186,6 +211,9 @@ impl Prepared {
             routed,
             upstream,
             log: log.then(|| LogFields::new(head)),
+            answer: decision.answer,
+            refused: decision.refused,
+            rewritten: decision.target,
         }
     }
 }
@@ -213,7 +241,8 @@ pub(super) async fn read_head(
         let mut storage = header_storage();
         let head = request.head(&mut storage, limits.max_request_head)?;
         let log = worker.log.enabled();
-        let prepared = Prepared::new(&head, config, peer, log, https);
+        let port = || local_port(&client.stream);
+        let prepared = Prepared::new(&head, config, peer, (log, https), &port);
         // As an HTTP/1.1 connection's first read would: a body already in hand goes with the
         // head, and a request whose whole body is in hand may be sent again elsewhere.
         read_staged(&mut client.stream, buf, limits.max_request_head + 1).await;
@@ -226,7 +255,14 @@ pub(super) async fn read_head(
             let mut storage = header_storage();
             if let Some(head) = parse_request(buf, &mut storage, limits.max_request_head)? {
                 let log = worker.log.enabled();
-                return Ok(Some(Prepared::new(&head, config, peer, log, https)));
+                let port = || local_port(&client.stream);
+                return Ok(Some(Prepared::new(
+                    &head,
+                    config,
+                    peer,
+                    (log, https),
+                    &port,
+                )));
             }
         }
         let room = limits.max_request_head + 1;
@@ -247,6 +283,11 @@ pub(super) async fn read_head(
             _ => return Ok(None),
         }
     }
+}
+
+/// The port the client connected to (0 if the socket cannot say).
+fn local_port(stream: &crate::net::Stream) -> u16 {
+    stream.local_addr().map_or(0, |a| a.port())
 }
 
 /// Reads what `stream` already holds into `buf`, up to `max` bytes there, without waiting.

@@ -114,6 +114,11 @@ fn http2_convert_seeds() {
 }
 
 #[test]
+fn request_rules_seeds() {
+    replay("request_rules", slipstream::fuzzing::request_rules);
+}
+
+#[test]
 fn nginx_conf_seeds() {
     replay("nginx_conf", slipstream::fuzzing::nginx_conf);
 }

@@ -22,6 +22,7 @@ mod import;
 mod io_paths;
 mod large_bodies;
 mod lifecycle;
+mod nginx_parity;
 mod observe;
 mod operate;
 mod proxy_http1;

@@ -103,8 +103,9 @@ fn a_misspelt_route_key_suggests_the_route_key_and_says_it_once() {
     std::fs::write(&path, toml).unwrap();
     let err = fails(&["check", "--config", path.to_str().unwrap()]);
     let want = format!(
-        "{}:6:13: unknown key `prefix`; did you mean `path`? (valid keys: path, upstream, \
-         buffer_response, params, compress, root, alias, index, try_files, cache_control, \
+        "{}:6:13: unknown key `prefix`; did you mean `path`? (valid keys: path, location, \
+         internal, rules, access, add_headers, add_headers_on_success, client_max_body_size, \
+         proxy_set_headers, upstream, buffer_response, params, compress, root, alias, index, try_files, cache_control, \
          precompressed, dotfiles, symlinks_out_of_root, list_directories)\n  |\n\
          6 | routes = [{{ prefix = \"/\", upstream = \"app\" }}]\n  |             ^",
         path.display()

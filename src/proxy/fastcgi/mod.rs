@@ -167,7 +167,11 @@ fn build(
 ) -> Result<Request, Error> {
     let p = cx.request;
     let mut storage = header_storage();
-    let head = super::request::head_again(client, buf, p.head_len, &mut storage)?;
+    let mut head = super::request::head_again(client, buf, p.head_len, &mut storage)?;
+    if let Some(target) = &p.rewritten {
+        // The rules changed the path: the script is found from the new one.
+        head.path = std::borrow::Cow::Owned(target.clone());
+    }
     let scripts = Scripts {
         settings,
         cache: &cx.worker.files,

@@ -1,11 +1,19 @@
 //! Request routing: a site chosen by Host (exact name, then the longest `*.suffix` wildcard, then
-//! the default site), then a route chosen by the longest matching path prefix. A route leads to
-//! an upstream group or to a static-file route.
+//! the default site), then a route chosen by its location ([`location`]: nginx's exact,
+//! prefix, `^~` and regex locations in nginx's order; a site of plain prefixes only takes the
+//! longest matching prefix, with no other work). A route leads to an upstream group or to a
+//! static-file route, and carries its [`Policy`]: rules, access, fields and body limit.
 //!
 //! Host lookup is a hash lookup per label boundary, so its cost does not grow with the number of
 //! names configured.
 
+pub mod location;
+
 use std::collections::HashMap;
+
+use crate::rules::access::AccessRule;
+use crate::rules::Rule;
+use location::{Chosen, Locations, Match};
 
 /// The routing table of one config.
 #[derive(Debug, Clone, Default)]
@@ -18,27 +26,70 @@ pub struct Router {
     /// Wildcard suffixes, stored with their leading dot (`.example.com`).
     wildcard: HashMap<String, usize>,
     default: Option<usize>,
+    /// Every site's and route's policy; sites and routes hold indexes.
+    policies: Vec<Policy>,
+}
+
+/// What a site or route adds to routing: nginx's rewrite rules, `allow`/`deny`, `add_header`
+/// and `client_max_body_size`. A route's policy holds what it inherits from its site already
+/// (all-or-nothing, as nginx: a route with any access rule uses only its own, and the same
+/// for fields); only `rules` are each level's own.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    /// The level's rewrite rules, run in order (a site's before the route is chosen).
+    pub rules: Vec<Rule>,
+    /// `allow`/`deny`, first match decides.
+    pub access: Vec<AccessRule>,
+    /// Field lines (`Name: value\r\n`) added to every response (nginx's `always`).
+    pub headers: Vec<u8>,
+    /// Field lines added to successful and redirect responses only (200, 201, 204, 206, 301,
+    /// 302, 303, 304, 307, 308: nginx's `add_header` without `always`).
+    pub headers_on_success: Vec<u8>,
+    /// Largest request body accepted by its Content-Length (`client_max_body_size`).
+    pub max_body: Option<u64>,
+    /// Request fields set toward the upstream (nginx's `proxy_set_header`): each replaces the
+    /// client's fields of its name; an empty value removes them.
+    pub request_fields: Vec<(String, crate::rules::template::Template)>,
+}
+
+impl Policy {
+    /// Whether the policy needs nothing of the request before its content phase.
+    fn is_passive(&self) -> bool {
+        self.rules.is_empty()
+            && self.access.is_empty()
+            && self.max_body.is_none()
+            && self.request_fields.is_empty()
+    }
 }
 
 #[derive(Debug, Clone, Default)]
 struct Site {
     name: String,
-    /// Sorted longest prefix first.
+    /// Its first host name (`$server_name`).
+    server_name: String,
+    locations: Locations,
+    /// Per location, in config order.
     routes: Vec<Route>,
     /// The figures slot of requests to this site that match no route.
     unrouted: u16,
-    /// Field lines (`Name: value\r\n`) added to every response of the site (`add_headers`).
-    headers: Vec<u8>,
+    policy: u16,
+    /// Plain prefixes and passive policies only: routing is a prefix test and no rules run.
+    plain: bool,
+    /// Some route is written as an nginx `location`.
+    nginx: bool,
 }
 
 #[derive(Debug, Clone)]
 struct Route {
-    prefix: String,
-    target: Target,
+    target: Option<Target>,
     /// Its figures slot.
     slot: u16,
     /// Responses are compressed when they benefit (`compress = true`).
     compress: bool,
+    /// Its own policy (with the site's inherited), or the site's.
+    policy: Option<u16>,
+    /// Only internal redirects reach it (`internal`).
+    internal: bool,
 }
 
 /// Where a request goes, with what the logs and metrics need to know of it.
@@ -52,8 +103,28 @@ pub struct Routed {
     pub slot: u16,
     /// The route compresses responses.
     pub compress: bool,
+    /// The policy whose fields its responses get (the route's, else the site's).
+    pub policy: Option<u16>,
 }
 
+/// A route as the config describes it.
+#[derive(Debug, Clone)]
+pub struct RouteSpec {
+    /// How it matches paths.
+    pub matcher: Match,
+    /// Where it leads (`None`: its rules answer, else 404).
+    pub target: Option<Target>,
+    /// Compress responses.
+    pub compress: bool,
+    /// Only reached by internal redirects.
+    pub internal: bool,
+    /// Its policy, merged with the site's; `None` uses the site's.
+    pub policy: Option<Policy>,
+    /// Written as an nginx `location` (not a `path`): the site then routes as nginx does
+    /// (normalised paths, the auto-redirect); a site of `path` routes alone keeps the plain
+    /// prefix test on the path as received.
+    pub nginx: bool,
+}
 /// What a route leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
@@ -97,10 +168,22 @@ impl UpstreamTarget {
 }
 
 impl Router {
-    /// The field lines every response of a site gets (empty when none are configured).
-    pub fn site_headers(&self, site: Option<u16>) -> &[u8] {
-        site.and_then(|s| self.sites.get(usize::from(s)))
-            .map_or(&[], |s| s.headers.as_slice())
+    /// A policy by index.
+    pub fn policy(&self, index: u16) -> &Policy {
+        &self.policies[usize::from(index)]
+    }
+
+    /// The field lines a response gets under `policy` with this `status` (empty when none).
+    pub fn headers(&self, policy: Option<u16>, status: u16) -> (&[u8], &[u8]) {
+        let Some(p) = policy.and_then(|p| self.policies.get(usize::from(p))) else {
+            return (&[], &[]);
+        };
+        let success = matches!(
+            status,
+            200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308
+        );
+        let on_success: &[u8] = if success { &p.headers_on_success } else { &[] };
+        (&p.headers, on_success)
     }
 
     /// Makes every route compress its responses (the `--compress` flag of the one-liners).
@@ -110,10 +193,11 @@ impl Router {
         }
     }
 
-    /// Sets the field lines of every site (the `--add-header` flags of the one-liners).
+    /// Sets the field lines of every site and route (the `--add-header` flags of the
+    /// one-liners).
     pub fn set_all_headers(&mut self, lines: &[u8]) {
-        for site in &mut self.sites {
-            site.headers = lines.to_vec();
+        for policy in &mut self.policies {
+            policy.headers = lines.to_vec();
         }
     }
 
@@ -122,26 +206,81 @@ impl Router {
         self.route_request(host, path).target
     }
 
-    /// The site, route target and figures slot for a request.
+    /// The site, route target and figures slot for a request, by its location alone (no
+    /// rules run: the proxy's rules phase does that).
     pub fn route_request(&self, host: Option<&[u8]>, path: &str) -> Routed {
-        let Some(index) = self.site_for(host) else {
+        let Some(site) = self.site_for(host) else {
+            return self.routed(None, None);
+        };
+        if self.sites[site].plain {
+            let route = self.sites[site].locations.longest_prefix(path);
+            return self.routed(Some(site), route);
+        }
+        let uri = crate::rules::uri::normalize(path).unwrap_or(std::borrow::Cow::Borrowed(path));
+        let chosen = self.choose(site, &uri);
+        self.routed(Some(site), chosen.index)
+    }
+
+    /// Whether a site routes by plain prefixes with no rules, access or limits anywhere.
+    pub fn is_plain(&self, site: usize) -> bool {
+        self.sites[site].plain
+    }
+
+    /// The location of `site` for the normalised path `uri`.
+    pub fn choose(&self, site: usize, uri: &str) -> Chosen {
+        self.sites[site].locations.choose(uri)
+    }
+
+    /// The longest plain prefix of `site` that `path` starts with.
+    pub fn longest_prefix(&self, site: usize, path: &str) -> Option<usize> {
+        self.sites[site].locations.longest_prefix(path)
+    }
+
+    /// The named location `name` of `site`.
+    pub fn named(&self, site: usize, name: &str) -> Option<usize> {
+        self.sites[site].locations.named(name)
+    }
+
+    /// The policy of a site.
+    pub fn site_policy(&self, site: usize) -> &Policy {
+        self.policy(self.sites[site].policy)
+    }
+
+    /// The policy a route applies (its own, else its site's).
+    pub fn route_policy(&self, site: usize, route: usize) -> &Policy {
+        let s = &self.sites[site];
+        self.policy(s.routes[route].policy.unwrap_or(s.policy))
+    }
+
+    /// Whether only internal redirects reach a route.
+    pub fn is_internal(&self, site: usize, route: usize) -> bool {
+        self.sites[site].routes[route].internal
+    }
+
+    /// The site's first host name (`$server_name`).
+    pub fn server_name(&self, site: usize) -> &str {
+        &self.sites[site].server_name
+    }
+
+    /// What the request path needs to know of a site and route.
+    pub fn routed(&self, site: Option<usize>, route: Option<usize>) -> Routed {
+        let Some(index) = site else {
             return Routed {
                 site: None,
                 target: None,
                 slot: self.labels.len().saturating_sub(1) as u16,
                 compress: false,
+                policy: None,
             };
         };
         let site = &self.sites[index];
-        let route = site
-            .routes
-            .iter()
-            .find(|r| path.starts_with(r.prefix.as_str()));
+        let route = route.and_then(|r| site.routes.get(r));
         Routed {
             site: Some(index as u16),
-            target: route.map(|r| r.target),
+            target: route.and_then(|r| r.target),
             slot: route.map_or(site.unrouted, |r| r.slot),
             compress: route.is_some_and(|r| r.compress),
+            policy: Some(route.and_then(|r| r.policy).unwrap_or(site.policy)),
         }
     }
 
@@ -162,7 +301,8 @@ impl Router {
         self.sites.len()
     }
 
-    fn site_for(&self, host: Option<&[u8]>) -> Option<usize> {
+    /// The site a Host value names: exact, longest wildcard, else the default.
+    pub fn site_for(&self, host: Option<&[u8]>) -> Option<usize> {
         let Some(host) = host else {
             return self.default;
         };
@@ -184,7 +324,7 @@ impl Router {
 }
 
 /// Lower-cases a Host value and strips its port and a trailing dot, into `out`.
-fn normalize_host<'o>(host: &[u8], out: &'o mut [u8; 256]) -> Option<&'o str> {
+pub fn normalize_host<'o>(host: &[u8], out: &'o mut [u8; 256]) -> Option<&'o str> {
     let host = if host.first() == Some(&b'[') {
         let end = host.iter().position(|b| *b == b']')?;
         &host[..=end]
@@ -214,8 +354,11 @@ impl RouterBuilder {
     /// Adds a site named `name` (in metrics); returns its index.
     pub fn add_site(&mut self, name: &str, is_default: bool) -> usize {
         let index = self.router.sites.len();
+        let policy = self.router.policies.len() as u16;
+        self.router.policies.push(Policy::default());
         self.router.sites.push(Site {
             name: name.to_string(),
+            policy,
             ..Site::default()
         });
         if is_default {
@@ -224,9 +367,10 @@ impl RouterBuilder {
         index
     }
 
-    /// Sets the field lines added to every response of a site.
-    pub fn set_headers(&mut self, site: usize, lines: Vec<u8>) {
-        self.router.sites[site].headers = lines;
+    /// Sets a site's policy (its routes without one of their own use it).
+    pub fn set_policy(&mut self, site: usize, policy: Policy) {
+        let index = self.router.sites[site].policy;
+        self.router.policies[usize::from(index)] = policy;
     }
 
     /// Adds a host name (`example.com` or `*.example.com`) to a site.
@@ -240,25 +384,73 @@ impl RouterBuilder {
             None if lower.is_empty() || lower.contains(['*', '/', ' ', ':']) => {
                 return Err(format!("invalid host name {name:?}"))
             }
-            None => (&mut self.router.exact, lower),
+            None => (&mut self.router.exact, lower.clone()),
         };
         match map.insert(key, site) {
             Some(_) => Err(format!("host {name:?} is listed twice")),
-            None => Ok(()),
+            None => {
+                let s = &mut self.router.sites[site];
+                if s.server_name.is_empty() {
+                    s.server_name = lower;
+                }
+                Ok(())
+            }
         }
     }
 
     /// Adds a route by path prefix to a site.
     pub fn add_route(&mut self, site: usize, prefix: &str, target: Target) {
+        let spec = RouteSpec {
+            matcher: Match::Prefix(prefix.to_string()),
+            target: Some(target),
+            compress: false,
+            internal: false,
+            policy: None,
+            nginx: false,
+        };
+        // A plain prefix twice is the config's to refuse; here the first keeps it.
+        let _ = self.add_location(site, spec);
+    }
+
+    /// Adds a route to a site; refuses a location the site has already (nginx's "duplicate
+    /// location").
+    pub fn add_location(&mut self, site: usize, spec: RouteSpec) -> Result<(), String> {
+        let locations = &self.router.sites[site].locations;
+        let same = |m: &Match| match (m, &spec.matcher) {
+            (Match::Prefix(a) | Match::PrefixStop(a), Match::Prefix(b) | Match::PrefixStop(b)) => {
+                a == b
+            }
+            (Match::Exact(a), Match::Exact(b)) | (Match::Named(a), Match::Named(b)) => a == b,
+            _ => false,
+        };
+        if locations.matches.iter().any(same) {
+            return Err(format!("duplicate location {:?}", spec.matcher.label()));
+        }
         let slot = self.router.labels.len() as u16;
         let name = self.router.sites[site].name.clone();
-        self.router.labels.push((name, prefix.to_string()));
-        self.router.sites[site].routes.push(Route {
-            prefix: prefix.to_string(),
-            target,
-            slot,
-            compress: false,
+        self.router.labels.push((name, spec.matcher.label()));
+        let policy = spec.policy.map(|p| {
+            self.router.policies.push(p);
+            (self.router.policies.len() - 1) as u16
         });
+        // nginx's auto-redirect: a prefix ending in `/` whose content is proxied.
+        let redirects = spec.nginx
+            && spec
+                .matcher
+                .prefix()
+                .is_some_and(|p| p.len() > 1 && p.ends_with('/'))
+            && matches!(spec.target, Some(Target::Upstream(_)));
+        let s = &mut self.router.sites[site];
+        s.nginx |= spec.nginx;
+        s.locations.push(spec.matcher, redirects);
+        s.routes.push(Route {
+            target: spec.target,
+            slot,
+            compress: spec.compress,
+            policy,
+            internal: spec.internal,
+        });
+        Ok(())
     }
 
     /// Sets whether the route last added to a site compresses its responses.
@@ -270,11 +462,19 @@ impl RouterBuilder {
 
     /// Finishes the router; the first site is the default when none was marked.
     pub fn build(mut self) -> Router {
+        let policies = &self.router.policies;
         for site in &mut self.router.sites {
-            site.routes
-                .sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+            site.locations.finish();
             site.unrouted = self.router.labels.len() as u16;
             self.router.labels.push((site.name.clone(), String::new()));
+            site.plain = !site.nginx
+                && site.locations.only_prefixes()
+                && policies[usize::from(site.policy)].is_passive()
+                && site.routes.iter().all(|r| {
+                    !r.internal
+                        && r.policy
+                            .is_none_or(|p| policies[usize::from(p)].is_passive())
+                });
         }
         self.router.labels.push((String::new(), String::new()));
         if self.router.default.is_none() && !self.router.sites.is_empty() {

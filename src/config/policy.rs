@@ -1,0 +1,200 @@
+//! The nginx-style keys of sites and routes: `rules` (rewrite, return, if), `access`
+//! (allow, deny), `add_headers`, `add_headers_on_success` and `client_max_body_size`,
+//! compiled into a [`Policy`] with nginx's inheritance (a route with any access rule uses
+//! only its own, the same for fields; the body limit is the route's if set, else the
+//! site's), every problem reported with its line.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{Size, Validator};
+use crate::routing::Policy;
+use crate::rules::access::AccessRule;
+use crate::rules::template::Template;
+use crate::rules::{Rule, RuleSpec};
+
+/// One rule as written: `{ rewrite = "^/a(.*)", to = "/b$1", flag = "last" }`,
+/// `{ return = 301, to = "https://$host$request_uri" }`, `{ return = 200, body = "ok" }`,
+/// any of them with `if = "$request_method = POST"`.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileRule {
+    #[serde(rename = "if")]
+    condition: Option<String>,
+    #[serde(rename = "return")]
+    status: Option<u16>,
+    rewrite: Option<String>,
+    to: Option<String>,
+    body: Option<String>,
+    flag: Option<String>,
+}
+
+/// The policy keys of one site or route, borrowed from its section.
+pub(super) struct PolicyKeys<'a> {
+    pub(super) rules: Option<&'a Vec<Spanned<FileRule>>>,
+    pub(super) access: Option<&'a Spanned<Vec<String>>>,
+    pub(super) add_headers: Option<&'a Spanned<BTreeMap<String, String>>>,
+    pub(super) add_headers_on_success: Option<&'a Spanned<BTreeMap<String, String>>>,
+    pub(super) client_max_body_size: Option<&'a Spanned<Size>>,
+    pub(super) proxy_set_headers: Option<&'a Spanned<BTreeMap<String, String>>>,
+}
+
+impl PolicyKeys<'_> {
+    /// Whether any key is set (a route without any uses its site's policy).
+    pub(super) fn any(&self) -> bool {
+        self.rules.is_some()
+            || self.access.is_some()
+            || self.add_headers.is_some()
+            || self.add_headers_on_success.is_some()
+            || self.client_max_body_size.is_some()
+            || self.proxy_set_headers.is_some()
+    }
+
+    fn has_headers(&self) -> bool {
+        self.add_headers.is_some() || self.add_headers_on_success.is_some()
+    }
+}
+
+impl Validator<'_> {
+    /// A site's policy, or a route's over its site's (`parent`); `names` are the named
+    /// groups of the route's regex, usable in its rules.
+    pub(super) fn build_policy(
+        &mut self,
+        keys: &PolicyKeys<'_>,
+        parent: Option<&Policy>,
+        names: &[&str],
+    ) -> Policy {
+        let rules = keys.rules.map_or(Vec::new(), |rules| {
+            rules.iter().filter_map(|r| self.rule(r, names)).collect()
+        });
+        let access = match keys.access {
+            Some(list) => list
+                .get_ref()
+                .iter()
+                .filter_map(|text| match AccessRule::parse(text) {
+                    Ok(rule) => Some(rule),
+                    Err(e) => {
+                        self.error(list.span().start, format!("access: {e}"));
+                        None
+                    }
+                })
+                .collect(),
+            None => parent.map_or(Vec::new(), |p| p.access.clone()),
+        };
+        let (headers, headers_on_success) = match parent {
+            Some(p) if !keys.has_headers() => (p.headers.clone(), p.headers_on_success.clone()),
+            _ => (
+                self.field_lines("add_headers", keys.add_headers),
+                self.field_lines("add_headers_on_success", keys.add_headers_on_success),
+            ),
+        };
+        let max_body = match keys.client_max_body_size {
+            Some(size) => self.body_limit(size),
+            None => parent.and_then(|p| p.max_body),
+        };
+        let request_fields = match keys.proxy_set_headers {
+            Some(table) => self.request_fields(table, names),
+            None => parent.map_or(Vec::new(), |p| p.request_fields.clone()),
+        };
+        Policy {
+            rules,
+            access,
+            headers,
+            headers_on_success,
+            max_body,
+            request_fields,
+        }
+    }
+
+    fn rule(&mut self, rule: &Spanned<FileRule>, names: &[&str]) -> Option<Rule> {
+        let r = rule.get_ref();
+        let spec = RuleSpec {
+            condition: r.condition.as_deref(),
+            status: r.status,
+            rewrite: r.rewrite.as_deref(),
+            to: r.to.as_deref(),
+            body: r.body.as_deref(),
+            flag: r.flag.as_deref(),
+        };
+        match Rule::compile(&spec, names) {
+            Ok(rule) => Some(rule),
+            Err(e) => {
+                self.error(rule.span().start, format!("rules: {e}"));
+                None
+            }
+        }
+    }
+
+    /// `Name: value\r\n` lines of an `add_headers`-style table.
+    pub(super) fn field_lines(
+        &mut self,
+        key: &str,
+        table: Option<&Spanned<BTreeMap<String, String>>>,
+    ) -> Vec<u8> {
+        let mut lines = Vec::new();
+        let Some(table) = table else {
+            return lines;
+        };
+        for (name, value) in table.get_ref() {
+            match crate::http1::response::field_line(name, value) {
+                Ok(line) => lines.extend_from_slice(&line),
+                Err(e) => self.error(table.span().start, format!("{key}: {e}")),
+            }
+        }
+        lines
+    }
+
+    /// `proxy_set_headers`: names checked (not the fields that frame the message or the
+    /// connection, which the proxy writes itself), values compiled with their variables.
+    fn request_fields(
+        &mut self,
+        table: &Spanned<BTreeMap<String, String>>,
+        names: &[&str],
+    ) -> Vec<(String, Template)> {
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        let mut fields = Vec::new();
+        for (name, value) in table.get_ref() {
+            let at = table.span().start;
+            if name.is_empty() || !name.bytes().all(token) {
+                self.error(
+                    at,
+                    format!("proxy_set_headers: {name:?} is not a header name"),
+                );
+                continue;
+            }
+            let framing = crate::message::is_hop_by_hop(name)
+                || name.eq_ignore_ascii_case("expect")
+                || name.eq_ignore_ascii_case("x-forwarded-for");
+            if framing {
+                let message = format!("proxy_set_headers: {name} is written by the proxy itself");
+                self.error(at, message);
+                continue;
+            }
+            match Template::parse(value, names) {
+                Ok(t) => fields.push((name.clone(), t)),
+                Err(e) => self.error(at, format!("proxy_set_headers: {name}: {e}")),
+            }
+        }
+        fields
+    }
+
+    /// `client_max_body_size`: a size, `0` for no limit.
+    fn body_limit(&mut self, size: &Spanned<Size>) -> Option<u64> {
+        let parsed = match size.get_ref() {
+            Size::Bytes(n) => Some(*n),
+            Size::Text(t) => super::text::parse_size(t),
+        };
+        match parsed {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None => {
+                let message =
+                    "client_max_body_size: use bytes or e.g. \"1m\", \"512k\" (0: no limit)";
+                self.error(size.span().start, message);
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! Phase 2b, the rules: for a site with nginx-style rules, locations, access or limits, the
+//! order nginx runs them in (the site's rewrite rules; the location; its body limit and
+//! auto-redirect; the route's rules, choosing the location again after a `last` or a changed
+//! path, at most 10 times; then `allow`/`deny`). The outcome is the route, the target to send
+//! on when the path or query changed, and an answer when the rules give one. A site of plain
+//! prefix routes with no rules takes the longest prefix and nothing else runs.
+
+use crate::error::Kind;
+use crate::http1::Framing;
+use crate::message::RequestHead;
+use crate::routing::{Routed, Router};
+use crate::rules::template::{Current, Facts};
+use crate::rules::{access, uri, Answer, Step};
+
+/// Changes of path one request may make (nginx's limit: the 11th is a 500).
+const MAX_PATH_CHANGES: usize = 10;
+
+/// What the rules decided for a request.
+pub(super) struct Decision {
+    /// The site and route chosen.
+    pub(super) routed: Routed,
+    /// The target to send on (path and query), when rules changed either.
+    pub(super) target: Option<String>,
+    /// An answer the rules gave instead of the route's content.
+    pub(super) answer: Option<Box<Answered>>,
+    /// A refusal (403, 404 of an internal route, 413, 500 for a cycle, 400 for a bad path).
+    pub(super) refused: Option<Kind>,
+    /// Request fields to set toward the upstream (`proxy_set_headers`), values rendered; an
+    /// empty value removes the field.
+    pub(super) request_fields: Vec<(String, String)>,
+}
+
+/// An answer with what sending it needs of the request.
+pub(super) struct Answered {
+    pub(super) answer: Answer,
+    /// The request's host, lower-cased, without its port (empty if none).
+    pub(super) host: String,
+    /// The path when the rules answered (its extension types a `return`'s text).
+    pub(super) path: String,
+}
+
+/// Who is asking, for the variables and access rules.
+pub(super) struct Client<'a> {
+    /// The client's address.
+    pub(super) ip: std::net::IpAddr,
+    /// The same as text.
+    pub(super) ip_text: &'a str,
+    /// The client spoke TLS.
+    pub(super) https: bool,
+    /// The local port it connected to (read only if a rule needs it).
+    pub(super) local_port: &'a dyn Fn() -> u16,
+}
+
+impl Decision {
+    fn route(routed: Routed) -> Decision {
+        Decision {
+            routed,
+            target: None,
+            answer: None,
+            refused: None,
+            request_fields: Vec::new(),
+        }
+    }
+}
+
+/// Runs the rules of the request's site.
+pub(super) fn decide(router: &Router, head: &RequestHead<'_, '_>, client: &Client<'_>) -> Decision {
+    let Some(site) = router.site_for(head.host) else {
+        return Decision::route(router.routed(None, None));
+    };
+    if router.is_plain(site) {
+        let route = router.longest_prefix(site, &head.path);
+        return Decision::route(router.routed(Some(site), route));
+    }
+    let path = match uri::normalize(&head.path) {
+        Ok(p) => p,
+        Err(reason) => {
+            let mut d = Decision::route(router.routed(Some(site), None));
+            d.refused = Some(Kind::BadRequest(reason));
+            return d;
+        }
+    };
+    let args = head.path.split_once('?').map_or("", |(_, q)| q);
+    let mut host_buf = [0u8; 256];
+    let host = head
+        .host
+        .and_then(|h| crate::routing::normalize_host(h, &mut host_buf))
+        .unwrap_or("");
+    let facts = Facts {
+        method: head.method,
+        request_uri: &head.path,
+        host,
+        scheme: if client.https { "https" } else { "http" },
+        server_name: router.server_name(site),
+        server_port: client.local_port,
+        remote_addr: client.ip_text,
+        headers: head.headers,
+    };
+    let mut current = Current {
+        uri: path.to_string(),
+        args: args.to_string(),
+        captures: None,
+    };
+    let (mut d, answer) = locate(router, site, head, &facts, &mut current);
+    if let Some(mut answer) = answer {
+        // A Location carries decoded path bytes and captures: never a control byte or space.
+        if let Some(location) = answer.location.take() {
+            let mut safe = String::with_capacity(location.len());
+            uri::escape_query(&location, &mut safe);
+            answer.location = Some(safe);
+        }
+        d.answer = Some(Box::new(Answered {
+            answer,
+            host: host.to_string(),
+            path: current.uri,
+        }));
+        return d;
+    }
+    if d.refused.is_some() {
+        return d;
+    }
+    if !current.uri.starts_with('/') && current.uri != *path {
+        // nginx answers an empty rewritten path with 500; one without a leading `/` cannot
+        // be sent on either.
+        d.refused = Some(Kind::RewriteFailed);
+        return d;
+    }
+    let policy = router.policy(d.routed.policy.unwrap_or_default());
+    if !access::allowed(&policy.access, client.ip) {
+        d.refused = Some(Kind::AccessDenied);
+        return d;
+    }
+    for (name, value) in &policy.request_fields {
+        let rendered = value.to_string(&facts, &current);
+        // A decoded path or a capture may hold control bytes: never into a field line.
+        let safe = rendered.replace(|c: char| c.is_ascii_control() && c != '\t', " ");
+        d.request_fields
+            .push((name.clone(), safe.trim().to_string()));
+    }
+    if current.uri != *path || current.args != args {
+        let mut target = String::with_capacity(current.uri.len() + current.args.len() + 1);
+        uri::escape(&current.uri, &mut target);
+        if !current.args.is_empty() {
+            target.push('?');
+            uri::escape_query(&current.args, &mut target);
+        }
+        d.target = Some(target);
+    }
+    d
+}
+
+/// The site's rules, then the location and its rules until the path settles: the route, or
+/// a refusal, and the answer the rules gave if any.
+fn locate(
+    router: &Router,
+    site: usize,
+    head: &RequestHead<'_, '_>,
+    facts: &Facts<'_>,
+    current: &mut Current,
+) -> (Decision, Option<Answer>) {
+    let answered = |routed, answer| (Decision::route(routed), Some(answer));
+    let refused = |routed, kind| {
+        let mut d = Decision::route(routed);
+        d.refused = Some(kind);
+        (d, None)
+    };
+    let routed = |r| (Decision::route(r), None);
+    if let Step::Answer(a) = crate::rules::run(&router.site_policy(site).rules, facts, current) {
+        return answered(router.routed(Some(site), None), a);
+    }
+    let mut internal = false;
+    for _ in 0..=MAX_PATH_CHANGES {
+        let chosen = router.choose(site, &current.uri);
+        if chosen.redirect_to_slash {
+            let mut location = format!("{}/", current.uri);
+            if !current.args.is_empty() {
+                location.push('?');
+                location.push_str(&current.args);
+            }
+            let answer = Answer {
+                status: 301,
+                location: Some(location),
+                body: None,
+            };
+            return answered(router.routed(Some(site), None), answer);
+        }
+        let Some(route) = chosen.index else {
+            return routed(router.routed(Some(site), None));
+        };
+        let chosen_route = router.routed(Some(site), Some(route));
+        if router.is_internal(site, route) && !internal {
+            return refused(router.routed(Some(site), None), Kind::NoRoute);
+        }
+        let policy = router.route_policy(site, route);
+        if let (Some(max), Framing::Length(n)) = (policy.max_body, head.framing) {
+            if n > max {
+                return refused(chosen_route, Kind::BodyOverLimit);
+            }
+        }
+        if chosen.captures.is_some() {
+            current.captures = chosen.captures;
+        }
+        let before = current.uri.clone();
+        match crate::rules::run(&policy.rules, facts, current) {
+            Step::Answer(a) => return answered(chosen_route, a),
+            Step::Break => return routed(chosen_route),
+            Step::Done if before == current.uri => return routed(chosen_route),
+            Step::Done | Step::Last => internal = true,
+        }
+    }
+    refused(router.routed(Some(site), None), Kind::RewriteFailed)
+}
+
+/// Sends the answer the rules gave: a redirect (its Location made absolute as nginx makes
+/// it: the request's host without its port, the connection's local port unless it is the
+/// scheme's default), a `return`'s text (typed by the path's extension, else `text/plain`),
+/// an empty 2xx, or the proxy's own page for other codes; `444` closes with no answer.
+pub(super) async fn send_answer(
+    cx: &super::Ctx<'_>,
+    client: &mut super::Client,
+    answered: &Answered,
+) -> Result<super::Outcome, crate::error::Error> {
+    let answer = &answered.answer;
+    use crate::http1::response::{put_status_line, reason_phrase, simple_response};
+    let p = cx.request;
+    cx.worker
+        .counters
+        .inc(crate::observe::metrics::Counter::RuleAnswers);
+    let keep_alive = p.keep_alive && p.framing == Framing::Empty && !cx.worker.shutting_down();
+    if answer.status == 444 {
+        return Ok(super::Outcome {
+            status: 444,
+            body_bytes: 0,
+            keep_alive: false,
+        });
+    }
+    let body: Vec<u8> = match (&answer.body, &answer.location) {
+        (Some(text), _) => text.clone().into_bytes(),
+        (None, _) if answer.status >= 300 => simple_response(answer.status, true, false).1,
+        (None, _) => Vec::new(),
+    };
+    let mut text = Vec::with_capacity(256);
+    put_status_line(
+        &mut text,
+        1,
+        answer.status,
+        Some(reason_phrase(answer.status)),
+    );
+    text.extend_from_slice(b"Server: slipstream\r\n");
+    crate::http1::date::put_date(&mut text);
+    if let Some(location) = &answer.location {
+        text.extend_from_slice(b"Location: ");
+        text.extend_from_slice(absolute(location, answered, p.https, client).as_bytes());
+        text.extend_from_slice(b"\r\n");
+    }
+    if !body.is_empty() {
+        text.extend_from_slice(b"Content-Type: ");
+        text.extend_from_slice(content_type(&answered.path).as_bytes());
+        text.extend_from_slice(b"\r\n");
+    }
+    text.extend_from_slice(b"Content-Length: ");
+    crate::http1::put_decimal(&mut text, body.len() as u64);
+    text.extend_from_slice(if keep_alive {
+        b"\r\n\r\n".as_slice()
+    } else {
+        b"\r\nConnection: close\r\n\r\n".as_slice()
+    });
+    cx.add_response_fields(&mut text, 0);
+    let framing = crate::message::Framing::Length(body.len() as u64);
+    let head = crate::message::ClientHead::new(answer.status, framing, text);
+    let body: &[u8] = if p.is_head { &[] } else { &body };
+    let timeout = cx.config().limits.client_body_timeout;
+    crate::net::io::write_head(&mut client.stream, &head, &[body], timeout)
+        .await
+        .map_err(|_| crate::error::Error::new(Kind::ClientClosed))?;
+    Ok(super::Outcome {
+        status: answer.status,
+        body_bytes: body.len() as u64,
+        keep_alive,
+    })
+}
+
+/// A `return`'s body type: by the path's extension, else `text/plain`.
+fn content_type(path: &str) -> String {
+    mime_guess::from_path(path)
+        .first_raw()
+        .map_or("text/plain".to_string(), str::to_string)
+}
+
+/// A Location starting with `/` made absolute from the request's host and the connection.
+fn absolute(location: &str, answered: &Answered, https: bool, client: &super::Client) -> String {
+    if !location.starts_with('/') {
+        return location.to_string();
+    }
+    let scheme = if https { "https" } else { "http" };
+    let local = client.stream.local_addr();
+    let host = match answered.host.as_str() {
+        "" => match local {
+            Some(std::net::SocketAddr::V6(a)) => format!("[{}]", a.ip()),
+            Some(a) => a.ip().to_string(),
+            None => "localhost".to_string(),
+        },
+        h => h.to_string(),
+    };
+    let port = local.map_or(0, |a| a.port());
+    let default = if https { 443 } else { 80 };
+    if port == default || port == 0 {
+        format!("{scheme}://{host}{location}")
+    } else {
+        format!("{scheme}://{host}:{port}{location}")
+    }
+}

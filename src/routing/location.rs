@@ -1,0 +1,279 @@
+//! nginx's locations: how a route's `location` is written (`= /x`, `^~ /x`, `~ re`, `~* re`,
+//! `@name`, `/x`) and how one is chosen for a path, in nginx's order:
+//!
+//! 1. an exact location equal to the path wins outright;
+//! 2. otherwise the longest prefix location is remembered; a prefix location ending in `/`
+//!    that proxies, named by the path plus `/`, answers a 301 to it (nginx's auto-redirect);
+//! 3. unless the remembered prefix is `^~`, regex locations are tried in config order and
+//!    the first that matches wins (its groups become `$1..$9` and named variables);
+//! 4. otherwise the remembered prefix wins; with none, no route.
+//!
+//! Named locations are never chosen by path: only `try_files` fallbacks and rules reach them.
+
+use crate::rules::pattern::{Captures, Pattern};
+
+/// How a route matches paths.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Match {
+    /// `/x`: paths starting with it; the longest wins, regexes may override it.
+    Prefix(String),
+    /// `^~ /x`: as `Prefix`, and when it is the longest no regex is tried.
+    PrefixStop(String),
+    /// `= /x`: only this path, before anything else.
+    Exact(String),
+    /// `~ re` (or `~* re`, compiled caseless): in config order after the prefixes.
+    Regex(Pattern),
+    /// `@name`: only by name.
+    Named(String),
+}
+
+impl Match {
+    /// Parses a `location` value.
+    pub fn parse(text: &str) -> Result<Match, String> {
+        let text = text.trim();
+        let (modifier, rest) = match text.split_once(char::is_whitespace) {
+            Some((m, r)) if matches!(m, "=" | "^~" | "~" | "~*") => (m, r.trim_start()),
+            _ => match text.strip_prefix('=') {
+                // nginx also reads `=/x`.
+                Some(r) if r.starts_with('/') => ("=", r),
+                _ => ("", text),
+            },
+        };
+        let path = |p: &str| -> Result<String, String> {
+            if p.starts_with('/') {
+                Ok(p.to_string())
+            } else {
+                Err(format!("location {text:?}: a path must start with '/'"))
+            }
+        };
+        Ok(match modifier {
+            "=" => Match::Exact(path(rest)?),
+            "^~" => Match::PrefixStop(path(rest)?),
+            "~" | "~*" => Match::Regex(
+                Pattern::new(rest, modifier == "~*")
+                    .map_err(|e| format!("location {text:?}: {e}"))?,
+            ),
+            _ => match rest.strip_prefix('@') {
+                Some(name) if !name.is_empty() => Match::Named(name.to_string()),
+                Some(_) => return Err(format!("location {text:?}: a named location needs a name")),
+                None => Match::Prefix(path(rest)?),
+            },
+        })
+    }
+
+    /// The location as a label (metrics, logs): the way it was written.
+    pub fn label(&self) -> String {
+        match self {
+            Match::Prefix(p) => p.clone(),
+            Match::PrefixStop(p) => format!("^~ {p}"),
+            Match::Exact(p) => format!("= {p}"),
+            Match::Regex(r) => format!("~ {}", r.source()),
+            Match::Named(n) => format!("@{n}"),
+        }
+    }
+
+    /// The prefix of a prefix location.
+    pub fn prefix(&self) -> Option<&str> {
+        match self {
+            Match::Prefix(p) | Match::PrefixStop(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// The locations of one site, indexed for choosing.
+#[derive(Debug, Clone, Default)]
+pub struct Locations {
+    /// Every location, in config order.
+    pub matches: Vec<Match>,
+    /// Whether each may answer nginx's auto-redirect (a prefix ending in `/` that proxies).
+    pub redirects: Vec<bool>,
+    /// Prefix locations, longest first.
+    prefixes: Vec<usize>,
+    /// Regex locations, in config order.
+    regexes: Vec<usize>,
+    /// Exact locations.
+    exact: Vec<usize>,
+}
+
+/// The location chosen for a path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Chosen {
+    /// Its index in config order.
+    pub index: Option<usize>,
+    /// The groups of the regex location that matched.
+    pub captures: Option<Captures>,
+    /// The path is a proxying prefix location's name without its final `/`: answer 301.
+    pub redirect_to_slash: bool,
+}
+
+impl Locations {
+    /// Adds a location; `redirects` when it may answer the auto-redirect.
+    pub fn push(&mut self, matcher: Match, redirects: bool) {
+        let i = self.matches.len();
+        match &matcher {
+            Match::Prefix(_) | Match::PrefixStop(_) => self.prefixes.push(i),
+            Match::Regex(_) => self.regexes.push(i),
+            Match::Exact(_) => self.exact.push(i),
+            Match::Named(_) => {}
+        }
+        self.matches.push(matcher);
+        self.redirects.push(redirects);
+    }
+
+    /// Sorts the prefixes longest first (stable: among equals, the first written wins).
+    pub fn finish(&mut self) {
+        let matches = &self.matches;
+        self.prefixes
+            .sort_by_key(|&i| std::cmp::Reverse(matches[i].prefix().map_or(0, str::len)));
+    }
+
+    /// Whether only plain prefixes are configured (routing is then a prefix test).
+    pub fn only_prefixes(&self) -> bool {
+        self.regexes.is_empty()
+            && self.exact.is_empty()
+            && self.prefixes.len() == self.matches.len()
+            && self.redirects.iter().all(|r| !r)
+            && self.matches.iter().all(|m| matches!(m, Match::Prefix(_)))
+    }
+
+    /// The longest prefix location `path` starts with (plain prefixes only: the fast path).
+    pub fn longest_prefix(&self, path: &str) -> Option<usize> {
+        self.prefixes.iter().copied().find(|&i| {
+            self.matches[i]
+                .prefix()
+                .is_some_and(|p| path.starts_with(p))
+        })
+    }
+
+    /// Chooses the location for the normalised path `uri`, in nginx's order.
+    pub fn choose(&self, uri: &str) -> Chosen {
+        if let Some(&i) = self
+            .exact
+            .iter()
+            .find(|&&i| matches!(&self.matches[i], Match::Exact(p) if p == uri))
+        {
+            return Chosen {
+                index: Some(i),
+                ..Chosen::default()
+            };
+        }
+        let redirect_to_slash = self.prefixes.iter().any(|&i| {
+            self.redirects[i]
+                && self.matches[i]
+                    .prefix()
+                    .is_some_and(|p| p.len() == uri.len() + 1 && p.starts_with(uri))
+        });
+        if redirect_to_slash {
+            return Chosen {
+                redirect_to_slash,
+                ..Chosen::default()
+            };
+        }
+        let prefix = self.longest_prefix(uri);
+        if let Some(i) = prefix {
+            if matches!(self.matches[i], Match::PrefixStop(_)) {
+                return Chosen {
+                    index: Some(i),
+                    ..Chosen::default()
+                };
+            }
+        }
+        for &i in &self.regexes {
+            if let Match::Regex(pattern) = &self.matches[i] {
+                if let Some(captures) = pattern.captures(uri) {
+                    return Chosen {
+                        index: Some(i),
+                        captures: Some(captures),
+                        redirect_to_slash: false,
+                    };
+                }
+            }
+        }
+        Chosen {
+            index: prefix,
+            ..Chosen::default()
+        }
+    }
+
+    /// The named location `name`.
+    pub fn named(&self, name: &str) -> Option<usize> {
+        self.matches
+            .iter()
+            .position(|m| matches!(m, Match::Named(n) if n == name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn locations(list: &[&str], proxied: &[bool]) -> Locations {
+        let mut l = Locations::default();
+        for (i, text) in list.iter().enumerate() {
+            l.push(
+                Match::parse(text).unwrap(),
+                proxied.get(i).copied().unwrap_or(false),
+            );
+        }
+        l.finish();
+        l
+    }
+
+    /// http_location.t's order: exact, then `^~`, then regexes in order, then the longest
+    /// prefix; case matters except for `~*`.
+    #[test]
+    fn nginx_selection_order() {
+        let l = locations(
+            &[
+                "= /",
+                "/",
+                "/images/",
+                "^~ /static/",
+                "~ \\.(gif|jpg)$",
+                "~* \\.PNG$",
+                "/documents/",
+                "~ ^/documents/(?<doc>.+)\\.pdf$",
+                "@fallback",
+                "=/exact",
+            ],
+            &[],
+        );
+        let pick = |uri: &str| l.choose(uri).index;
+        assert_eq!(pick("/"), Some(0));
+        assert_eq!(pick("/index.html"), Some(1));
+        assert_eq!(pick("/images/a.txt"), Some(2));
+        assert_eq!(pick("/images/a.gif"), Some(4));
+        assert_eq!(pick("/static/a.gif"), Some(3));
+        assert_eq!(pick("/x/a.png"), Some(5));
+        assert_eq!(pick("/x/a.PnG"), Some(5));
+        assert_eq!(pick("/x/a.GIF"), Some(1));
+        assert_eq!(pick("/documents/a.gif"), Some(4));
+        let c = l.choose("/documents/report.pdf");
+        assert_eq!(c.index, Some(7));
+        assert_eq!(c.captures.unwrap().named("doc"), Some("report"));
+        assert_eq!(pick("/exact"), Some(9));
+        assert_eq!(pick("/exact/"), Some(1));
+        assert_eq!(l.named("fallback"), Some(8));
+        assert!(!l.only_prefixes());
+    }
+
+    #[test]
+    fn auto_redirect_for_proxying_prefixes() {
+        let l = locations(&["/", "/api/", "~ ^/api"], &[false, true, false]);
+        let c = l.choose("/api");
+        assert!(c.redirect_to_slash);
+        assert_eq!(c.index, None);
+        assert_eq!(l.choose("/api/x").index, Some(2));
+        let l = locations(&["= /api", "/api/"], &[false, true]);
+        assert_eq!(l.choose("/api").index, Some(0));
+    }
+
+    #[test]
+    fn bad_locations_are_refused() {
+        for bad in ["~ (", "= x", "@", "x", "^~ x"] {
+            assert!(Match::parse(bad).is_err(), "{bad}");
+        }
+        assert!(locations(&["/", "/a/"], &[]).only_prefixes());
+    }
+}

@@ -1,0 +1,305 @@
+//! nginx's variables in rule texts (`https://$host$request_uri`, `/new/$1`): parsed once at
+//! load into literal text and variable references, rendered per request from [`Facts`]. A
+//! variable is only looked at when a rule that names it runs, so unused ones cost nothing.
+
+use super::pattern::Captures;
+use crate::message::Field;
+
+/// One variable a text may name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Var {
+    /// `$host`: the request's host, lower-cased, without its port.
+    Host,
+    /// `$uri`: the current path, decoded and normalised (changed by rewrites).
+    Uri,
+    /// `$request_uri`: the target as the client sent it.
+    RequestUri,
+    /// `$args` (and `$query_string`): the current query, without `?`.
+    Args,
+    /// `$is_args`: `?` when there is a query, else empty.
+    IsArgs,
+    /// `$arg_NAME`: one query parameter, raw.
+    Arg(Box<str>),
+    /// `$scheme`: `http` or `https`.
+    Scheme,
+    /// `$server_name`: the site's first host name.
+    ServerName,
+    /// `$server_port`: the port the client connected to.
+    ServerPort,
+    /// `$remote_addr`: the client's address.
+    RemoteAddr,
+    /// `$request_method`.
+    RequestMethod,
+    /// `$http_NAME`: the first request field named NAME (`_` for `-`, any case).
+    Http(Box<str>),
+    /// `$cookie_NAME`: one cookie's value.
+    Cookie(Box<str>),
+    /// `$1` to `$9`: a group of the last regular expression that matched.
+    Capture(usize),
+    /// A named group of the last regular expression that matched.
+    Named(Box<str>),
+}
+
+/// A text with variables, as compiled at load.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Template {
+    parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Text(String),
+    Var(Var),
+}
+
+/// What the variables of one request read.
+pub struct Facts<'a> {
+    /// The request method.
+    pub method: &'a str,
+    /// The target as received.
+    pub request_uri: &'a str,
+    /// The host, lower-cased, without its port (empty when none was sent).
+    pub host: &'a str,
+    /// `http` or `https`.
+    pub scheme: &'static str,
+    /// The site's first host name.
+    pub server_name: &'a str,
+    /// The port the client connected to, read only when a text names it.
+    pub server_port: &'a dyn Fn() -> u16,
+    /// The client's address as text.
+    pub remote_addr: &'a str,
+    /// The request's fields.
+    pub headers: &'a [Field<'a>],
+}
+
+/// The parts of a request that rules change: the path, the query and the last captures.
+#[derive(Debug, Clone, Default)]
+pub struct Current {
+    /// `$uri`.
+    pub uri: String,
+    /// `$args`.
+    pub args: String,
+    /// The groups of the last regular expression evaluated (none after a failed one).
+    pub captures: Option<Captures>,
+}
+
+impl Template {
+    /// Parses nginx's `$name` and `${name}` references; `names` are the named groups the
+    /// surrounding regular expressions define. Unknown variables are refused.
+    pub fn parse(text: &str, names: &[&str]) -> Result<Template, String> {
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find('$') {
+            literal.push_str(&rest[..at]);
+            rest = &rest[at + 1..];
+            let (name, after) = if let Some(braced) = rest.strip_prefix('{') {
+                let end = braced
+                    .find('}')
+                    .ok_or_else(|| format!("unterminated ${{ in {text:?}"))?;
+                (&braced[..end], &braced[end + 1..])
+            } else if rest.starts_with(|c: char| c.is_ascii_digit()) {
+                rest.split_at(1)
+            } else {
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                rest.split_at(end)
+            };
+            if name.is_empty() {
+                return Err(format!("a $ without a variable name in {text:?}"));
+            }
+            if !literal.is_empty() {
+                parts.push(Part::Text(std::mem::take(&mut literal)));
+            }
+            parts.push(Part::Var(variable(name, names)?));
+            rest = after;
+        }
+        literal.push_str(rest);
+        if !literal.is_empty() {
+            parts.push(Part::Text(literal));
+        }
+        Ok(Template { parts })
+    }
+
+    /// Whether the text starts with `prefix` before any variable, or with `$scheme`.
+    pub fn is_url(&self) -> bool {
+        match self.parts.first() {
+            Some(Part::Text(t)) => t.starts_with("http://") || t.starts_with("https://"),
+            Some(Part::Var(Var::Scheme)) => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the text names `var`.
+    pub fn uses(&self, var: &Var) -> bool {
+        self.parts
+            .iter()
+            .any(|p| matches!(p, Part::Var(v) if v == var))
+    }
+
+    /// Appends the text, variables read from `facts` and `current`, to `out`.
+    pub fn render(&self, facts: &Facts<'_>, current: &Current, out: &mut String) {
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => out.push_str(t),
+                Part::Var(v) => value(v, facts, current, out),
+            }
+        }
+    }
+
+    /// The text rendered into a new string.
+    pub fn to_string(&self, facts: &Facts<'_>, current: &Current) -> String {
+        let mut out = String::new();
+        self.render(facts, current, &mut out);
+        out
+    }
+}
+
+/// The variable called `name`.
+fn variable(name: &str, groups: &[&str]) -> Result<Var, String> {
+    let owned = |s: &str| s.to_ascii_lowercase().into_boxed_str();
+    Ok(match name {
+        "host" => Var::Host,
+        "uri" | "document_uri" => Var::Uri,
+        "request_uri" => Var::RequestUri,
+        "args" | "query_string" => Var::Args,
+        "is_args" => Var::IsArgs,
+        "scheme" => Var::Scheme,
+        "server_name" => Var::ServerName,
+        "server_port" => Var::ServerPort,
+        "remote_addr" => Var::RemoteAddr,
+        "request_method" => Var::RequestMethod,
+        _ if name.len() == 1 && name.as_bytes()[0].is_ascii_digit() => {
+            Var::Capture(usize::from(name.as_bytes()[0] - b'0'))
+        }
+        _ if groups.contains(&name) => Var::Named(name.into()),
+        _ => {
+            if let Some(arg) = name.strip_prefix("arg_") {
+                Var::Arg(owned(arg))
+            } else if let Some(field) = name.strip_prefix("http_") {
+                Var::Http(owned(&field.replace('_', "-")))
+            } else if let Some(cookie) = name.strip_prefix("cookie_") {
+                Var::Cookie(cookie.into())
+            } else {
+                return Err(format!("unknown variable ${name}"));
+            }
+        }
+    })
+}
+
+/// Appends one variable's value.
+fn value(var: &Var, facts: &Facts<'_>, current: &Current, out: &mut String) {
+    let group = |i: usize| current.captures.as_ref().map_or("", |c| c.group(i));
+    match var {
+        Var::Host => out.push_str(facts.host),
+        Var::Uri => out.push_str(&current.uri),
+        Var::RequestUri => out.push_str(facts.request_uri),
+        Var::Args => out.push_str(&current.args),
+        Var::IsArgs => {
+            if !current.args.is_empty() {
+                out.push('?');
+            }
+        }
+        Var::Arg(name) => out.push_str(query_param(&current.args, name).unwrap_or("")),
+        Var::Scheme => out.push_str(facts.scheme),
+        Var::ServerName => out.push_str(facts.server_name),
+        Var::ServerPort => {
+            use std::fmt::Write;
+            let _ = write!(out, "{}", (facts.server_port)());
+        }
+        Var::RemoteAddr => out.push_str(facts.remote_addr),
+        Var::RequestMethod => out.push_str(facts.method),
+        Var::Http(name) => {
+            if let Some(f) = facts
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name))
+            {
+                out.push_str(&String::from_utf8_lossy(f.value));
+            }
+        }
+        Var::Cookie(name) => {
+            if let Some(v) = cookie(facts.headers, name) {
+                out.push_str(&String::from_utf8_lossy(v));
+            }
+        }
+        Var::Capture(i) => out.push_str(group(*i)),
+        Var::Named(name) => {
+            let named = current.captures.as_ref().and_then(|c| c.named(name));
+            out.push_str(named.unwrap_or(""));
+        }
+    }
+}
+
+/// The raw value of query parameter `name` (any case, as nginx compares them).
+fn query_param<'a>(args: &'a str, name: &str) -> Option<&'a str> {
+    args.split('&').find_map(|pair| {
+        let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
+        n.eq_ignore_ascii_case(name).then_some(v)
+    })
+}
+
+/// The value of cookie `name` in the request's Cookie fields.
+fn cookie<'a>(headers: &[Field<'a>], name: &str) -> Option<&'a [u8]> {
+    headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("cookie"))
+        .flat_map(|h| h.value.split(|&b| b == b';'))
+        .find_map(|pair| {
+            let pair = pair.trim_ascii_start();
+            let eq = pair.iter().position(|&b| b == b'=')?;
+            pair[..eq]
+                .eq_ignore_ascii_case(name.as_bytes())
+                .then(|| &pair[eq + 1..])
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_request_variables_and_captures() {
+        let headers = [
+            Field {
+                name: "User-Agent",
+                value: b"curl/8",
+            },
+            Field {
+                name: "Cookie",
+                value: b"a=1; session=xyz",
+            },
+        ];
+        let port = || 8080;
+        let facts = Facts {
+            method: "GET",
+            request_uri: "/a%20b?x=1&Y=2",
+            host: "example.com",
+            scheme: "https",
+            server_name: "example.com",
+            server_port: &port,
+            remote_addr: "10.0.0.1",
+            headers: &headers,
+        };
+        let p = super::super::pattern::Pattern::new("^/(?<w>a) (b)$", false).unwrap();
+        let current = Current {
+            uri: "/a b".into(),
+            args: "x=1&Y=2".into(),
+            captures: p.captures("/a b"),
+        };
+        let t = Template::parse(
+            "$scheme://${host}:$server_port$request_uri|$uri$is_args$args|$arg_y|$http_user_agent|$cookie_session|$1$2$w$9|$remote_addr $request_method",
+            &["w"],
+        )
+        .unwrap();
+        assert_eq!(
+            t.to_string(&facts, &current),
+            "https://example.com:8080/a%20b?x=1&Y=2|/a b?x=1&Y=2|2|curl/8|xyz|aba|10.0.0.1 GET"
+        );
+        assert!(t.is_url());
+        assert!(Template::parse("$nosuch", &[]).is_err());
+        assert!(Template::parse("a$", &[]).is_err());
+        assert!(Template::parse("${host", &[]).is_err());
+    }
+}

@@ -1,0 +1,384 @@
+//! Differential tests against Debian's nginx: the same site file runs under nginx and, through
+//! `slipstream import`, under slipstream; the same requests must get the same status, the
+//! same Location (ports aside: each listens on its own), the same chosen fields, and the same
+//! body wherever the body is the config's or the upstream's. Deliberate differences are
+//! listed where they apply:
+//! - error and redirect pages: nginx writes HTML pages, slipstream a one-line text (the body
+//!   of a 3xx, 4xx or 5xx without a configured text is not compared);
+//! - the Server field.
+
+use std::io::{BufReader, Write};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+
+use crate::support::{
+    connect, eventually, free_port, read_response, response, temp_path, Reply, Upstream,
+};
+
+/// One request of a case.
+struct Ask {
+    method: &'static str,
+    path: &'static str,
+    /// Extra request fields, as lines ending in `\r\n`.
+    fields: &'static str,
+    body: &'static str,
+}
+
+const fn get(path: &'static str) -> Ask {
+    Ask {
+        method: "GET",
+        path,
+        fields: "",
+        body: "",
+    }
+}
+
+/// What is compared of one answer.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen {
+    status: u16,
+    location: Option<String>,
+    fields: Vec<(String, Option<String>)>,
+    content_type: Option<String>,
+    /// Compared for 2xx answers, and for others with a configured text.
+    body: Option<String>,
+}
+
+fn ask(addr: SocketAddr, a: &Ask, compared: &[&str]) -> Seen {
+    let s = connect(addr);
+    let mut w = s.try_clone().unwrap();
+    let mut reader = BufReader::new(s);
+    let length = if a.body.is_empty() && a.method == "GET" {
+        String::new()
+    } else {
+        format!("Content-Length: {}\r\n", a.body.len())
+    };
+    write!(
+        w,
+        "{} {} HTTP/1.1\r\nHost: example.com\r\n{}{length}Connection: close\r\n\r\n{}",
+        a.method, a.path, a.fields, a.body
+    )
+    .unwrap();
+    let r = read_response(&mut reader, a.method == "HEAD").expect("an answer");
+    let port = |v: &str| {
+        // Each server has its own port: compare without it.
+        match v.split_once("://") {
+            Some((scheme, rest)) => {
+                let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+                let host = authority.split(':').next().unwrap_or_default();
+                let has_port = authority.contains(':');
+                format!(
+                    "{scheme}://{host}{}{path}",
+                    if has_port { ":PORT" } else { "" }
+                )
+            }
+            None => v.to_string(),
+        }
+    };
+    let text = String::from_utf8_lossy(&r.body).to_string();
+    Seen {
+        status: r.status,
+        location: r.header("location").map(port),
+        fields: compared
+            .iter()
+            .map(|n| (n.to_string(), r.header(n).map(str::to_string)))
+            .collect(),
+        content_type: (r.status == 200)
+            .then(|| r.header("content-type").map(str::to_string))
+            .flatten(),
+        body: (r.status < 300).then_some(text),
+    }
+}
+
+/// nginx running a site file (with `{listen}` and `{backend}` filled in).
+struct Nginx(Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_nginx(dir: &std::path::Path, site: &str, port: u16) -> Nginx {
+    let d = dir.display();
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    std::fs::write(dir.join("nginx-site.conf"), site).unwrap();
+    let conf = format!(
+        "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/logs/error.log;\n\
+         events {{ worker_connections 64; }}\n\
+         http {{ access_log off; include /etc/nginx/mime.types; default_type text/plain;\n  client_body_temp_path {d}/cb; proxy_temp_path {d}/pt;\n\
+           fastcgi_temp_path {d}/ft; uwsgi_temp_path {d}/ut; scgi_temp_path {d}/st;\n\
+           include {d}/nginx-site.conf; }}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let child = Command::new("/usr/sbin/nginx")
+        .args(["-p", &d.to_string(), "-c", &format!("{d}/nginx.conf")])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx is installed (.ci/test-tools installs it)");
+    assert!(eventually(|| std::net::TcpStream::connect((
+        "127.0.0.1",
+        port
+    ))
+    .is_ok()));
+    Nginx(child)
+}
+
+/// slipstream on `slipstream import` of the site file.
+fn start_slipstream(dir: &std::path::Path, site: &str) -> slipstream::server::Server {
+    start_slipstream_with(dir, site, "")
+}
+
+/// As [`start_slipstream`], with `listener` added to each imported `[[listen]]` table.
+fn start_slipstream_with(
+    dir: &std::path::Path,
+    site: &str,
+    listener: &str,
+) -> slipstream::server::Server {
+    let path = dir.join("slipstream-site.conf");
+    std::fs::write(&path, site).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_slipstream"))
+        .arg("import")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let toml = String::from_utf8(out.stdout).unwrap();
+    let notes = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "import failed: {notes}");
+    assert!(!notes.contains("not translated"), "{notes}\n{toml}");
+    let toml =
+        format!("workers = 1\n{toml}").replace("[[listen]]\n", &format!("[[listen]]\n{listener}"));
+    let config = slipstream::config::Config::parse(&toml, "imported.toml")
+        .unwrap_or_else(|e| panic!("{e}\n{toml}"));
+    slipstream::server::Server::start(config).unwrap()
+}
+
+/// Runs `site` under both and compares every request's answer.
+fn compare(name: &str, site: &str, asks: &[Ask], compared: &[&str]) {
+    let backend = Upstream::start(|seen| {
+        let body = format!(
+            "path={} real-ip={:?} custom={:?} dropped={:?}",
+            seen.path(),
+            seen.header("x-real-ip"),
+            seen.header("x-custom"),
+            seen.header("x-drop"),
+        );
+        Reply::Bytes(response(200, body.as_bytes()))
+    });
+    let dir = temp_path(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (nginx_port, our_port) = (free_port(), free_port());
+    let fill = |port: u16| {
+        site.replace("{listen}", &format!("127.0.0.1:{port}"))
+            .replace("{backend}", &backend.addr.to_string())
+    };
+    let _nginx = start_nginx(&dir, &fill(nginx_port), nginx_port);
+    let ours = start_slipstream(&dir, &fill(our_port));
+    let mut differences = Vec::new();
+    for a in asks {
+        let theirs = ask(([127, 0, 0, 1], nginx_port).into(), a, compared);
+        let mine = ask(ours.local_addrs()[0], a, compared);
+        if theirs != mine {
+            differences.push(format!(
+                "{} {} {}\n  nginx:      {theirs:?}\n  slipstream: {mine:?}",
+                a.method, a.path, a.fields
+            ));
+        }
+    }
+    ours.shutdown();
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+const LOCATIONS: &str = r#"
+upstream app { server {backend}; }
+server {
+    listen {listen};
+    server_name example.com;
+    if ($http_x_block = yes) { return 403; }
+    location = /health { return 200 "ok\n"; }
+    location / { proxy_pass http://app; }
+    location ^~ /static/ { return 200 "static $uri"; }
+    location ~ \.(gif|jpg)$ { return 200 "image $1"; }
+    location ~* \.PNG$ { return 200 "png"; }
+    location /api/ { proxy_pass http://app; }
+    location /old/ { rewrite ^/old/(.*)$ /new/$1 permanent; }
+    location /moved { return 301 https://$host$request_uri; }
+    location /found { return 302 /elsewhere; }
+    location /internal-only { internal; return 200 "secret"; }
+    location /go-internal { rewrite ^ /internal-only last; }
+    location /return-first { deny all; return 200 "return runs before access"; }
+    location /denied { deny all; proxy_pass http://app; }
+    location /allowed { allow 127.0.0.1; deny all; proxy_pass http://app; }
+    location /r/ { rewrite ^/r/(.*)$ /p/$1 break; proxy_pass http://app; }
+    location /chain { rewrite ^/chain(.*)$ /api/chained$1 last; }
+    location /method { if ($request_method = POST) { return 405; } return 200 "get"; }
+    location /limit { client_max_body_size 10; proxy_pass http://app; }
+    location /args { return 200 "$arg_a|$args|$is_args|$request_uri|$uri"; }
+    location ~ ^/users/(?<user>[a-z]+)$ { return 200 "user $user"; }
+    location /fields/ {
+        proxy_pass http://app;
+        proxy_set_header X-Real-IP $remote_addr;
+        proxy_set_header X-Custom "$request_method $uri $arg_q";
+        proxy_set_header X-Drop "";
+    }
+}
+"#;
+
+#[test]
+fn locations_rewrites_returns_and_access_as_nginx() {
+    let asks = [
+        get("/health"),
+        get("/health/"),
+        get("/index.html"),
+        get("/static/a.gif"),
+        get("/images/cat.jpg"),
+        get("/images/cat.PnG"),
+        get("/images/cat.GIF"),
+        get("/api"),
+        get("/api?x=1"),
+        get("/api/v1/items?q=2"),
+        get("/old/page?keep=1"),
+        get("/moved?a=b"),
+        get("/found"),
+        get("/internal-only"),
+        get("/go-internal"),
+        get("/return-first"),
+        get("/denied"),
+        get("/allowed"),
+        get("/r/x/y?z=1"),
+        get("/chain/1"),
+        get("/method"),
+        Ask {
+            method: "POST",
+            path: "/method",
+            fields: "",
+            body: "",
+        },
+        Ask {
+            method: "POST",
+            path: "/limit",
+            fields: "",
+            body: "0123456789abcdef",
+        },
+        Ask {
+            method: "POST",
+            path: "/limit",
+            fields: "",
+            body: "0123456789",
+        },
+        get("/args?a=1&b=2"),
+        get("/args"),
+        get("/users/bob"),
+        Ask {
+            method: "GET",
+            path: "/fields/a?q=1",
+            fields: "X-Drop: client\r\nX-Custom: client\r\n",
+            body: "",
+        },
+        Ask {
+            method: "GET",
+            path: "/api/a",
+            fields: "X-Drop: client\r\n",
+            body: "",
+        },
+        get("/users/Bob"),
+        get("/x/../static/b.gif"),
+        get("/static/%2e%2e/images/c.jpg"),
+        get("/%2e%2e/x"),
+        Ask {
+            method: "GET",
+            path: "/health",
+            fields: "X-Block: yes\r\n",
+            body: "",
+        },
+    ];
+    compare("parity-locations", LOCATIONS, &asks, &[]);
+}
+
+const HEADERS: &str = r#"
+server {
+    listen {listen};
+    server_name example.com;
+    add_header X-Site site;
+    add_header X-Site-Always site always;
+    location /own { add_header X-A a; add_header X-B b always; return 200 "own"; }
+    location /own404 { add_header X-A a; add_header X-B b always; return 404; }
+    location /inherit { return 200 "inherit"; }
+    location /inherit403 { return 403; }
+    location /redirect { add_header X-A a; return 302 /x; }
+}
+"#;
+
+#[test]
+fn response_fields_are_inherited_all_or_nothing_as_nginx() {
+    let asks = [
+        get("/own"),
+        get("/own404"),
+        get("/inherit"),
+        get("/inherit403"),
+        get("/redirect"),
+    ];
+    compare(
+        "parity-headers",
+        HEADERS,
+        &asks,
+        &["x-a", "x-b", "x-site", "x-site-always"],
+    );
+}
+
+/// The rules hold for HTTP/2 as for HTTP/1.1: the same site over h2c (curl with prior
+/// knowledge) gives the same status, Location and body as over HTTP/1.1.
+#[test]
+fn rules_answer_http2_requests_alike() {
+    let backend = Upstream::start(|seen| {
+        Reply::Bytes(response(200, format!("path={}", seen.path()).as_bytes()))
+    });
+    let dir = temp_path("parity-h2");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let site = LOCATIONS
+        .replace("{listen}", &format!("127.0.0.1:{port}"))
+        .replace("{backend}", &backend.addr.to_string());
+    let ours = start_slipstream_with(&dir, &site, "h2c = true\n");
+    let addr = ours.local_addrs()[0];
+    for path in [
+        "/health",
+        "/old/page?keep=1",
+        "/api",
+        "/denied",
+        "/go-internal",
+        "/r/x/y?z=1",
+        "/users/bob",
+    ] {
+        let one = ask(addr, &get(path), &[]);
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "-i",
+                "--http2-prior-knowledge",
+                "-H",
+                "Host: example.com",
+            ])
+            .arg(format!("http://{addr}{path}"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        assert!(
+            head.starts_with(&format!("HTTP/2 {} ", one.status)),
+            "{path}: {head}"
+        );
+        let location = head
+            .lines()
+            .find_map(|l| l.strip_prefix("location: "))
+            .map(|l| l.replace(&format!(":{}/", addr.port()), ":PORT/"));
+        assert_eq!(location, one.location, "{path}");
+        if let Some(expected) = one.body {
+            assert_eq!(body, expected, "{path}");
+        }
+    }
+    ours.shutdown();
+}
