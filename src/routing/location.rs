@@ -94,6 +94,9 @@ pub struct Locations {
     regexes: Vec<usize>,
     /// Exact locations.
     exact: Vec<usize>,
+    /// Every regex location in one set, when the `regex` crate takes them all: one pass over
+    /// the path finds which match, and only the first is run for its groups.
+    set: Option<regex::RegexSet>,
 }
 
 /// The location chosen for a path.
@@ -121,11 +124,26 @@ impl Locations {
         self.redirects.push(redirects);
     }
 
-    /// Sorts the prefixes longest first (stable: among equals, the first written wins).
+    /// Sorts the prefixes longest first (stable: among equals, the first written wins), and
+    /// puts the regexes in one set when they are more than one and all linear.
     pub fn finish(&mut self) {
         let matches = &self.matches;
         self.prefixes
             .sort_by_key(|&i| std::cmp::Reverse(matches[i].prefix().map_or(0, str::len)));
+        let sources: Option<Vec<String>> = self
+            .regexes
+            .iter()
+            .map(|&i| match &matches[i] {
+                Match::Regex(p) => p.linear_source(),
+                _ => None,
+            })
+            .collect();
+        self.set = sources.filter(|s| s.len() > 1).and_then(|s| {
+            regex::RegexSetBuilder::new(s)
+                .size_limit(1 << 24)
+                .build()
+                .ok()
+        });
     }
 
     /// Whether only plain prefixes are configured (routing is then a prefix test).
@@ -179,7 +197,16 @@ impl Locations {
                 };
             }
         }
-        for &i in &self.regexes {
+        // The first regex that matches: found by the set in one pass, else one by one.
+        let first = match &self.set {
+            Some(set) => set.matches(uri).iter().next().map(|n| self.regexes[n]),
+            None => self
+                .regexes
+                .iter()
+                .copied()
+                .find(|&i| matches!(&self.matches[i], Match::Regex(p) if p.is_match(uri))),
+        };
+        if let Some(i) = first {
             if let Match::Regex(pattern) = &self.matches[i] {
                 if let Some(captures) = pattern.captures(uri) {
                     return Chosen {
@@ -256,6 +283,24 @@ mod tests {
         assert_eq!(pick("/exact/"), Some(1));
         assert_eq!(l.named("fallback"), Some(8));
         assert!(!l.only_prefixes());
+    }
+
+    /// All-linear regexes are tried as one set, a backtracking one makes them be tried one
+    /// by one: either way the first written that matches wins.
+    #[test]
+    fn regex_order_holds_with_and_without_the_set() {
+        let linear = locations(&["/", "~ ^/a", "~* ^/A/b", "~ b$"], &[]);
+        assert!(linear.set.is_some());
+        let mixed = locations(&["/", "~ ^/a(?!z)", "~* ^/A/b", "~ b$"], &[]);
+        assert!(mixed.set.is_none());
+        for l in [&linear, &mixed] {
+            assert_eq!(l.choose("/a/b").index, Some(1));
+            assert_eq!(l.choose("/x/b").index, Some(3));
+            assert_eq!(l.choose("/x").index, Some(0));
+        }
+        assert_eq!(linear.choose("/az/b").index, Some(1));
+        assert_eq!(mixed.choose("/az/b").index, Some(3));
+        assert_eq!(linear.choose("/A/B").index, Some(2));
     }
 
     #[test]

@@ -19,6 +19,8 @@ type GroupNames = Arc<[(Box<str>, usize)]>;
 #[derive(Debug, Clone)]
 pub struct Pattern {
     source: String,
+    /// Compiled caseless (nginx's `~*`).
+    caseless: bool,
     engine: Engine,
     /// Named groups and their indexes (shared with every match's captures).
     names: GroupNames,
@@ -81,6 +83,7 @@ impl Pattern {
         };
         Ok(Pattern {
             source: source.to_string(),
+            caseless,
             engine,
             names: names.into(),
         })
@@ -89,6 +92,16 @@ impl Pattern {
     /// The pattern as written.
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// The pattern as the `regex` crate would compile it alone (with `(?i)` when caseless),
+    /// for a [`regex::RegexSet`] of several; `None` when only the backtracking engine takes it.
+    pub fn linear_source(&self) -> Option<String> {
+        match self.engine {
+            Engine::Linear(_) if self.caseless => Some(format!("(?i:{})", self.source)),
+            Engine::Linear(_) => Some(format!("(?:{})", self.source)),
+            Engine::Backtracking(_) => None,
+        }
     }
 
     /// Whether the backtracking engine runs it (the `regex` crate refused it).
