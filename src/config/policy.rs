@@ -143,7 +143,13 @@ impl Validator<'_> {
                 Err(e) => self.error(table.span().start, format!("{key}: {e}")),
             }
         }
-        lines
+        let distinct = crate::http1::response::distinct_fields(&lines);
+        if distinct.len() != lines.len() {
+            let message =
+                format!("{key}: a field is listed twice (names are compared in any case)");
+            self.error(table.span().start, message);
+        }
+        distinct
     }
 
     /// `proxy_set_headers`: names checked (not the fields that frame the message or the

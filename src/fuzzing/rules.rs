@@ -81,6 +81,7 @@ pub fn request_rules(data: &[u8]) {
         uri: path.to_string(),
         args: target.split_once('?').map_or("", |(_, q)| q).to_string(),
         captures: chosen.captures,
+        rewrites: 0,
     };
     let mut sent = String::new();
     match run(&rules, &facts, &mut current) {

@@ -100,6 +100,7 @@ pub(super) fn decide(router: &Router, head: &RequestHead<'_, '_>, client: &Clien
         uri: path.to_string(),
         args: args.to_string(),
         captures: None,
+        rewrites: 0,
     };
     let (mut d, answer) = locate(router, site, head, &facts, &mut current);
     if let Some(mut answer) = answer {
@@ -200,11 +201,11 @@ fn locate(
         if chosen.captures.is_some() {
             current.captures = chosen.captures;
         }
-        let before = current.uri.clone();
+        let before = current.rewrites;
         match crate::rules::run(&policy.rules, facts, current) {
             Step::Answer(a) => return answered(chosen_route, a),
             Step::Break => return routed(chosen_route),
-            Step::Done if before == current.uri => return routed(chosen_route),
+            Step::Done if before == current.rewrites => return routed(chosen_route),
             Step::Done | Step::Last => internal = true,
         }
     }

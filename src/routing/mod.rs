@@ -196,8 +196,9 @@ impl Router {
     /// Sets the field lines of every site and route (the `--add-header` flags of the
     /// one-liners).
     pub fn set_all_headers(&mut self, lines: &[u8]) {
+        let lines = crate::http1::response::distinct_fields(lines);
         for policy in &mut self.policies {
-            policy.headers = lines.to_vec();
+            policy.headers = lines.clone();
         }
     }
 

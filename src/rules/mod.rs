@@ -190,6 +190,7 @@ fn with_args(mut target: String, args: &str) -> String {
 /// replacement ending in `?` drops the request's query, one with its own query gets the
 /// request's after `&`.
 fn set_path(current: &mut Current, replaced: &str) {
+    current.rewrites += 1;
     let (replaced, keep_args) = match replaced.strip_suffix('?') {
         Some(r) => (r, false),
         None => (replaced, true),

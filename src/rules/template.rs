@@ -81,6 +81,8 @@ pub struct Current {
     pub args: String,
     /// The groups of the last regular expression evaluated (none after a failed one).
     pub captures: Option<Captures>,
+    /// How many times rewrites have set the path.
+    pub rewrites: u32,
 }
 
 impl Template {
@@ -287,6 +289,7 @@ mod tests {
             uri: "/a b".into(),
             args: "x=1&Y=2".into(),
             captures: p.captures("/a b"),
+            rewrites: 0,
         };
         let t = Template::parse(
             "$scheme://${host}:$server_port$request_uri|$uri$is_args$args|$arg_y|$http_user_agent|$cookie_session|$1$2$w$9|$remote_addr $request_method",

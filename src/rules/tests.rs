@@ -27,6 +27,7 @@ fn facts_run(rules: &[Rule], target: &str, method: &str) -> (Step, Current) {
         uri: path.to_string(),
         args: args.to_string(),
         captures: None,
+        rewrites: 0,
     };
     let step = run(rules, &facts, &mut current);
     (step, current)
