@@ -321,6 +321,7 @@ impl Config {
             errors: Vec::new(),
             quiet: Vec::new(),
             edits: Vec::new(),
+            map_names: Vec::new(),
         };
         let Some(raw) = read::read(&mut v) else {
             return Err(ConfigErrors(v.errors));
@@ -424,6 +425,8 @@ struct FileConfig {
     #[serde(default)]
     upstreams: BTreeMap<Spanned<String>, FileUpstream>,
     #[serde(default)]
+    maps: BTreeMap<Spanned<String>, policy::FileMap>,
+    #[serde(default)]
     sites: Vec<FileSite>,
     #[serde(default)]
     files: FileFilesSection,
@@ -508,6 +511,8 @@ struct Validator<'a> {
     /// DNS servers are configured: names are resolved by them when the proxy starts.
     dns_at_start: bool,
     errors: Vec<ConfigError>,
+    /// The names of the config's `[maps.NAME]`, in the order of the router's maps.
+    map_names: Vec<String>,
 }
 
 /// Resolves `HOST:PORT` with the system resolver to every address it has (a literal address
@@ -694,7 +699,8 @@ impl Validator<'_> {
             .map(|l| l.address.span().start);
         let tls = self.build_tls(&raw.tls, &raw.sites, tls_listener);
         let http2 = self.build_http2(&raw.http2, limits.max_request_head);
-        let router = self.build_router(
+        let maps = self.build_maps(&raw.maps);
+        let mut router = self.build_router(
             &raw.sites,
             &upstreams,
             &mut Built {
@@ -702,6 +708,7 @@ impl Validator<'_> {
                 route_params: &mut route_params,
             },
         );
+        router.set_maps(maps);
         let files = self.build_files_settings(&raw.files);
         let compression = self.build_compression(&raw.compression);
         // A bare port binds to loopback: the admin pages are for this host.

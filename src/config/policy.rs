@@ -31,6 +31,18 @@ pub(super) struct FileRule {
     flag: Option<String>,
 }
 
+/// A `[maps.NAME]` section: `$NAME` is the value of the first entry whose key matches
+/// `source` (exact keys in any case, then `~re`/`~*re` keys in order), else `default`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileMap {
+    source: String,
+    #[serde(default)]
+    entries: Vec<(String, String)>,
+    #[serde(default)]
+    default: String,
+}
+
 /// The policy keys of one site or route, borrowed from its section.
 pub(super) struct PolicyKeys<'a> {
     pub(super) rules: Option<&'a Vec<Spanned<FileRule>>>,
@@ -118,7 +130,7 @@ impl Validator<'_> {
             body: r.body.as_deref(),
             flag: r.flag.as_deref(),
         };
-        match Rule::compile(&spec, names) {
+        match Rule::compile(&spec, names, &self.map_names) {
             Ok(rule) => Some(rule),
             Err(e) => {
                 self.error(rule.span().start, format!("rules: {e}"));
@@ -178,12 +190,49 @@ impl Validator<'_> {
                 self.error(at, message);
                 continue;
             }
-            match Template::parse(value, names) {
+            match Template::parse_with(value, names, &self.map_names) {
                 Ok(t) => fields.push((name.clone(), t)),
                 Err(e) => self.error(at, format!("proxy_set_headers: {name}: {e}")),
             }
         }
         fields
+    }
+
+    /// The `[maps.NAME]` sections, their names kept for the rules' variables.
+    pub(super) fn build_maps(
+        &mut self,
+        maps: &BTreeMap<Spanned<String>, FileMap>,
+    ) -> Vec<crate::rules::map::Map> {
+        let mut built = Vec::new();
+        for (name, map) in maps {
+            let at = name.span().start;
+            let valid = !name.get_ref().is_empty()
+                && name
+                    .get_ref()
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            if !valid {
+                self.error(
+                    at,
+                    format!("map name {:?}: letters, digits and _ only", name.get_ref()),
+                );
+                continue;
+            }
+            if crate::rules::template::Template::parse(&format!("${}", name.get_ref()), &[]).is_ok()
+            {
+                let message = format!("map name {:?} is a built-in variable", name.get_ref());
+                self.error(at, message);
+                continue;
+            }
+            match crate::rules::map::Map::new(&map.source, &map.entries, &map.default) {
+                Ok(m) => {
+                    built.push(m);
+                    self.map_names.push(name.get_ref().clone());
+                }
+                Err(e) => self.error(at, format!("maps.{}: {e}", name.get_ref())),
+            }
+        }
+        built
     }
 
     /// `client_max_body_size`: a size, `0` for no limit.

@@ -60,7 +60,7 @@ pub fn request_rules(data: &[u8]) {
     ];
     let rules: Vec<Rule> = specs
         .iter()
-        .filter_map(|s| Rule::compile(s, &names).ok())
+        .filter_map(|s| Rule::compile(s, &names, &[]).ok())
         .collect();
     let headers = [Field {
         name: "X-Fuzz",
@@ -76,6 +76,7 @@ pub fn request_rules(data: &[u8]) {
         server_port: &port,
         remote_addr: "127.0.0.1",
         headers: &headers,
+        maps: &[],
     };
     let mut current = Current {
         uri: path.to_string(),

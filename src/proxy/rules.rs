@@ -95,6 +95,7 @@ pub(super) fn decide(router: &Router, head: &RequestHead<'_, '_>, client: &Clien
         server_port: client.local_port,
         remote_addr: client.ip_text,
         headers: head.headers,
+        maps: router.maps(),
     };
     let mut current = Current {
         uri: path.to_string(),

@@ -28,6 +28,8 @@ pub struct Router {
     default: Option<usize>,
     /// Every site's and route's policy; sites and routes hold indexes.
     policies: Vec<Policy>,
+    /// The `[maps.NAME]` variables the rules read.
+    maps: Vec<crate::rules::map::Map>,
 }
 
 /// What a site or route adds to routing: nginx's rewrite rules, `allow`/`deny`, `add_header`
@@ -168,6 +170,16 @@ impl UpstreamTarget {
 }
 
 impl Router {
+    /// The config's maps, in the order their names were given to the rules.
+    pub fn maps(&self) -> &[crate::rules::map::Map] {
+        &self.maps
+    }
+
+    /// Sets the maps the rules read (their names were given to the rules at load).
+    pub fn set_maps(&mut self, maps: Vec<crate::rules::map::Map>) {
+        self.maps = maps;
+    }
+
     /// A policy by index.
     pub fn policy(&self, index: u16) -> &Policy {
         &self.policies[usize::from(index)]

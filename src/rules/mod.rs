@@ -7,6 +7,7 @@
 //! [`uri`] (the normalised path), [`access`] (allow and deny).
 
 pub mod access;
+pub mod map;
 pub mod pattern;
 pub mod template;
 pub mod uri;
@@ -228,11 +229,12 @@ fn holds(condition: &Condition, facts: &Facts<'_>, current: &mut Current) -> boo
 }
 
 impl Rule {
-    /// A rule from its config form; `names` are the named groups of the route's regex.
-    pub fn compile(spec: &RuleSpec<'_>, names: &[&str]) -> Result<Rule, String> {
+    /// A rule from its config form; `names` are the named groups of the route's regex,
+    /// `maps` the config's map names (`$NAME` reads that map).
+    pub fn compile(spec: &RuleSpec<'_>, names: &[&str], maps: &[String]) -> Result<Rule, String> {
         let when = spec
             .condition
-            .map(|c| Condition::parse(c, names))
+            .map(|c| Condition::parse(c, names, maps))
             .transpose()?;
         let mut names: Vec<&str> = names.to_vec();
         if let Some(Condition {
@@ -265,7 +267,7 @@ impl Rule {
                     (None, Some(_)) if redirect => {
                         return Err(format!("return {status}: a redirect takes to (its Location), not body"))
                     }
-                    (Some(t), None) | (None, Some(t)) => Some(Template::parse(t, &names)?),
+                    (Some(t), None) | (None, Some(t)) => Some(Template::parse_with(t, &names, maps)?),
                     (None, None) => None,
                 };
                 Action::Return { status, text }
@@ -292,7 +294,7 @@ impl Rule {
                 };
                 Action::Rewrite {
                     pattern,
-                    to: Template::parse(to, &names)?,
+                    to: Template::parse_with(to, &names, maps)?,
                     flag,
                 }
             }
@@ -321,7 +323,7 @@ pub struct RuleSpec<'a> {
 impl Condition {
     /// Parses nginx's `if` condition without its parentheses: `$v`, `$v = x`, `$v != x`,
     /// `$v ~ re`, `$v ~* re`, `$v !~ re`, `$v !~* re`. File tests are refused.
-    pub fn parse(text: &str, names: &[&str]) -> Result<Condition, String> {
+    pub fn parse(text: &str, names: &[&str], maps: &[String]) -> Result<Condition, String> {
         let text = text.trim();
         let text = text
             .strip_prefix('(')
@@ -337,7 +339,7 @@ impl Condition {
             Some(at) => (&text[..at], text[at..].trim_start()),
             None => (text, ""),
         };
-        let subject = Template::parse(subject, names)?;
+        let subject = Template::parse_with(subject, names, maps)?;
         if rest.is_empty() {
             return Ok(Condition {
                 subject,
@@ -350,7 +352,7 @@ impl Condition {
             .ok_or_else(|| format!("if {text:?}: an operator needs a value"))?;
         let test = match op {
             "=" | "!=" => Test::Equals {
-                value: Template::parse(value, names)?,
+                value: Template::parse_with(value, names, maps)?,
                 negate: op == "!=",
             },
             "~" | "~*" | "!~" | "!~*" => Test::Matches {

@@ -38,6 +38,8 @@ pub enum Var {
     Capture(usize),
     /// A named group of the last regular expression that matched.
     Named(Box<str>),
+    /// `$NAME` of a `[maps.NAME]`: its value for this request, by index.
+    Map(usize),
 }
 
 /// A text with variables, as compiled at load.
@@ -70,6 +72,8 @@ pub struct Facts<'a> {
     pub remote_addr: &'a str,
     /// The request's fields.
     pub headers: &'a [Field<'a>],
+    /// The config's maps (`$NAME` of `[maps.NAME]`).
+    pub maps: &'a [super::map::Map],
 }
 
 /// The parts of a request that rules change: the path, the query and the last captures.
@@ -89,6 +93,11 @@ impl Template {
     /// Parses nginx's `$name` and `${name}` references; `names` are the named groups the
     /// surrounding regular expressions define. Unknown variables are refused.
     pub fn parse(text: &str, names: &[&str]) -> Result<Template, String> {
+        Template::parse_with(text, names, &[])
+    }
+
+    /// As [`Template::parse`], where `$NAME` of one of `maps` is that map's value.
+    pub fn parse_with(text: &str, names: &[&str], maps: &[String]) -> Result<Template, String> {
         let mut parts = Vec::new();
         let mut literal = String::new();
         let mut rest = text;
@@ -114,7 +123,11 @@ impl Template {
             if !literal.is_empty() {
                 parts.push(Part::Text(std::mem::take(&mut literal)));
             }
-            parts.push(Part::Var(variable(name, names)?));
+            let var = match maps.iter().position(|m| m == name) {
+                Some(i) => Var::Map(i),
+                None => variable(name, names)?,
+            };
+            parts.push(Part::Var(var));
             rest = after;
         }
         literal.push_str(rest);
@@ -142,10 +155,21 @@ impl Template {
 
     /// Appends the text, variables read from `facts` and `current`, to `out`.
     pub fn render(&self, facts: &Facts<'_>, current: &Current, out: &mut String) {
+        self.render_with(facts, current, current.captures.as_ref(), out);
+    }
+
+    /// As [`Template::render`], `$1..$9` and named groups read from `captures`.
+    pub fn render_with(
+        &self,
+        facts: &Facts<'_>,
+        current: &Current,
+        captures: Option<&Captures>,
+        out: &mut String,
+    ) {
         for part in &self.parts {
             match part {
                 Part::Text(t) => out.push_str(t),
-                Part::Var(v) => value(v, facts, current, out),
+                Part::Var(v) => value(v, facts, (current, captures), out),
             }
         }
     }
@@ -191,8 +215,9 @@ fn variable(name: &str, groups: &[&str]) -> Result<Var, String> {
 }
 
 /// Appends one variable's value.
-fn value(var: &Var, facts: &Facts<'_>, current: &Current, out: &mut String) {
-    let group = |i: usize| current.captures.as_ref().map_or("", |c| c.group(i));
+fn value(var: &Var, facts: &Facts<'_>, at: (&Current, Option<&Captures>), out: &mut String) {
+    let (current, captures) = at;
+    let group = |i: usize| captures.map_or("", |c| c.group(i));
     match var {
         Var::Host => out.push_str(facts.host),
         Var::Uri => out.push_str(&current.uri),
@@ -228,8 +253,13 @@ fn value(var: &Var, facts: &Facts<'_>, current: &Current, out: &mut String) {
         }
         Var::Capture(i) => out.push_str(group(*i)),
         Var::Named(name) => {
-            let named = current.captures.as_ref().and_then(|c| c.named(name));
+            let named = captures.and_then(|c| c.named(name));
             out.push_str(named.unwrap_or(""));
+        }
+        Var::Map(i) => {
+            if let Some(map) = facts.maps.get(*i) {
+                map.render(facts, current, out);
+            }
         }
     }
 }
@@ -283,6 +313,7 @@ mod tests {
             server_port: &port,
             remote_addr: "10.0.0.1",
             headers: &headers,
+            maps: &[],
         };
         let p = super::super::pattern::Pattern::new("^/(?<w>a) (b)$", false).unwrap();
         let current = Current {

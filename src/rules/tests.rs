@@ -3,7 +3,7 @@
 use super::*;
 
 fn rule(spec: RuleSpec<'_>) -> Rule {
-    Rule::compile(&spec, &[]).unwrap()
+    Rule::compile(&spec, &[], &[]).unwrap()
 }
 
 fn facts_run(rules: &[Rule], target: &str, method: &str) -> (Step, Current) {
@@ -21,6 +21,7 @@ fn facts_run(rules: &[Rule], target: &str, method: &str) -> (Step, Current) {
         server_port: &port,
         remote_addr: "127.0.0.1",
         headers: &headers,
+        maps: &[],
     };
     let (path, args) = target.split_once('?').unwrap_or((target, ""));
     let mut current = Current {
@@ -177,7 +178,7 @@ fn bad_rules_are_refused_with_reasons() {
         RuleSpec::default(),
     ];
     for spec in bad {
-        assert!(Rule::compile(&spec, &[]).is_err(), "{spec:?}");
+        assert!(Rule::compile(&spec, &[], &[]).is_err(), "{spec:?}");
     }
     // Named groups of the rewrite's own regex are variables of its replacement.
     let named = RuleSpec {
@@ -186,6 +187,6 @@ fn bad_rules_are_refused_with_reasons() {
         flag: Some("last"),
         ..RuleSpec::default()
     };
-    let (_, c) = facts_run(&[Rule::compile(&named, &[]).unwrap()], "/u/bob", "GET");
+    let (_, c) = facts_run(&[Rule::compile(&named, &[], &[]).unwrap()], "/u/bob", "GET");
     assert_eq!(c.args, "name=bob");
 }

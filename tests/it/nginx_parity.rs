@@ -193,6 +193,12 @@ fn compare(name: &str, site: &str, asks: &[Ask], compared: &[&str]) {
 
 const LOCATIONS: &str = r#"
 upstream app { server {backend}; }
+map $http_user_agent $agent_kind {
+    default other;
+    ~*(?<bot>bot|crawler) "robot-$bot";
+    curl/8 exact-curl;
+    ~^curl/(\d+) "curl-$1";
+}
 server {
     listen {listen};
     server_name example.com;
@@ -217,6 +223,7 @@ server {
     location /limit { client_max_body_size 10; proxy_pass http://app; }
     location /args { return 200 "$arg_a|$args|$is_args|$request_uri|$uri"; }
     location ~ ^/users/(?<user>[a-z]+)$ { return 200 "user $user"; }
+    location /agent { return 200 "kind=$agent_kind uri=$uri"; }
     location /fields/ {
         proxy_pass http://app;
         proxy_set_header X-Real-IP $remote_addr;
@@ -271,6 +278,25 @@ fn locations_rewrites_returns_and_access_as_nginx() {
         get("/args?a=1&b=2"),
         get("/args"),
         get("/users/bob"),
+        get("/agent"),
+        Ask {
+            method: "GET",
+            path: "/agent",
+            fields: "User-Agent: GoogleBOT/2.1\r\n",
+            body: "",
+        },
+        Ask {
+            method: "GET",
+            path: "/agent",
+            fields: "User-Agent: CURL/8\r\n",
+            body: "",
+        },
+        Ask {
+            method: "GET",
+            path: "/agent",
+            fields: "User-Agent: curl/7.88\r\n",
+            body: "",
+        },
         Ask {
             method: "GET",
             path: "/fields/a?q=1",

@@ -97,6 +97,8 @@ pub(super) struct Output {
     pub(super) listens: Vec<Listen>,
     /// The upstream groups.
     pub(super) groups: Vec<GroupOut>,
+    /// The `[maps.NAME]` tables, by name.
+    pub(super) maps: Vec<(String, Keys)>,
     /// The sites.
     pub(super) sites: Vec<SiteOut>,
 }
@@ -137,6 +139,10 @@ impl Output {
                 keys.push(("backlog".into(), Val::Int(b)));
             }
             write_keys(&mut out, &keys);
+        }
+        for (name, keys) in &self.maps {
+            out.push_str(&format!("\n[maps.{}]\n", key(name)));
+            write_keys(&mut out, keys);
         }
         for g in &self.groups {
             out.push_str(&format!("\n[upstreams.{}]\n", key(&g.name)));

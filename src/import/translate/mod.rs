@@ -131,6 +131,11 @@ struct Translator {
     location_groups: Vec<String>,
 }
 
+/// `map $http_upgrade $connection_upgrade { ... }`: what slipstream does by itself.
+fn is_upgrade_idiom(d: &Directive) -> bool {
+    d.args.len() == 2 && d.args[0] == "$http_upgrade" && d.args[1] == "$connection_upgrade"
+}
+
 impl Translator {
     /// The http level (or the top of a file: a whole config or a file for `http`): its
     /// settings first, as nginx applies them to every server whatever their order, then its
@@ -145,6 +150,7 @@ impl Translator {
             match d.name.as_str() {
                 "server" | "upstream" => {}
                 "http" if top && d.block.is_some() => {}
+                "map" if d.block.is_some() && !is_upgrade_idiom(d) => self.map(d),
                 _ => self.setting(d, &mut scope, &mut own, Level::Http),
             }
         }
@@ -197,6 +203,40 @@ impl Translator {
     }
 
     /// Notes `d` as ignored.
+    /// `map SOURCE $NAME { ... }` as `[maps.NAME]`: exact and regex keys in order, `default`;
+    /// `hostnames` masks are not translated.
+    fn map(&mut self, d: &Directive) {
+        let (Some(source), Some(name)) = (d.args.first(), d.args.get(1)) else {
+            return self.not_translated(d, "a map needs a source and a variable");
+        };
+        let Some(name) = name.strip_prefix('$').filter(|n| !n.is_empty()) else {
+            return self.not_translated(d, "the map's variable must start with $");
+        };
+        let mut entries = Vec::new();
+        let mut default = None;
+        for entry in d.block.as_deref().unwrap_or_default() {
+            match (entry.name.as_str(), entry.args.as_slice()) {
+                ("volatile", []) => self.ignore(entry, "maps are evaluated for every use"),
+                ("hostnames", []) => {
+                    return self.not_translated(entry, "hostnames maps are not supported yet")
+                }
+                ("default", [value]) => default = Some(value.clone()),
+                (key, [value]) => entries.push(emit::Val::List(vec![
+                    emit::Val::str(key),
+                    emit::Val::str(value.as_str()),
+                ])),
+                _ => self.not_translated(entry, "a map entry is a key and a value"),
+            }
+        }
+        let mut keys = vec![("source".to_string(), emit::Val::str(source.as_str()))];
+        keys.push(("entries".into(), emit::Val::List(entries)));
+        if let Some(default) = default {
+            keys.push(("default".into(), emit::Val::str(default.as_str())));
+        }
+        self.out.maps.retain(|(n, _)| n != name);
+        self.out.maps.push((name.to_string(), keys));
+    }
+
     fn ignore(&mut self, d: &Directive, reason: &str) {
         self.note_at(d.file, d.line, &d.name, reason.into(), NoteKind::Ignored);
     }

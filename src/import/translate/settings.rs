@@ -283,7 +283,16 @@ impl Translator {
                     None if request_field_refused(name) => {
                         self.not_translated(d, "slipstream writes this field itself");
                     }
-                    None => match crate::rules::template::Template::parse(value, &[]) {
+                    None => match crate::rules::template::Template::parse_with(
+                        value,
+                        &[],
+                        &self
+                            .out
+                            .maps
+                            .iter()
+                            .map(|(n, _)| n.clone())
+                            .collect::<Vec<_>>(),
+                    ) {
                         Err(e) => {
                             let var = e.strip_prefix("unknown variable ").unwrap_or(&e);
                             self.not_translated(d, format!("{var} is not supported yet"));
