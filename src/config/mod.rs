@@ -48,6 +48,8 @@ pub use upstream::{
 pub struct Config {
     /// Worker threads to run (one per core by default).
     pub workers: usize,
+    /// Where the real client address comes from behind trusted proxies (`[real_ip]`).
+    pub real_ip: Option<crate::rules::real_ip::RealIp>,
     /// How plain TCP connections are read and written (read once, at start).
     pub io: IoMode,
     /// Addresses to accept connections on.
@@ -257,6 +259,7 @@ impl Config {
     fn bare(listen: SocketAddr, workers: Option<usize>) -> Self {
         Config {
             workers: workers.unwrap_or_else(default_workers),
+            real_ip: None,
             io: IoMode::default_mode(),
             listeners: vec![ListenerConfig {
                 address: listen,
@@ -426,6 +429,7 @@ struct FileConfig {
     upstreams: BTreeMap<Spanned<String>, FileUpstream>,
     #[serde(default)]
     maps: BTreeMap<Spanned<String>, policy::FileMap>,
+    real_ip: Option<Spanned<policy::FileRealIp>>,
     #[serde(default)]
     sites: Vec<FileSite>,
     #[serde(default)]
@@ -700,6 +704,7 @@ impl Validator<'_> {
         let tls = self.build_tls(&raw.tls, &raw.sites, tls_listener);
         let http2 = self.build_http2(&raw.http2, limits.max_request_head);
         let maps = self.build_maps(&raw.maps);
+        let real_ip = raw.real_ip.as_ref().and_then(|r| self.build_real_ip(r));
         let mut router = self.build_router(
             &raw.sites,
             &upstreams,
@@ -741,6 +746,7 @@ impl Validator<'_> {
             http2,
             compression,
             pid_file,
+            real_ip,
         }
     }
 

@@ -43,6 +43,16 @@ pub(super) struct FileMap {
     default: String,
 }
 
+/// The `[real_ip]` section: nginx's `set_real_ip_from`, `real_ip_header`,
+/// `real_ip_recursive`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileRealIp {
+    from: Vec<String>,
+    header: Option<String>,
+    recursive: Option<bool>,
+}
+
 /// The policy keys of one site or route, borrowed from its section.
 pub(super) struct PolicyKeys<'a> {
     pub(super) rules: Option<&'a Vec<Spanned<FileRule>>>,
@@ -233,6 +243,46 @@ impl Validator<'_> {
             }
         }
         built
+    }
+
+    /// `[real_ip]`: trusted proxies and the field naming the client.
+    pub(super) fn build_real_ip(
+        &mut self,
+        section: &Spanned<FileRealIp>,
+    ) -> Option<crate::rules::real_ip::RealIp> {
+        let at = section.span().start;
+        let r = section.get_ref();
+        let mut from = Vec::new();
+        for net in &r.from {
+            match AccessRule::parse(&format!("allow {net}")) {
+                Ok(rule) if rule.net.is_some() => from.push(rule),
+                _ => self.error(
+                    at,
+                    format!("real_ip.from: {net:?} is not an address or network"),
+                ),
+            }
+        }
+        if from.is_empty() {
+            self.error(
+                at,
+                "real_ip.from: list the trusted proxies (addresses or networks)",
+            );
+            return None;
+        }
+        let header = r.header.clone().unwrap_or_else(|| "X-Real-IP".to_string());
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if header.is_empty() || !header.bytes().all(token) {
+            self.error(
+                at,
+                format!("real_ip.header: {header:?} is not a header name"),
+            );
+            return None;
+        }
+        Some(crate::rules::real_ip::RealIp {
+            from,
+            header: header.to_ascii_lowercase(),
+            recursive: r.recursive.unwrap_or(false),
+        })
     }
 
     /// `client_max_body_size`: a size, `0` for no limit.

@@ -65,6 +65,8 @@ pub(super) struct Prepared {
     pub(super) refused: Option<Kind>,
     /// The target the rules rewrote the request to (FastCGI reads the head again with it).
     pub(super) rewritten: Option<String>,
+    /// The client's address named by trusted proxies (`[real_ip]`), when not the peer's.
+    pub(super) real_ip: Option<std::net::IpAddr>,
 }
 
 /// The request fields an access-log line shows, copied into one allocation.
@@ -128,6 +130,17 @@ impl Prepared {
         (log, https): (bool, bool),
         local_port: &dyn Fn() -> u16,
     ) -> Prepared {
+        // Behind trusted proxies the client is who they say (`[real_ip]`): its address is
+        // `$remote_addr` for the rules, access, X-Forwarded-For, hashing, FastCGI and logs.
+        let real_ip = config
+            .real_ip
+            .as_ref()
+            .and_then(|r| r.client(peer.ip(), head.headers));
+        let real_text = real_ip.map(crate::net::IpText::new);
+        let (peer, ip_text) = match (real_ip, &real_text) {
+            (Some(ip), Some(text)) => (SocketAddr::new(ip, peer.port()), text.as_bytes()),
+            _ => (peer, ip_text),
+        };
         let client = super::rules::Client {
             ip: peer.ip(),
             ip_text: std::str::from_utf8(ip_text).unwrap_or_default(),
@@ -214,6 +227,7 @@ impl Prepared {
             answer: decision.answer,
             refused: decision.refused,
             rewritten: decision.target,
+            real_ip,
         }
     }
 }

@@ -288,6 +288,7 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
     if let Some(fields) = &request.log {
         let log = Line {
             client,
+            ip: request.real_ip.unwrap_or(client.peer.ip()),
             method: fields.method(),
             target: fields.target(),
             host: fields.host(),
@@ -364,6 +365,8 @@ fn debug_request(cx: &Ctx<'_>, client: &Client, o: &Outcome, micros: u64, tried:
 /// What an access-log line needs beyond the outcome.
 struct Line<'a> {
     client: &'a Client,
+    /// The client's address: the peer's, or the one trusted proxies named.
+    ip: std::net::IpAddr,
     method: &'a [u8],
     target: &'a [u8],
     host: &'a [u8],
@@ -386,7 +389,7 @@ impl Line<'_> {
         };
         let site = self.site.map_or("", |s| config.router.site_name(s));
         let entry = Entry {
-            client: self.client.peer.ip(),
+            client: self.ip,
             method: self.method,
             target: self.target,
             protocol: self.protocol,
@@ -489,6 +492,7 @@ async fn refuse_head(worker: &Worker, config: &Config, client: &mut Client, e: E
     };
     let line = Line {
         client,
+        ip: client.peer.ip(),
         method: b"-",
         target: b"-",
         host: b"",

@@ -55,7 +55,8 @@ impl AccessRule {
         })
     }
 
-    fn covers(&self, client: IpAddr) -> bool {
+    /// Whether the rule applies to `client`.
+    pub fn covers(&self, client: IpAddr) -> bool {
         let Some((net, bits)) = self.net else {
             return true;
         };

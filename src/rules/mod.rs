@@ -9,6 +9,7 @@
 pub mod access;
 pub mod map;
 pub mod pattern;
+pub mod real_ip;
 pub mod template;
 pub mod uri;
 

@@ -442,3 +442,43 @@ fn rules_answer_http2_requests_alike() {
     }
     ours.shutdown();
 }
+
+const REAL_IP: &str = r#"
+upstream app { server {backend}; }
+server {
+    listen {listen};
+    server_name example.com;
+    set_real_ip_from 127.0.0.1;
+    set_real_ip_from 10.0.0.0/24;
+    real_ip_header X-Forwarded-For;
+    real_ip_recursive on;
+    location /whoami { return 200 "addr=$remote_addr"; }
+    location /only { allow 10.1.2.3; deny all; proxy_pass http://app; proxy_set_header X-Real-IP $remote_addr; }
+}
+"#;
+
+#[test]
+fn the_real_client_address_behind_trusted_proxies_as_nginx() {
+    let from = |xff: &'static str, path: &'static str| Ask {
+        method: "GET",
+        path,
+        fields: xff,
+        body: "",
+    };
+    let asks = [
+        from("", "/whoami"),
+        from("X-Forwarded-For: 10.1.2.3\r\n", "/whoami"),
+        from("X-Forwarded-For: 10.9.9.9, 10.1.2.3\r\n", "/whoami"),
+        from("X-Forwarded-For: 10.1.2.3, 10.0.0.7\r\n", "/whoami"),
+        from("X-Forwarded-For: 10.0.0.8, 10.0.0.7\r\n", "/whoami"),
+        from(
+            "X-Forwarded-For: 192.168.1.1\r\nX-Forwarded-For: 10.1.2.3:4567\r\n",
+            "/whoami",
+        ),
+        from("X-Forwarded-For: bogus\r\n", "/whoami"),
+        from("", "/only"),
+        from("X-Forwarded-For: 10.1.2.3\r\n", "/only"),
+        from("X-Forwarded-For: 10.1.2.4\r\n", "/only"),
+    ];
+    compare("parity-real-ip", REAL_IP, &asks, &[]);
+}

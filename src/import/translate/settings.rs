@@ -327,6 +327,10 @@ impl Translator {
                 self.ssl_protocols(d);
                 return true;
             }
+            "set_real_ip_from" | "real_ip_header" | "real_ip_recursive" => {
+                self.real_ip(d);
+                return true;
+            }
             "ssl_reject_handshake" if arg == "on" => {
                 self.set_global(Some("tls"), "require_sni", Val::Bool(true), d);
                 return true;
@@ -526,6 +530,35 @@ impl Translator {
     }
 
     /// Sets a process-wide key once; a different value later is noted.
+    /// nginx's realip directives as the one `[real_ip]` section (slipstream has one for the
+    /// process: the same values wherever they are written).
+    fn real_ip(&mut self, d: &Directive) {
+        let arg = d.args.first().cloned().unwrap_or_default();
+        match d.name.as_str() {
+            "set_real_ip_from" if arg.starts_with("unix:") => {
+                self.not_translated(d, "unix: peers are not supported yet");
+            }
+            "set_real_ip_from" => {
+                let keys = self.out.section("real_ip");
+                let mut list = match super::emit::get(keys, "from") {
+                    Some(Val::List(l)) => l.clone(),
+                    _ => Vec::new(),
+                };
+                if !list.contains(&Val::str(arg.as_str())) {
+                    list.push(Val::str(arg.as_str()));
+                }
+                super::emit::set(keys, "from", Val::List(list));
+            }
+            "real_ip_header" if arg == "proxy_protocol" => {
+                self.not_translated(d, "the PROXY protocol is not supported yet");
+            }
+            "real_ip_header" => {
+                self.set_global(Some("real_ip"), "header", Val::str(arg.as_str()), d);
+            }
+            _ => self.set_global(Some("real_ip"), "recursive", Val::Bool(arg == "on"), d),
+        }
+    }
+
     pub(super) fn set_global(
         &mut self,
         section: Option<&str>,

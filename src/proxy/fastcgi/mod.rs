@@ -211,7 +211,9 @@ fn build(
         method: head.method,
         protocol: client.stream.protocol_name(head.minor_version),
         content_length,
-        remote: client.peer,
+        remote: p.real_ip.map_or(client.peer, |ip| {
+            std::net::SocketAddr::new(ip, client.peer.port())
+        }),
         local,
         server_name: host.map_or(local_ip.as_str(), strip_port),
         https: cx.request.https,
