@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Question: what do nginx-style rules cost per request (issue 33)? A site with 50 regex
 # locations (none matching the measured path, so every request tests all 50), 20 response
-# fields, a server-level `if` and an exact health location, against the same proxy with one
+# fields, two server-level `if`s (one reading a map) and an exact health location, against the same proxy with one
 # plain prefix route; nginx runs the same site file, slipstream runs `slipstream import` of it.
 #
 # wrk -> proxy -> nginx origin serving 1 KB, all on loopback, one worker each. Proxies:
@@ -34,11 +34,13 @@ write_origin_conf "$WORK/origin.conf" $ORIGIN "$WORK/www"
 # The rules site, as an operator's sites-available file.
 rules_site() { # port
     echo "upstream origin { server 127.0.0.1:$ORIGIN; keepalive 100; }"
+    echo "map \$http_user_agent \$agent_kind { default other; ~*bot robot; curl curl; }"
     echo "server {"
     echo "    listen 127.0.0.1:$1;"
     echo "    server_name bench.example;"
     for i in $(seq 1 20); do echo "    add_header X-Rule-$i value-$i always;"; done
     echo "    if (\$http_x_block = yes) { return 403; }"
+    echo "    if (\$agent_kind = robot) { return 403; }"
     echo "    location = /health { return 200 ok; }"
     for i in $(seq 1 50); do
         echo "    location ~ ^/assets$i/(?<name>[^/]+)\\.(css|js|png)\$ { return 404; }"
