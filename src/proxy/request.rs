@@ -151,6 +151,9 @@ impl Prepared {
         let routed = decision.routed;
         let answered = decision.answer.is_some() || decision.refused.is_some();
         let route = if answered { None } else { routed.target };
+        // The access log shows the request as the client sent it.
+        let log =
+            (log && config.access_log_for(routed.site).is_some()).then(|| LogFields::new(head));
         let rewritten_head;
         let head = match &decision.target {
             Some(target) => {
@@ -161,7 +164,6 @@ impl Prepared {
             }
             None => head,
         };
-        let log = log && config.access_log_for(routed.site).is_some();
         // The upstream a request may go to: its route's, or a static route's fallback.
         let upstream = route.and_then(|r| match r {
             Target::Upstream(u) => Some(u),
@@ -223,7 +225,7 @@ impl Prepared {
             route,
             routed,
             upstream,
-            log: log.then(|| LogFields::new(head)),
+            log,
             answer: decision.answer,
             refused: decision.refused,
             rewritten: decision.target,

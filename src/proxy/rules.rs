@@ -170,7 +170,8 @@ fn locate(
     if let Step::Answer(a) = crate::rules::run(&router.site_policy(site).rules, facts, current) {
         return answered(router.routed(Some(site), None), a);
     }
-    let mut internal = false;
+    // nginx marks every rewritten path internal, the site's rewrites too.
+    let mut internal = current.rewrites > 0;
     for _ in 0..=MAX_PATH_CHANGES {
         let chosen = router.choose(site, &current.uri);
         if chosen.redirect_to_slash {
@@ -203,7 +204,7 @@ fn locate(
             current.captures = chosen.captures;
         }
         let before = current.rewrites;
-        match crate::rules::run(&policy.rules, facts, current) {
+        match crate::rules::run(router.route_rules(site, route), facts, current) {
             Step::Answer(a) => return answered(chosen_route, a),
             Step::Break => return routed(chosen_route),
             Step::Done if before == current.rewrites => return routed(chosen_route),
@@ -220,6 +221,7 @@ fn locate(
 pub(super) async fn send_answer(
     cx: &super::Ctx<'_>,
     client: &mut super::Client,
+    buf: &mut Vec<u8>,
     answered: &Answered,
 ) -> Result<super::Outcome, crate::error::Error> {
     let answer = &answered.answer;
@@ -236,10 +238,13 @@ pub(super) async fn send_answer(
             keep_alive: false,
         });
     }
-    let body: Vec<u8> = match (&answer.body, &answer.location) {
-        (Some(text), _) => text.clone().into_bytes(),
-        (None, _) if answer.status >= 300 => simple_response(answer.status, true, false).1,
-        (None, _) => Vec::new(),
+    // 204 and 304 have no body (nor a length): a client reads none.
+    let bodiless = matches!(answer.status, 204 | 304);
+    let body: Vec<u8> = match &answer.body {
+        _ if bodiless => Vec::new(),
+        Some(text) => text.clone().into_bytes(),
+        None if answer.status >= 300 => simple_response(answer.status, true, false).1,
+        None => Vec::new(),
     };
     let mut text = Vec::with_capacity(256);
     put_status_line(
@@ -260,21 +265,31 @@ pub(super) async fn send_answer(
         text.extend_from_slice(content_type(&answered.path).as_bytes());
         text.extend_from_slice(b"\r\n");
     }
-    text.extend_from_slice(b"Content-Length: ");
-    crate::http1::put_decimal(&mut text, body.len() as u64);
-    text.extend_from_slice(if keep_alive {
-        b"\r\n\r\n".as_slice()
-    } else {
-        b"\r\nConnection: close\r\n\r\n".as_slice()
-    });
+    if !bodiless {
+        text.extend_from_slice(b"Content-Length: ");
+        crate::http1::put_decimal(&mut text, body.len() as u64);
+        text.extend_from_slice(b"\r\n");
+    }
+    if !keep_alive {
+        text.extend_from_slice(b"Connection: close\r\n");
+    }
+    text.extend_from_slice(b"\r\n");
     cx.add_response_fields(&mut text, 0);
-    let framing = crate::message::Framing::Length(body.len() as u64);
+    let framing = if bodiless {
+        crate::message::Framing::Empty
+    } else {
+        crate::message::Framing::Length(body.len() as u64)
+    };
     let head = crate::message::ClientHead::new(answer.status, framing, text);
     let body: &[u8] = if p.is_head { &[] } else { &body };
     let timeout = cx.config().limits.client_body_timeout;
     crate::net::io::write_head(&mut client.stream, &head, &[body], timeout)
         .await
         .map_err(|_| crate::error::Error::new(Kind::ClientClosed))?;
+    if keep_alive {
+        // The request is answered: the next one starts after its head (it had no body).
+        buf.drain(..p.head_len.min(buf.len()));
+    }
     Ok(super::Outcome {
         status: answer.status,
         body_bytes: body.len() as u64,

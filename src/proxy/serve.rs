@@ -272,7 +272,9 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
     let mut tried = Tried::default();
     let result = match (&request.refused, &request.answer, request.route) {
         (Some(kind), _, _) => Err(Error::new(*kind)),
-        (None, Some(answered), _) => super::rules::send_answer(&cx, client, answered).await,
+        (None, Some(answered), _) => {
+            super::rules::send_answer(&cx, client, &mut buf, answered).await
+        }
         (None, None, route) => route_content(&cx, route, client, &mut buf, &mut tried).await,
     };
     cx.end_try(&mut tried, result.is_ok());

@@ -176,12 +176,19 @@ impl Locations {
                 ..Chosen::default()
             };
         }
-        let redirect_to_slash = self.prefixes.iter().any(|&i| {
-            self.redirects[i]
-                && self.matches[i]
-                    .prefix()
-                    .is_some_and(|p| p.len() == uri.len() + 1 && p.starts_with(uri))
-        });
+        // A prefix location named exactly the path is found first (nginx's tree stops at
+        // the equal node), so no redirect then.
+        let equal = self
+            .prefixes
+            .iter()
+            .any(|&i| self.matches[i].prefix() == Some(uri));
+        let redirect_to_slash = !equal
+            && self.prefixes.iter().any(|&i| {
+                self.redirects[i]
+                    && self.matches[i]
+                        .prefix()
+                        .is_some_and(|p| p.len() == uri.len() + 1 && p.starts_with(uri))
+            });
         if redirect_to_slash {
             return Chosen {
                 redirect_to_slash,
@@ -312,6 +319,10 @@ mod tests {
         assert_eq!(l.choose("/api/x").index, Some(2));
         let l = locations(&["= /api", "/api/"], &[false, true]);
         assert_eq!(l.choose("/api").index, Some(0));
+        // A prefix named exactly the path takes it: no redirect.
+        let l = locations(&["/api", "/api/"], &[false, true]);
+        assert_eq!(l.choose("/api").index, Some(0));
+        assert!(!l.choose("/api").redirect_to_slash);
     }
 
     #[test]

@@ -265,6 +265,15 @@ impl Router {
         self.policy(s.routes[route].policy.unwrap_or(s.policy))
     }
 
+    /// A route's own rules (none when it has no policy of its own: the site's rules ran
+    /// before the route was chosen, and do not run again).
+    pub fn route_rules(&self, site: usize, route: usize) -> &[Rule] {
+        match self.sites[site].routes[route].policy {
+            Some(p) => &self.policy(p).rules,
+            None => &[],
+        }
+    }
+
     /// Whether only internal redirects reach a route.
     pub fn is_internal(&self, site: usize, route: usize) -> bool {
         self.sites[site].routes[route].internal
@@ -436,7 +445,9 @@ impl RouterBuilder {
             (Match::Exact(a), Match::Exact(b)) | (Match::Named(a), Match::Named(b)) => a == b,
             _ => false,
         };
-        if locations.matches.iter().any(same) {
+        // nginx refuses a location written twice; two equal `path` routes load as before
+        // (the first one wins).
+        if spec.nginx && locations.matches.iter().any(same) {
             return Err(format!("duplicate location {:?}", spec.matcher.label()));
         }
         let slot = self.router.labels.len() as u16;

@@ -14,7 +14,7 @@ pub mod template;
 pub mod uri;
 
 use pattern::Pattern;
-use template::{Current, Facts, Template};
+use template::{Current, Escape, Facts, Template};
 
 /// One rule: an action, and the condition under which it runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,8 +39,13 @@ pub enum Action {
     Rewrite {
         /// Matched against the current path.
         pattern: Pattern,
-        /// The new path (or URL, for a redirect), with an optional `?query`.
+        /// The new path (or URL, for a redirect): the replacement before its first literal
+        /// `?` (split at load, so a `?` a capture brings is part of the path, not a query).
         to: Template,
+        /// The replacement's own query, after that `?`.
+        query: Option<Template>,
+        /// The replacement ends in `?`: the request's query is dropped.
+        drop_args: bool,
         /// What happens after.
         flag: Flag,
     },
@@ -127,24 +132,47 @@ pub fn run(rules: &[Rule], facts: &Facts<'_>, current: &mut Current) -> Step {
             Action::Return { status, text } => {
                 return Step::Answer(give(*status, text, facts, current))
             }
-            Action::Rewrite { pattern, to, flag } => {
+            Action::Rewrite {
+                pattern,
+                to,
+                query,
+                drop_args,
+                flag,
+            } => {
                 let Some(captures) = pattern.captures(&current.uri) else {
                     // A regex that fails clears the groups of the one before it (nginx).
                     current.captures = None;
                     continue;
                 };
                 current.captures = Some(captures);
-                let replaced = to.to_string(facts, current);
-                if to.is_url() || matches!(flag, Flag::Redirect | Flag::Permanent) {
+                let redirect = to.is_url() || matches!(flag, Flag::Redirect | Flag::Permanent);
+                // Captures are decoded text: in a redirect's path they are escaped as a path,
+                // in a query as a query value, so they cannot add a query or a parameter.
+                let mut path = String::new();
+                let path_mode = if redirect { Escape::Path } else { Escape::None };
+                to.render_escaping(facts, current, path_mode, &mut path);
+                let new_query = query.as_ref().map(|q| {
+                    let mut out = String::new();
+                    q.render_escaping(facts, current, Escape::Query, &mut out);
+                    out
+                });
+                let args = joined_args(new_query, &current.args, *drop_args);
+                if redirect {
                     let status = if *flag == Flag::Permanent { 301 } else { 302 };
-                    let location = with_args(replaced, &current.args);
+                    let mut location = path;
+                    if !args.is_empty() {
+                        location.push('?');
+                        location.push_str(&args);
+                    }
                     return Step::Answer(Answer {
                         status,
                         location: Some(location),
                         body: None,
                     });
                 }
-                set_path(current, &replaced);
+                current.uri = path;
+                current.args = args;
+                current.rewrites += 1;
                 match flag {
                     Flag::Last => return Step::Last,
                     Flag::Break => return Step::Break,
@@ -174,45 +202,16 @@ fn give(status: u16, text: &Option<Template>, facts: &Facts<'_>, current: &Curre
     }
 }
 
-/// A redirect's target with the request's query kept, as nginx's rewrite does: a target
-/// ending in `?` drops it, a target with its own query gets it after `&`.
-fn with_args(mut target: String, args: &str) -> String {
-    if target.ends_with('?') {
-        target.pop();
-        return target;
-    }
-    if !args.is_empty() {
-        target.push(if target.contains('?') { '&' } else { '?' });
-        target.push_str(args);
-    }
-    target
-}
-
-/// Sets the path (and the query, when the replacement has one) from a rewrite: a
-/// replacement ending in `?` drops the request's query, one with its own query gets the
-/// request's after `&`.
-fn set_path(current: &mut Current, replaced: &str) {
-    current.rewrites += 1;
-    let (replaced, keep_args) = match replaced.strip_suffix('?') {
-        Some(r) => (r, false),
-        None => (replaced, true),
-    };
-    match replaced.split_once('?') {
-        None => {
-            current.uri = replaced.to_string();
-            if !keep_args {
-                current.args.clear();
-            }
-        }
-        Some((path, query)) => {
-            let args = if current.args.is_empty() || !keep_args {
-                query.to_string()
-            } else {
-                format!("{query}&{}", current.args)
-            };
-            current.uri = path.to_string();
-            current.args = args;
-        }
+/// The query after a rewrite, as nginx makes it: the replacement's own query with the
+/// request's after `&`; the request's alone when the replacement has none; nothing of the
+/// request's when the replacement ends in `?`.
+fn joined_args(own: Option<String>, request: &str, drop_request: bool) -> String {
+    match own {
+        Some(q) if drop_request || request.is_empty() => q,
+        Some(q) if q.is_empty() => request.to_string(),
+        Some(q) => format!("{q}&{request}"),
+        None if drop_request => String::new(),
+        None => request.to_string(),
     }
 }
 
@@ -293,9 +292,19 @@ impl Rule {
                         ))
                     }
                 };
+                let (to, drop_args) = match to.strip_suffix('?') {
+                    Some(t) => (t, true),
+                    None => (to, false),
+                };
+                let (path, query) = match to.split_once('?') {
+                    Some((p, q)) => (p, Some(Template::parse_with(q, &names, maps)?)),
+                    None => (to, None),
+                };
                 Action::Rewrite {
                     pattern,
-                    to: Template::parse_with(to, &names, maps)?,
+                    to: Template::parse_with(path, &names, maps)?,
+                    query,
+                    drop_args,
                     flag,
                 }
             }

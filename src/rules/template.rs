@@ -54,6 +54,19 @@ enum Part {
     Var(Var),
 }
 
+/// How the groups of a regular expression are written into a text: as they are (a path
+/// the proxy escapes when it sends it), escaped for a path (a redirect's Location), or
+/// escaped for a query value (`&`, `=`, `+` too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Escape {
+    /// As decoded.
+    None,
+    /// `?`, `#`, `%`, space, controls and non-ASCII escaped.
+    Path,
+    /// As `Path`, and `&`, `+` (nginx's set for arguments).
+    Query,
+}
+
 /// What the variables of one request read.
 pub struct Facts<'a> {
     /// The request method.
@@ -174,11 +187,56 @@ impl Template {
         }
     }
 
+    /// As [`Template::render`], the groups of regular expressions (`$1`, named groups) escaped
+    /// as `mode` says.
+    pub fn render_escaping(
+        &self,
+        facts: &Facts<'_>,
+        current: &Current,
+        mode: Escape,
+        out: &mut String,
+    ) {
+        if mode == Escape::None {
+            return self.render(facts, current, out);
+        }
+        let captures = current.captures.as_ref();
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => out.push_str(t),
+                Part::Var(v @ (Var::Capture(_) | Var::Named(_))) => {
+                    let mut raw = String::new();
+                    value(v, facts, (current, captures), &mut raw);
+                    escape_group(&raw, mode, out);
+                }
+                Part::Var(v) => value(v, facts, (current, captures), out),
+            }
+        }
+    }
+
     /// The text rendered into a new string.
     pub fn to_string(&self, facts: &Facts<'_>, current: &Current) -> String {
         let mut out = String::new();
         self.render(facts, current, &mut out);
         out
+    }
+}
+
+/// A group's text escaped for where it lands.
+fn escape_group(text: &str, mode: Escape, out: &mut String) {
+    for &c in text.as_bytes() {
+        let special = c <= b' '
+            || c >= 0x7f
+            || matches!(
+                c,
+                b'?' | b'#' | b'%' | b'"' | b'<' | b'>' | b'\\' | b'^' | b'`' | b'{' | b'|' | b'}'
+            )
+            || (mode == Escape::Query && matches!(c, b'&' | b'+'));
+        if special {
+            use std::fmt::Write;
+            let _ = write!(out, "%{c:02X}");
+        } else {
+            out.push(c as char);
+        }
     }
 }
 

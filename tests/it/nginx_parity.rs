@@ -5,7 +5,11 @@
 //! listed where they apply:
 //! - error and redirect pages: nginx writes HTML pages, slipstream a one-line text (the body
 //!   of a 3xx, 4xx or 5xx without a configured text is not compared);
-//! - the Server field.
+//! - the Server field;
+//! - a redirect whose capture holds a decoded `?` (`/r/a%3Fx=1`): nginx 1.22 writes it bare,
+//!   so the capture starts the Location's query (nginx-tests' rewrite_unescape.t lists it
+//!   as a known fault); slipstream escapes it (`a%3Fx=1`), checked in
+//!   `rule_answers_keep_the_connection_in_step`.
 
 use std::io::{BufReader, Write};
 use std::net::SocketAddr;
@@ -243,6 +247,12 @@ server {
     location ~ ^/users/(?<user>[a-z]+)$ { return 200 "user $user"; }
     location /agent { return 200 "kind=$agent_kind uri=$uri"; }
     location /loop { rewrite ^ /loop; }
+    location /not-modified { return 304; }
+    rewrite ^/v1/(.*)$ /v2/$1;
+    location /v2/ { return 200 "v2 $uri"; }
+    location /q/ { rewrite ^/q/(.*)$ /api/q?p=$1 last; }
+    location /old2/ { rewrite ^/old2/(.*)$ /api/new/$1? last; }
+    location /redir/ { rewrite ^/redir/(.*)$ https://other.example/$1?z=3 redirect; }
     location /ten { rewrite ^/ten(\d*)$ /ten$1x last; }
     location /fields/ {
         proxy_pass http://app;
@@ -255,107 +265,115 @@ server {
 
 #[test]
 fn locations_rewrites_returns_and_access_as_nginx() {
-    let asks = [
-        get("/health"),
-        get("/health/"),
-        get("/index.html"),
-        get("/static/a.gif"),
-        get("/images/cat.jpg"),
-        get("/images/cat.PnG"),
-        get("/images/cat.GIF"),
-        get("/api"),
-        get("/api?x=1"),
-        get("/api/v1/items?q=2"),
-        get("/old/page?keep=1"),
-        get("/moved?a=b"),
-        get("/found"),
-        get("/internal-only"),
-        get("/go-internal"),
-        get("/return-first"),
-        get("/denied"),
-        get("/allowed"),
-        get("/r/x/y?z=1"),
-        get("/chain/1"),
-        get("/method"),
-        Ask {
-            method: "POST",
-            path: "/method",
-            fields: "",
-            body: "",
-        },
-        Ask {
-            method: "POST",
-            path: "/limit",
-            fields: "",
-            body: "0123456789abcdef",
-        },
-        Ask {
-            method: "POST",
-            path: "/limit",
-            fields: "",
-            body: "0123456789",
-        },
-        get("/args?a=1&b=2"),
-        get("/args"),
-        get("/users/bob"),
-        get("/agent"),
-        get("/loop"),
-        get("/ten"),
-        Ask {
-            method: "POST",
-            path: "/limit",
-            fields: "Expect: 100-continue\r\n",
-            body: "0123456789abcdef",
-        },
-        Ask {
-            method: "POST",
-            path: "/limit",
-            fields: "Expect: 100-continue\r\n",
-            body: "01234",
-        },
-        Ask {
-            method: "GET",
-            path: "/agent",
-            fields: "User-Agent: GoogleBOT/2.1\r\n",
-            body: "",
-        },
-        Ask {
-            method: "GET",
-            path: "/agent",
-            fields: "User-Agent: CURL/8\r\n",
-            body: "",
-        },
-        Ask {
-            method: "GET",
-            path: "/agent",
-            fields: "User-Agent: curl/7.88\r\n",
-            body: "",
-        },
-        Ask {
-            method: "GET",
-            path: "/fields/a?q=1",
-            fields: "X-Drop: client\r\nX-Custom: client\r\n",
-            body: "",
-        },
-        Ask {
-            method: "GET",
-            path: "/api/a",
-            fields: "X-Drop: client\r\n",
-            body: "",
-        },
-        get("/users/Bob"),
-        get("/x/../static/b.gif"),
-        get("/static/%2e%2e/images/c.jpg"),
-        get("/%2e%2e/x"),
-        Ask {
-            method: "GET",
-            path: "/health",
-            fields: "X-Block: yes\r\n",
-            body: "",
-        },
-    ];
-    compare("parity-locations", LOCATIONS, &asks, &[]);
+    compare("parity-locations", LOCATIONS, LOCATION_ASKS, &[]);
 }
+
+/// The requests of the locations case.
+const LOCATION_ASKS: &[Ask] = &[
+    get("/health"),
+    get("/health/"),
+    get("/index.html"),
+    get("/static/a.gif"),
+    get("/images/cat.jpg"),
+    get("/images/cat.PnG"),
+    get("/images/cat.GIF"),
+    get("/api"),
+    get("/api?x=1"),
+    get("/api/v1/items?q=2"),
+    get("/old/page?keep=1"),
+    get("/moved?a=b"),
+    get("/found"),
+    get("/internal-only"),
+    get("/go-internal"),
+    get("/return-first"),
+    get("/denied"),
+    get("/allowed"),
+    get("/r/x/y?z=1"),
+    get("/chain/1"),
+    get("/method"),
+    Ask {
+        method: "POST",
+        path: "/method",
+        fields: "",
+        body: "",
+    },
+    Ask {
+        method: "POST",
+        path: "/limit",
+        fields: "",
+        body: "0123456789abcdef",
+    },
+    Ask {
+        method: "POST",
+        path: "/limit",
+        fields: "",
+        body: "0123456789",
+    },
+    get("/args?a=1&b=2"),
+    get("/args"),
+    get("/users/bob"),
+    get("/agent"),
+    get("/loop"),
+    get("/not-modified"),
+    get("/v1/x"),
+    get("/q/a%26admin%3D1"),
+    get("/q/plain?keep=1"),
+    get("/old2/x%3Fadmin=1?keep=no"),
+    get("/redir/%2541"),
+    get("/ten"),
+    Ask {
+        method: "POST",
+        path: "/limit",
+        fields: "Expect: 100-continue\r\n",
+        body: "0123456789abcdef",
+    },
+    Ask {
+        method: "POST",
+        path: "/limit",
+        fields: "Expect: 100-continue\r\n",
+        body: "01234",
+    },
+    Ask {
+        method: "GET",
+        path: "/agent",
+        fields: "User-Agent: GoogleBOT/2.1\r\n",
+        body: "",
+    },
+    Ask {
+        method: "GET",
+        path: "/agent",
+        fields: "User-Agent: CURL/8\r\n",
+        body: "",
+    },
+    Ask {
+        method: "GET",
+        path: "/agent",
+        fields: "User-Agent: curl/7.88\r\n",
+        body: "",
+    },
+    Ask {
+        method: "GET",
+        path: "/fields/a?q=1",
+        fields: "X-Drop: client\r\nX-Custom: client\r\n",
+        body: "",
+    },
+    Ask {
+        method: "GET",
+        path: "/api/a",
+        fields: "X-Drop: client\r\n",
+        body: "",
+    },
+    get("/users/Bob"),
+    get("/x/../static/b.gif"),
+    get("/static/%2e%2e/images/c.jpg"),
+    get("/%2e%2e/x"),
+    Ask {
+        method: "GET",
+        path: "/health",
+        fields: "X-Block: yes\r\n",
+        body: "",
+    },
+];
 
 const HEADERS: &str = r#"
 server {
@@ -481,4 +499,53 @@ fn the_real_client_address_behind_trusted_proxies_as_nginx() {
         from("X-Forwarded-For: 10.1.2.4\r\n", "/only"),
     ];
     compare("parity-real-ip", REAL_IP, &asks, &[]);
+}
+
+/// Answers the rules give on a kept-alive connection end once each: pipelined requests get
+/// one answer each, a 304 with no body, and the connection stays in step.
+#[test]
+fn rule_answers_keep_the_connection_in_step() {
+    let dir = temp_path("parity-keepalive");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let site = LOCATIONS
+        .replace("{listen}", &format!("127.0.0.1:{}", free_port()))
+        .replace("{backend}", "127.0.0.1:9");
+    let ours = start_slipstream(&dir, &site);
+    let s = connect(ours.local_addrs()[0]);
+    let mut w = s.try_clone().unwrap();
+    let mut reader = BufReader::new(s);
+    let paths = ["/health", "/not-modified", "/found", "/args?a=1", "/health"];
+    for (i, path) in paths.iter().enumerate() {
+        let close = if i == paths.len() - 1 {
+            "Connection: close\r\n"
+        } else {
+            ""
+        };
+        write!(w, "GET {path} HTTP/1.1\r\nHost: example.com\r\n{close}\r\n").unwrap();
+    }
+    let mut statuses = Vec::new();
+    for _ in paths {
+        let r = read_response(&mut reader, false).expect("one answer per request");
+        if r.status == 304 {
+            assert_eq!(r.header("content-length"), None);
+        }
+        statuses.push((r.status, String::from_utf8_lossy(&r.body).to_string()));
+    }
+    assert_eq!(statuses[0], (200, "ok\n".to_string()));
+    assert_eq!(statuses[1].0, 304);
+    assert_eq!(statuses[2].0, 302);
+    assert_eq!(statuses[3], (200, "1|a=1|?|/args?a=1|/args".to_string()));
+    assert_eq!(statuses[4], (200, "ok\n".to_string()));
+    // A capture's `?` stays in the redirect's path (deliberately unlike nginx 1.22).
+    let redirect = ask(ours.local_addrs()[0], &get("/redir/a%3Fx=1%26y=2?w=1"), &[]);
+    assert_eq!(
+        redirect.location.as_deref(),
+        Some("https://other.example/a%3Fx=1&y=2?z=3&w=1")
+    );
+    // Then the connection ends: nothing is answered twice.
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(&mut reader, &mut rest).unwrap();
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    ours.shutdown();
 }
