@@ -66,6 +66,8 @@ pub enum Kind {
     RewriteFailed,
     /// The Content-Length exceeds the route's `client_max_body_size`.
     BodyOverLimit,
+    /// A regular expression on the backtracking engine ran past its step limit.
+    RegexLimit,
     /// A static-file route has nothing at this path.
     FileNotFound,
     /// A static-file route refuses this path (dotfile, symlink out, permissions, special file,
@@ -120,6 +122,7 @@ impl Kind {
             Kind::NoRoute
             | Kind::AccessDenied
             | Kind::RewriteFailed
+            | Kind::RegexLimit
             | Kind::FileNotFound
             | Kind::FileForbidden
             | Kind::FileFailed
@@ -154,6 +157,7 @@ impl Kind {
                 "rules changed the path more than 10 times, or to one not starting with '/'"
             }
             Kind::BodyOverLimit => "request body larger than client_max_body_size",
+            Kind::RegexLimit => "a regular expression ran past its step limit",
             Kind::FileNotFound => "file not found",
             Kind::FileForbidden => "file access forbidden",
             Kind::FileFailed => "file system error",
@@ -354,6 +358,7 @@ impl Error {
             Kind::AccessDenied => (403, Counter::AccessDenied),
             Kind::RewriteFailed => (500, Counter::RewriteFailures),
             Kind::BodyOverLimit => (413, Counter::BadRequests),
+            Kind::RegexLimit => (500, Counter::RewriteFailures),
             Kind::FileNotFound => (404, Counter::FilesNotFound),
             Kind::FileForbidden => (403, Counter::FilesForbidden),
             Kind::FileFailed => (500, Counter::FilesErrors),
@@ -405,7 +410,7 @@ impl Kind {
             Kind::ClientTimeout | Kind::ConnectTimeout | Kind::UpstreamTimeout => DEADLINE_EXCEEDED,
             Kind::ClientClosed => CANCELLED,
             Kind::FileForbidden | Kind::AccessDenied => PERMISSION_DENIED,
-            Kind::RewriteFailed => INTERNAL,
+            Kind::RewriteFailed | Kind::RegexLimit => INTERNAL,
             Kind::FileFailed | Kind::FileTruncated | Kind::CompressFailed => INTERNAL,
             Kind::ConnectRefused
             | Kind::ConnectFailed

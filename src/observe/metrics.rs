@@ -32,8 +32,8 @@ pub enum Counter {
     NoRoute,
     /// Requests refused by a site's or route's `access` rules (403).
     AccessDenied,
-    /// Requests whose rules changed the path more than 10 times, or to one not starting with
-    /// `/` (500).
+    /// Requests whose rules failed (500): more than 10 path changes, a path not starting
+    /// with `/`, or a regular expression past its step limit.
     RewriteFailures,
     /// Requests answered by a `return` or redirect rule.
     RuleAnswers,
@@ -271,7 +271,7 @@ impl Counter {
             Counter::BadRequests => "Requests refused as malformed or too large (4xx from the proxy itself).",
             Counter::NoRoute => "Requests matching no route (404).",
             Counter::AccessDenied => "Requests refused by access rules (403).",
-            Counter::RewriteFailures => "Requests whose rules changed the path more than 10 times, or to a path not starting with / (500).",
+            Counter::RewriteFailures => "Requests whose rules failed (500): more than 10 path changes, a path not starting with /, or a regular expression past its step limit.",
             Counter::RuleAnswers => "Requests answered by a return or redirect rule.",
             Counter::ResponsesOk => "Responses sent with a 2xx/3xx status.",
             Counter::Responses4xx => "Responses sent with a 4xx status.",

@@ -167,13 +167,18 @@ fn locate(
         (d, None)
     };
     let routed = |r| (Decision::route(r), None);
-    if let Step::Answer(a) = crate::rules::run(&router.site_policy(site).rules, facts, current) {
-        return answered(router.routed(Some(site), None), a);
+    match crate::rules::run(&router.site_policy(site).rules, facts, current) {
+        Step::Answer(a) => return answered(router.routed(Some(site), None), a),
+        Step::Failed => return refused(router.routed(Some(site), None), Kind::RegexLimit),
+        _ => {}
     }
     // nginx marks every rewritten path internal, the site's rewrites too.
     let mut internal = current.rewrites > 0;
     for _ in 0..=MAX_PATH_CHANGES {
         let chosen = router.choose(site, &current.uri);
+        if chosen.failed {
+            return refused(router.routed(Some(site), None), Kind::RegexLimit);
+        }
         if chosen.redirect_to_slash {
             let mut location = format!("{}/", current.uri);
             if !current.args.is_empty() {
@@ -206,6 +211,7 @@ fn locate(
         let before = current.rewrites;
         match crate::rules::run(router.route_rules(site, route), facts, current) {
             Step::Answer(a) => return answered(chosen_route, a),
+            Step::Failed => return refused(chosen_route, Kind::RegexLimit),
             Step::Break => return routed(chosen_route),
             Step::Done if before == current.rewrites => return routed(chosen_route),
             Step::Done | Step::Last => internal = true,

@@ -108,6 +108,17 @@ pub struct Chosen {
     pub captures: Option<Captures>,
     /// The path is a proxying prefix location's name without its final `/`: answer 301.
     pub redirect_to_slash: bool,
+    /// A backtracking regex ran past its step limit: refuse the request (500).
+    pub failed: bool,
+}
+
+impl Chosen {
+    fn failed() -> Chosen {
+        Chosen {
+            failed: true,
+            ..Chosen::default()
+        }
+    }
 }
 
 impl Locations {
@@ -205,22 +216,36 @@ impl Locations {
             }
         }
         // The first regex that matches: found by the set in one pass, else one by one.
-        let first = match &self.set {
-            Some(set) => set.matches(uri).iter().next().map(|n| self.regexes[n]),
-            None => self
-                .regexes
-                .iter()
-                .copied()
-                .find(|&i| matches!(&self.matches[i], Match::Regex(p) if p.is_match(uri))),
-        };
+        let mut first = None;
+        match &self.set {
+            Some(set) => first = set.matches(uri).iter().next().map(|n| self.regexes[n]),
+            None => {
+                for &i in &self.regexes {
+                    if let Match::Regex(p) = &self.matches[i] {
+                        match p.try_is_match(uri) {
+                            Ok(true) => {
+                                first = Some(i);
+                                break;
+                            }
+                            Ok(false) => {}
+                            Err(_) => return Chosen::failed(),
+                        }
+                    }
+                }
+            }
+        }
         if let Some(i) = first {
             if let Match::Regex(pattern) = &self.matches[i] {
-                if let Some(captures) = pattern.captures(uri) {
-                    return Chosen {
-                        index: Some(i),
-                        captures: Some(captures),
-                        redirect_to_slash: false,
-                    };
+                match pattern.try_captures(uri) {
+                    Ok(Some(captures)) => {
+                        return Chosen {
+                            index: Some(i),
+                            captures: Some(captures),
+                            ..Chosen::default()
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(_) => return Chosen::failed(),
                 }
             }
         }
@@ -308,6 +333,12 @@ mod tests {
         assert_eq!(linear.choose("/az/b").index, Some(1));
         assert_eq!(mixed.choose("/az/b").index, Some(3));
         assert_eq!(linear.choose("/A/B").index, Some(2));
+        // Past the backtracking engine's step limit the choice fails (the request gets 500)
+        // instead of skipping the location.
+        let slow = locations(&["/", "~ ^/(a*)*(?!a)\\1$x", "~ ^/x"], &[]);
+        let chosen = slow.choose(&format!("/{}", "a".repeat(40)));
+        assert!(chosen.failed && chosen.index.is_none());
+        assert_eq!(slow.choose("/x").index, Some(2));
     }
 
     #[test]

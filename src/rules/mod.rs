@@ -118,14 +118,18 @@ pub enum Step {
     Break,
     /// Answer now.
     Answer(Answer),
+    /// A backtracking regex ran past its step limit: refuse the request (500).
+    Failed,
 }
 
 /// Runs `rules` in order over the request.
 pub fn run(rules: &[Rule], facts: &Facts<'_>, current: &mut Current) -> Step {
     for rule in rules {
         if let Some(condition) = &rule.when {
-            if !holds(condition, facts, current) {
-                continue;
+            match holds(condition, facts, current) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(_) => return Step::Failed,
             }
         }
         match &rule.action {
@@ -139,10 +143,14 @@ pub fn run(rules: &[Rule], facts: &Facts<'_>, current: &mut Current) -> Step {
                 drop_args,
                 flag,
             } => {
-                let Some(captures) = pattern.captures(&current.uri) else {
-                    // A regex that fails clears the groups of the one before it (nginx).
-                    current.captures = None;
-                    continue;
+                let captures = match pattern.try_captures(&current.uri) {
+                    Ok(Some(c)) => c,
+                    Ok(None) => {
+                        // A regex that fails clears the groups of the one before it (nginx).
+                        current.captures = None;
+                        continue;
+                    }
+                    Err(_) => return Step::Failed,
                 };
                 current.captures = Some(captures);
                 let redirect = to.is_url() || matches!(flag, Flag::Redirect | Flag::Permanent);
@@ -216,16 +224,20 @@ fn joined_args(own: Option<String>, request: &str, drop_request: bool) -> String
 }
 
 /// Whether a condition holds; a regex test sets (or clears) the captures.
-fn holds(condition: &Condition, facts: &Facts<'_>, current: &mut Current) -> bool {
+fn holds(
+    condition: &Condition,
+    facts: &Facts<'_>,
+    current: &mut Current,
+) -> Result<bool, pattern::LimitHit> {
     let subject = condition.subject.to_string(facts, current);
-    match &condition.test {
+    Ok(match &condition.test {
         Test::NotEmpty => !subject.is_empty() && subject != "0",
         Test::Equals { value, negate } => (subject == value.to_string(facts, current)) != *negate,
         Test::Matches { pattern, negate } => {
-            current.captures = pattern.captures(&subject);
+            current.captures = pattern.try_captures(&subject)?;
             current.captures.is_some() != *negate
         }
-    }
+    })
 }
 
 impl Rule {

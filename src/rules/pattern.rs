@@ -3,9 +3,9 @@
 //! A pattern the `regex` crate accepts runs there: linear time whatever the input, so a
 //! hostile URI cannot make it slow. Only a pattern `regex` refuses (lookaround and
 //! backreferences, which some real configs use) runs on `fancy-regex`'s backtracking engine,
-//! with a step limit: a match that needs more steps than [`BACKTRACK_LIMIT`] counts as no
-//! match, and the request goes on as if the pattern had not matched (PCRE's own match limit
-//! behaves alike in nginx, which then fails the request instead).
+//! with a step limit: a match that needs more steps than [`BACKTRACK_LIMIT`] is reported
+//! ([`LimitHit`]) and the request is refused with 500, as nginx fails a request when PCRE hits
+//! its match limit.
 
 use std::sync::Arc;
 
@@ -31,6 +31,10 @@ enum Engine {
     Linear(regex::Regex),
     Backtracking(Box<fancy_regex::Regex>),
 }
+
+/// The backtracking engine ran past [`BACKTRACK_LIMIT`] steps on one match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitHit;
 
 /// What a match captured: the subject and the span of each group, so `$1..$9` and named
 /// groups can be read after the subject itself has changed.
@@ -114,33 +118,49 @@ impl Pattern {
         self.names.iter().map(|(n, _)| &**n)
     }
 
-    /// Whether `text` matches, capturing nothing.
+    /// Whether `text` matches, capturing nothing (past the step limit: no).
     pub fn is_match(&self, text: &str) -> bool {
+        self.try_is_match(text).unwrap_or(false)
+    }
+
+    /// Whether `text` matches; `Err` when the backtracking engine ran past its step limit,
+    /// so the caller can refuse the request instead of guessing (a rule written to deny must
+    /// not be stepped around by a path made to be slow).
+    pub fn try_is_match(&self, text: &str) -> Result<bool, LimitHit> {
         match &self.engine {
-            Engine::Linear(r) => r.is_match(text),
-            Engine::Backtracking(r) => r.is_match(text).unwrap_or(false),
+            Engine::Linear(r) => Ok(r.is_match(text)),
+            Engine::Backtracking(r) => r.is_match(text).map_err(|_| LimitHit),
         }
     }
 
-    /// The groups of the first match in `text`, or `None`.
+    /// The groups of the first match in `text`, or `None` (past the step limit too).
     pub fn captures(&self, text: &str) -> Option<Captures> {
+        self.try_captures(text).ok().flatten()
+    }
+
+    /// The groups of the first match in `text`; `Err` past the step limit.
+    pub fn try_captures(&self, text: &str) -> Result<Option<Captures>, LimitHit> {
         let spans: Vec<Option<(usize, usize)>> = match &self.engine {
             Engine::Linear(r) => {
-                let c = r.captures(text)?;
+                let Some(c) = r.captures(text) else {
+                    return Ok(None);
+                };
                 c.iter().map(|m| m.map(|m| (m.start(), m.end()))).collect()
             }
             Engine::Backtracking(r) => {
-                let c = r.captures(text).ok()??;
+                let Some(c) = r.captures(text).map_err(|_| LimitHit)? else {
+                    return Ok(None);
+                };
                 (0..c.len())
                     .map(|i| c.get(i).map(|m| (m.start(), m.end())))
                     .collect()
             }
         };
-        Some(Captures {
+        Ok(Some(Captures {
             subject: text.to_string(),
             spans,
             names: (!self.names.is_empty()).then(|| self.names.clone()),
-        })
+        }))
     }
 }
 
@@ -197,12 +217,14 @@ mod tests {
 
     #[test]
     fn catastrophic_backtracking_stops_at_the_limit() {
-        // A classic: (a+)+b against many a's and no b. With a backreference forcing the
-        // backtracking engine, the step limit ends it as a non-match.
-        let p = Pattern::new(r"^(a+)+\1b$", false).unwrap();
+        // Nested repetition with a lookahead and a backreference (which force the
+        // backtracking engine) against many a's: the step limit ends it.
+        let p = Pattern::new(r"^(a*)*(?!a)\1$x", false).unwrap();
         assert!(p.backtracks());
         let subject = "a".repeat(40);
         assert!(!p.is_match(&subject));
         assert!(p.captures(&subject).is_none());
+        assert_eq!(p.try_is_match(&subject), Err(LimitHit));
+        assert!(p.try_captures(&subject).is_err());
     }
 }
