@@ -482,20 +482,23 @@ fn main() -> ExitCode {
             verbose,
             nginx_conf,
         } => return import_command(&nginx_conf, strict, verbose),
-        Command::Check { config } => {
-            return match Config::load(&config) {
-                Ok(_) => {
-                    println!("{}: ok", config.display());
-                    ExitCode::SUCCESS
-                }
-                Err(errors) => {
-                    eprintln!("{errors}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Check { config } => return check_command(&config),
     };
     finish(result)
+}
+
+/// `slipstream check`: every error of the config, or `FILE: ok`.
+fn check_command(config: &Path) -> ExitCode {
+    match Config::load(config) {
+        Ok(_) => {
+            println!("{}: ok", config.display());
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `slipstream run [--demo]`.

@@ -169,26 +169,12 @@ impl Prepared {
             Target::Upstream(u) => Some(u),
             Target::Files(i) => upstream_fallback(config, i),
         });
-        let mut upstream_head = Vec::new();
         let fwd = ForwardedFor {
             client: ip_text,
             proto: if https { "https" } else { "http" },
         };
-        // FastCGI requests are written from the head when they are sent.
-        let protocol = upstream.map(|u| config.upstreams[u.upstream].protocol);
-        let upstream_request = match protocol {
-            Some(p @ (Protocol::H2 | Protocol::H2c)) => {
-                let scheme = if p == Protocol::H2 { "https" } else { "http" };
-                // What HTTP/2 cannot carry (an Upgrade) fails as HTTP/1.1 text would.
-                request_from_head(head, fwd, scheme).ok().map(Box::new)
-            }
-            _ => None,
-        };
-        if protocol.is_some_and(|p| p != Protocol::FastCgi) && upstream_request.is_none() {
-            upstream_head.reserve(head.head_len + 128);
-            head.write_upstream_head(&mut upstream_head, fwd);
-            crate::http1::request::set_fields(&mut upstream_head, &decision.request_fields);
-        }
+        let (upstream_head, upstream_request) =
+            upstream_request(head, config, upstream, fwd, &decision.request_fields);
         Prepared {
             upstream_head,
             upstream_request,
@@ -232,6 +218,34 @@ impl Prepared {
             real_ip,
         }
     }
+}
+
+/// What goes to the upstream: an HTTP/1.1 head (with the rules' request fields set), or, for
+/// an HTTP/2 group, the request as a value; neither for FastCGI (written when sent) or no
+/// upstream.
+fn upstream_request(
+    head: &RequestHead<'_, '_>,
+    config: &Config,
+    upstream: Option<UpstreamTarget>,
+    fwd: ForwardedFor<'_>,
+    request_fields: &[(String, String)],
+) -> (Vec<u8>, Option<Box<ConvertedRequest>>) {
+    let mut upstream_head = Vec::new();
+    let protocol = upstream.map(|u| config.upstreams[u.upstream].protocol);
+    let upstream_request = match protocol {
+        Some(p @ (Protocol::H2 | Protocol::H2c)) => {
+            let scheme = if p == Protocol::H2 { "https" } else { "http" };
+            // What HTTP/2 cannot carry (an Upgrade) fails as HTTP/1.1 text would.
+            request_from_head(head, fwd, scheme).ok().map(Box::new)
+        }
+        _ => None,
+    };
+    if protocol.is_some_and(|p| p != Protocol::FastCgi) && upstream_request.is_none() {
+        upstream_head.reserve(head.head_len + 128);
+        head.write_upstream_head(&mut upstream_head, fwd);
+        crate::http1::request::set_fields(&mut upstream_head, request_fields);
+    }
+    (upstream_head, upstream_request)
 }
 
 /// The upstream a static-file route falls back to (`try_files` ending in `"@name"`).
