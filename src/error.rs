@@ -104,6 +104,9 @@ pub enum Kind {
     BadResponse(&'static str),
     /// The upstream switched protocols although the client did not ask to.
     UnexpectedUpgrade,
+    /// An answer of this code that an error page replaces: a rule's `return`, or an
+    /// upstream's under `intercept_errors` (its response is discarded).
+    Replaced(u16),
 }
 
 impl Kind {
@@ -127,7 +130,8 @@ impl Kind {
             | Kind::FileForbidden
             | Kind::FileFailed
             | Kind::FileTruncated
-            | Kind::CompressFailed => Side::Local,
+            | Kind::CompressFailed
+            | Kind::Replaced(_) => Side::Local,
             Kind::ConnectTimeout
             | Kind::ConnectRefused
             | Kind::ConnectFailed
@@ -174,6 +178,7 @@ impl Kind {
             Kind::UpstreamFailed => "upstream connection failed",
             Kind::UpstreamTimeout => "upstream timed out",
             Kind::UnexpectedUpgrade => "upstream switched protocols unasked",
+            Kind::Replaced(_) => "answer replaced by an error page",
         }
     }
 }
@@ -375,6 +380,7 @@ impl Error {
             | Kind::UpstreamFailed
             | Kind::BadResponse(_)
             | Kind::UnexpectedUpgrade => (502, Counter::BadGateway),
+            Kind::Replaced(code) => (code, Counter::ErrorPages),
         };
         let send = match (self.started, self.kind) {
             (Some(_), _) | (None, Kind::ClientClosed) => None,
@@ -410,7 +416,7 @@ impl Kind {
             Kind::ClientTimeout | Kind::ConnectTimeout | Kind::UpstreamTimeout => DEADLINE_EXCEEDED,
             Kind::ClientClosed => CANCELLED,
             Kind::FileForbidden | Kind::AccessDenied => PERMISSION_DENIED,
-            Kind::RewriteFailed | Kind::RegexLimit => INTERNAL,
+            Kind::RewriteFailed | Kind::RegexLimit | Kind::Replaced(_) => INTERNAL,
             Kind::FileFailed | Kind::FileTruncated | Kind::CompressFailed => INTERNAL,
             Kind::ConnectRefused
             | Kind::ConnectFailed

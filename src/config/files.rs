@@ -113,6 +113,8 @@ pub(super) struct RouteSection {
     pub(super) add_headers_on_success: Option<Spanned<BTreeMap<String, String>>>,
     pub(super) client_max_body_size: Option<Spanned<Size>>,
     pub(super) proxy_set_headers: Option<Spanned<BTreeMap<String, String>>>,
+    pub(super) error_pages: Option<Vec<Spanned<super::policy::FileErrorPage>>>,
+    pub(super) intercept_errors: Option<bool>,
     pub(super) upstream: Option<Spanned<String>>,
     pub(super) buffer_response: Option<Spanned<Size>>,
     pub(super) params: Option<std::collections::BTreeMap<String, String>>,
@@ -149,6 +151,8 @@ impl RouteSection {
             add_headers_on_success: self.add_headers_on_success.as_ref(),
             client_max_body_size: self.client_max_body_size.as_ref(),
             proxy_set_headers: self.proxy_set_headers.as_ref(),
+            error_pages: self.error_pages.as_ref(),
+            intercept_errors: self.intercept_errors,
         }
     }
 

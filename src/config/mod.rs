@@ -482,6 +482,8 @@ struct FileSite {
     access: Option<Spanned<Vec<String>>>,
     client_max_body_size: Option<Spanned<Size>>,
     proxy_set_headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
+    error_pages: Option<Vec<Spanned<policy::FileErrorPage>>>,
+    intercept_errors: Option<bool>,
     #[serde(default)]
     hosts: Vec<Spanned<String>>,
     #[serde(default)]

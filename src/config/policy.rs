@@ -12,6 +12,7 @@ use toml::Spanned;
 use super::{Size, Validator};
 use crate::routing::Policy;
 use crate::rules::access::AccessRule;
+use crate::rules::error_page::ErrorPage;
 use crate::rules::template::Template;
 use crate::rules::{Rule, RuleSpec};
 
@@ -29,6 +30,31 @@ pub(super) struct FileRule {
     to: Option<String>,
     body: Option<String>,
     flag: Option<String>,
+}
+
+/// One `error_pages` entry: `{ codes = [502, 503], to = "/50x.html" }`, with `status = 200`
+/// (nginx's `=200`) or `status = "page"` (nginx's bare `=`: the page's own status).
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileErrorPage {
+    codes: Vec<u16>,
+    to: String,
+    status: Option<FileErrorStatus>,
+}
+
+impl FileErrorPage {
+    /// The location it names (`to = "@name"`), without its `@`.
+    pub(super) fn named(&self) -> Option<&str> {
+        self.to.strip_prefix('@')
+    }
+}
+
+/// An error page's status: a code, or `"page"`.
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+enum FileErrorStatus {
+    Code(u16),
+    Word(String),
 }
 
 /// A `[maps.NAME]` section: `$NAME` is the value of the first entry whose key matches
@@ -61,6 +87,8 @@ pub(super) struct PolicyKeys<'a> {
     pub(super) add_headers_on_success: Option<&'a Spanned<BTreeMap<String, String>>>,
     pub(super) client_max_body_size: Option<&'a Spanned<Size>>,
     pub(super) proxy_set_headers: Option<&'a Spanned<BTreeMap<String, String>>>,
+    pub(super) error_pages: Option<&'a Vec<Spanned<FileErrorPage>>>,
+    pub(super) intercept_errors: Option<bool>,
 }
 
 impl PolicyKeys<'_> {
@@ -72,6 +100,8 @@ impl PolicyKeys<'_> {
             || self.add_headers_on_success.is_some()
             || self.client_max_body_size.is_some()
             || self.proxy_set_headers.is_some()
+            || self.error_pages.is_some()
+            || self.intercept_errors.is_some()
     }
 
     fn has_headers(&self) -> bool {
@@ -120,6 +150,13 @@ impl Validator<'_> {
             Some(table) => self.request_fields(table, names),
             None => parent.map_or(Vec::new(), |p| p.request_fields.clone()),
         };
+        let error_pages = match keys.error_pages {
+            Some(pages) => pages.iter().filter_map(|p| self.error_page(p)).collect(),
+            None => parent.map_or(Vec::new(), |p| p.error_pages.clone()),
+        };
+        let intercept_errors = keys
+            .intercept_errors
+            .unwrap_or_else(|| parent.is_some_and(|p| p.intercept_errors));
         Policy {
             rules,
             access,
@@ -127,6 +164,29 @@ impl Validator<'_> {
             headers_on_success,
             max_body,
             request_fields,
+            error_pages,
+            intercept_errors,
+        }
+    }
+
+    fn error_page(&mut self, page: &Spanned<FileErrorPage>) -> Option<ErrorPage> {
+        let p = page.get_ref();
+        let status = match &p.status {
+            None => None,
+            Some(FileErrorStatus::Code(code)) => Some(*code),
+            Some(FileErrorStatus::Word(w)) if w == "page" => Some(0),
+            Some(FileErrorStatus::Word(w)) => {
+                let message = format!("error_pages: status {w:?}: a code, or \"page\"");
+                self.error(page.span().start, message);
+                return None;
+            }
+        };
+        match ErrorPage::new(&p.codes, &p.to, status) {
+            Ok(page) => Some(page),
+            Err(e) => {
+                self.error(page.span().start, format!("error_pages: {e}"));
+                None
+            }
         }
     }
 

@@ -46,6 +46,8 @@ impl Validator<'_> {
                 add_headers_on_success: site.add_headers_on_success.as_ref(),
                 client_max_body_size: site.client_max_body_size.as_ref(),
                 proxy_set_headers: site.proxy_set_headers.as_ref(),
+                error_pages: site.error_pages.as_ref(),
+                intercept_errors: site.intercept_errors,
             };
             let site_policy = self.build_policy(&keys, None, &[]);
             for host in &site.hosts {
@@ -67,8 +69,32 @@ impl Validator<'_> {
                 }
             }
             builder.set_policy(index, site_policy);
+            self.check_named_pages(site);
         }
         builder.build()
+    }
+
+    /// Every error page naming a location (`@name`) names one of its site.
+    fn check_named_pages(&mut self, site: &FileSite) {
+        let names: Vec<&str> = site
+            .routes
+            .iter()
+            .filter_map(|r| r.location.as_ref())
+            .filter_map(|l| l.get_ref().trim().strip_prefix('@'))
+            .collect();
+        let pages = site
+            .error_pages
+            .iter()
+            .chain(site.routes.iter().filter_map(|r| r.error_pages.as_ref()))
+            .flatten();
+        for page in pages {
+            if let Some(name) = page.get_ref().named() {
+                if !names.contains(&name) {
+                    let message = format!("error_pages: no location \"@{name}\" in this site");
+                    self.error(page.span().start, message);
+                }
+            }
+        }
     }
 }
 

@@ -367,6 +367,18 @@ pub fn put_status_line(out: &mut Vec<u8>, minor_version: u8, status: u16, reason
     out.extend_from_slice(b"\r\n");
 }
 
+/// Replaces the status line at the start of `head` (a whole head as the client gets it) with
+/// one of `status` and its standard reason, keeping the version: an error page's status.
+pub fn replace_status_line(head: &mut Vec<u8>, status: u16) {
+    let Some(end) = head.iter().position(|&b| b == b'\n') else {
+        return;
+    };
+    let minor = u8::from(!head.starts_with(b"HTTP/1.0 "));
+    let mut line = Vec::with_capacity(40);
+    put_status_line(&mut line, minor, status, None);
+    head.splice(..=end, line);
+}
+
 /// The standard reason phrase for the statuses the proxy generates or a CGI script sets
 /// without one.
 pub fn reason_phrase(status: u16) -> &'static str {
@@ -417,6 +429,16 @@ mod tests {
     fn status_of(raw: &[u8]) -> Result<u16, ResponseError> {
         let mut storage = header_storage();
         parse_response(raw, &mut storage, 8192, false).map(|h| h.unwrap().status)
+    }
+
+    #[test]
+    fn a_status_line_is_replaced_whole() {
+        let mut head = b"HTTP/1.1 200 Very OK\r\nA: b\r\n\r\n".to_vec();
+        replace_status_line(&mut head, 404);
+        assert_eq!(head, b"HTTP/1.1 404 Not Found\r\nA: b\r\n\r\n");
+        let mut head = b"HTTP/1.0 200 OK\r\n\r\n".to_vec();
+        replace_status_line(&mut head, 503);
+        assert_eq!(head, b"HTTP/1.0 503 Service Unavailable\r\n\r\n");
     }
 
     /// Found by the fuzzer: `002` passed httparse and went out as `HTTP/1.1 2 OK`.

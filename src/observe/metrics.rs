@@ -37,6 +37,8 @@ pub enum Counter {
     RewriteFailures,
     /// Requests answered by a `return` or redirect rule.
     RuleAnswers,
+    /// Answers replaced by an error page (`error_pages`).
+    ErrorPages,
     /// Responses sent with a 2xx/3xx status.
     ResponsesOk,
     /// Responses sent with a 4xx status.
@@ -192,6 +194,7 @@ impl Counter {
             Counter::AccessDenied => "slipstream_access_denied_total",
             Counter::RewriteFailures => "slipstream_rewrite_failures_total",
             Counter::RuleAnswers => "slipstream_rule_answers_total",
+            Counter::ErrorPages => "slipstream_error_pages_total",
             Counter::ResponsesOk => "slipstream_responses_ok_total",
             Counter::Responses4xx => "slipstream_responses_4xx_total",
             Counter::Responses5xx => "slipstream_responses_5xx_total",
@@ -273,6 +276,7 @@ impl Counter {
             Counter::AccessDenied => "Requests refused by access rules (403).",
             Counter::RewriteFailures => "Requests whose rules failed (500): more than 10 path changes, a path not starting with /, or a regular expression past its step limit.",
             Counter::RuleAnswers => "Requests answered by a return or redirect rule.",
+            Counter::ErrorPages => "Answers replaced by an error page (error_pages), the upstream's too with intercept_errors.",
             Counter::ResponsesOk => "Responses sent with a 2xx/3xx status.",
             Counter::Responses4xx => "Responses sent with a 4xx status.",
             Counter::Responses5xx => "Responses sent with a 5xx status.",

@@ -140,6 +140,20 @@ pub(super) fn settle(
     server: &Address,
     result: Result<Outcome, Error>,
 ) -> Result<Outcome, Error> {
+    if let Err(Error {
+        kind: Kind::Replaced(status),
+        ..
+    }) = result
+    {
+        // An answer an error page replaces is still the server's answer, not its failure.
+        let replaced = Outcome {
+            status,
+            body_bytes: 0,
+            keep_alive: false,
+        };
+        return settle(cx, group, lease, server, Ok(replaced))
+            .and_then(|_| Err(Error::new(Kind::Replaced(status)).at(server.clone())));
+    }
     match result {
         Ok(outcome) if group.fail_on_5xx && outcome.status >= 500 => {
             if lease.failed_status() {

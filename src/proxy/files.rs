@@ -54,6 +54,12 @@ pub(super) async fn serve_files(
     let outcome = match lookup.resolve(&req.target) {
         Resolution::File(entry) => {
             let mut plan = plan(&entry, req, route, framing);
+            if let Some(status) = p.status_override {
+                // An error page: the file goes out whole under the code it replaces.
+                plan.status = status;
+                plan.head.status = status;
+                crate::http1::response::replace_status_line(&mut plan.head.text, status);
+            }
             cx.add_response_fields(&mut plan.head.text, 0);
             if plan.status == 304 && compress::would_compress(cx, &entry) {
                 plan.head = rewrite(&plan.head, Some(Coding::Gzip), CompressedBody::NotModified);
@@ -118,6 +124,14 @@ async fn send_simple(
     framing: KeepAlive,
 ) -> Result<Outcome, Error> {
     let timeout = cx.config().limits.client_body_timeout;
+    let status = match cx.request.status_override {
+        Some(s) if s != status => {
+            head.status = s;
+            crate::http1::response::replace_status_line(&mut head.text, s);
+            s
+        }
+        _ => status,
+    };
     cx.add_response_fields(&mut head.text, 0);
     write_head(&mut client.stream, &head, &[body], timeout)
         .await

@@ -16,6 +16,8 @@
 //! 7. [`compress`]: on routes that compress, whether a response benefits and with which
 //!    coding; the proxied body compressed on the way (FastCGI and static files use the same
 //!    decision in their own phases).
+//! 8. [`error_page`]: an answer whose code the route's `error_pages` list (the proxy's own,
+//!    a rule's, or with `intercept_errors` the upstream's) is replaced by its page.
 //!
 //! A static-file route takes [`files`] instead of phases 3 to 6; a route to a FastCGI group
 //! takes [`fastcgi`] instead of phases 3 to 5.
@@ -24,6 +26,7 @@
 
 mod compress;
 mod duplex;
+mod error_page;
 mod exchange;
 mod fastcgi;
 mod files;
@@ -235,6 +238,17 @@ impl Tried {
 
     fn len(&self) -> usize {
         self.len
+    }
+
+    /// Adds the tries of a second request made for this one (an error page's), for the log.
+    fn append(&mut self, other: &Tried) {
+        for (addr, times) in other.as_slice().iter().zip(other.times()) {
+            if self.len < MAX_TRIES {
+                self.addrs[self.len] = addr.clone();
+                self.times[self.len] = *times;
+                self.len += 1;
+            }
+        }
     }
 
     /// The addresses tried, in order.

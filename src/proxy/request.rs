@@ -67,6 +67,16 @@ pub(super) struct Prepared {
     pub(super) rewritten: Option<String>,
     /// The client's address named by trusted proxies (`[real_ip]`), when not the peer's.
     pub(super) real_ip: Option<std::net::IpAddr>,
+    /// The status every answer to this request goes out with, whatever its own: the code of
+    /// the answer an error page replaces (nginx's `err_status`).
+    pub(super) status_override: Option<u16>,
+    /// The request serves an error page: no other error page replaces its answer (nginx
+    /// without `recursive_error_pages`).
+    pub(super) error_page: bool,
+    /// The upstream's answers of codes its error pages list are replaced (`intercept_errors`).
+    pub(super) intercepts: bool,
+    /// An error page's request head as HTTP/1.1 text (FastCGI reads it again from here).
+    pub(super) page_head: Option<Vec<u8>>,
 }
 
 /// The request fields an access-log line shows, copied into one allocation.
@@ -123,12 +133,13 @@ impl LogFields {
 }
 
 impl Prepared {
-    fn new(
+    pub(super) fn new(
         head: &RequestHead<'_, '_>,
         config: &Config,
         (peer, ip_text): (SocketAddr, &[u8]),
         (log, https): (bool, bool),
         local_port: &dyn Fn() -> u16,
+        entry: super::rules::Entry,
     ) -> Prepared {
         // Behind trusted proxies the client is who they say (`[real_ip]`): its address is
         // `$remote_addr` for the rules, access, X-Forwarded-For, hashing, FastCGI and logs.
@@ -147,7 +158,7 @@ impl Prepared {
             https,
             local_port,
         };
-        let decision = super::rules::decide(&config.router, head, &client);
+        let decision = super::rules::decide(&config.router, head, &client, entry);
         let routed = decision.routed;
         let answered = decision.answer.is_some() || decision.refused.is_some();
         let route = if answered { None } else { routed.target };
@@ -216,6 +227,13 @@ impl Prepared {
             refused: decision.refused,
             rewritten: decision.target,
             real_ip,
+            status_override: None,
+            error_page: entry != super::rules::Entry::Client,
+            intercepts: routed.policy.is_some_and(|p| {
+                let policy = config.router.policy(p);
+                policy.intercept_errors && !policy.error_pages.is_empty()
+            }),
+            page_head: None,
         }
     }
 }
@@ -272,7 +290,8 @@ pub(super) async fn read_head(
         let head = request.head(&mut storage, limits.max_request_head)?;
         let log = worker.log.enabled();
         let port = || local_port(&client.stream);
-        let prepared = Prepared::new(&head, config, peer, (log, https), &port);
+        let entry = super::rules::Entry::Client;
+        let prepared = Prepared::new(&head, config, peer, (log, https), &port, entry);
         // As an HTTP/1.1 connection's first read would: a body already in hand goes with the
         // head, and a request whose whole body is in hand may be sent again elsewhere.
         read_staged(&mut client.stream, buf, limits.max_request_head + 1).await;
@@ -292,6 +311,7 @@ pub(super) async fn read_head(
                     peer,
                     (log, https),
                     &port,
+                    super::rules::Entry::Client,
                 )));
             }
         }

@@ -136,9 +136,14 @@ fn parse_head(
     let keep_alive = p.keep_alive && !head.ends_by_close(relay) && !shutting_down;
     let mut text = Vec::with_capacity(written_size(&head) + 64);
     let framing = head.write_client_head(&mut text, relay, keep_alive, p.minor_version);
-    let out = ClientHead::new(head.status, framing, text);
+    // An error page goes out with the code it replaces (unless its entry says otherwise).
+    let status = p.status_override.unwrap_or(head.status);
+    if status != head.status {
+        crate::http1::response::replace_status_line(&mut text, status);
+    }
+    let out = ClientHead::new(status, framing, text);
     Ok(Parsed::Final(FinalHead {
-        status: head.status,
+        status,
         head_len: head.head_len,
         framing: head.framing,
         reusable: head.reusable,
@@ -204,6 +209,10 @@ pub(super) async fn respond(
                 return tunnel::switch(cx, group, client, pending, up, &out, early).await;
             }
             Parsed::Final(mut head) => {
+                if super::error_page::intercepts(cx, head.status) {
+                    // Its body is never read: the connection closes when dropped.
+                    return Err(Error::new(Kind::Replaced(head.status)));
+                }
                 cx.add_response_fields(&mut head.out.text, 0);
                 break head;
             }

@@ -51,6 +51,18 @@ pub(super) struct Client<'a> {
     pub(super) local_port: &'a dyn Fn() -> u16,
 }
 
+/// How a request reaches the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Entry {
+    /// From the client.
+    Client,
+    /// By an internal redirect to a path (an error page): `internal` routes are reachable.
+    Redirect,
+    /// To this named location of the site (an error page `@name`): the site's rules and the
+    /// choice of location are skipped.
+    Named(usize),
+}
+
 impl Decision {
     fn route(routed: Routed) -> Decision {
         Decision {
@@ -64,11 +76,16 @@ impl Decision {
 }
 
 /// Runs the rules of the request's site.
-pub(super) fn decide(router: &Router, head: &RequestHead<'_, '_>, client: &Client<'_>) -> Decision {
+pub(super) fn decide(
+    router: &Router,
+    head: &RequestHead<'_, '_>,
+    client: &Client<'_>,
+    entry: Entry,
+) -> Decision {
     let Some(site) = router.site_for(head.host) else {
         return Decision::route(router.routed(None, None));
     };
-    if router.is_plain(site) {
+    if router.is_plain(site) && entry == Entry::Client {
         let route = router.longest_prefix(site, &head.path);
         return Decision::route(router.routed(Some(site), route));
     }
@@ -103,7 +120,7 @@ pub(super) fn decide(router: &Router, head: &RequestHead<'_, '_>, client: &Clien
         captures: None,
         rewrites: 0,
     };
-    let (mut d, answer) = locate(router, site, head, &facts, &mut current);
+    let (mut d, answer) = locate(router, (site, entry), head, &facts, &mut current);
     if let Some(mut answer) = answer {
         // A Location carries decoded path bytes and captures: never a control byte or space.
         if let Some(location) = answer.location.take() {
@@ -155,7 +172,7 @@ pub(super) fn decide(router: &Router, head: &RequestHead<'_, '_>, client: &Clien
 /// a refusal, and the answer the rules gave if any.
 fn locate(
     router: &Router,
-    site: usize,
+    (site, entry): (usize, Entry),
     head: &RequestHead<'_, '_>,
     facts: &Facts<'_>,
     current: &mut Current,
@@ -167,15 +184,27 @@ fn locate(
         (d, None)
     };
     let routed = |r| (Decision::route(r), None);
-    match crate::rules::run(&router.site_policy(site).rules, facts, current) {
-        Step::Answer(a) => return answered(router.routed(Some(site), None), a),
-        Step::Failed => return refused(router.routed(Some(site), None), Kind::RegexLimit),
-        _ => {}
+    let named = match entry {
+        Entry::Named(route) => Some(route),
+        _ => None,
+    };
+    if named.is_none() {
+        match crate::rules::run(&router.site_policy(site).rules, facts, current) {
+            Step::Answer(a) => return answered(router.routed(Some(site), None), a),
+            Step::Failed => return refused(router.routed(Some(site), None), Kind::RegexLimit),
+            _ => {}
+        }
     }
     // nginx marks every rewritten path internal, the site's rewrites too.
-    let mut internal = current.rewrites > 0;
-    for _ in 0..=MAX_PATH_CHANGES {
-        let chosen = router.choose(site, &current.uri);
+    let mut internal = current.rewrites > 0 || entry != Entry::Client;
+    for change in 0..=MAX_PATH_CHANGES {
+        let chosen = match named {
+            Some(route) if change == 0 => crate::routing::location::Chosen {
+                index: Some(route),
+                ..Default::default()
+            },
+            _ => router.choose(site, &current.uri),
+        };
         if chosen.failed {
             return refused(router.routed(Some(site), None), Kind::RegexLimit);
         }
@@ -244,21 +273,18 @@ pub(super) async fn send_answer(
             keep_alive: false,
         });
     }
+    // An error page goes out with the code it replaces (unless its entry says otherwise).
+    let status = p.status_override.unwrap_or(answer.status);
     // 204 and 304 have no body (nor a length): a client reads none.
-    let bodiless = matches!(answer.status, 204 | 304);
+    let bodiless = matches!(status, 204 | 304);
     let body: Vec<u8> = match &answer.body {
         _ if bodiless => Vec::new(),
         Some(text) => text.clone().into_bytes(),
-        None if answer.status >= 300 => simple_response(answer.status, true, false).1,
+        None if status >= 300 => simple_response(status, true, false).1,
         None => Vec::new(),
     };
     let mut text = Vec::with_capacity(256);
-    put_status_line(
-        &mut text,
-        1,
-        answer.status,
-        Some(reason_phrase(answer.status)),
-    );
+    put_status_line(&mut text, 1, status, Some(reason_phrase(status)));
     text.extend_from_slice(b"Server: slipstream\r\n");
     crate::http1::date::put_date(&mut text);
     if let Some(location) = &answer.location {
@@ -286,7 +312,7 @@ pub(super) async fn send_answer(
     } else {
         crate::message::Framing::Length(body.len() as u64)
     };
-    let head = crate::message::ClientHead::new(answer.status, framing, text);
+    let head = crate::message::ClientHead::new(status, framing, text);
     let body: &[u8] = if p.is_head { &[] } else { &body };
     let timeout = cx.config().limits.client_body_timeout;
     crate::net::io::write_head(&mut client.stream, &head, &[body], timeout)
@@ -297,7 +323,7 @@ pub(super) async fn send_answer(
         buf.drain(..p.head_len.min(buf.len()));
     }
     Ok(super::Outcome {
-        status: answer.status,
+        status,
         body_bytes: body.len() as u64,
         keep_alive,
     })

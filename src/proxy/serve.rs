@@ -11,7 +11,7 @@ use std::time::Instant;
 use tokio::io::AsyncWriteExt;
 
 use super::request::{self, Prepared};
-use super::{exchange, files, Client, Ctx, Outcome, Tried};
+use super::{error_page, exchange, files, Client, Ctx, Outcome, Tried};
 use crate::buffers::MIN_BUFFER;
 use crate::config::Config;
 use crate::error::{Error, Kind, Side};
@@ -270,17 +270,29 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
         try_times: Cell::default(),
     };
     let mut tried = Tried::default();
+    let saved_head = error_page::keep_head(&cx, client, &buf);
     let result = match (&request.refused, &request.answer, request.route) {
         (Some(kind), _, _) => Err(Error::new(*kind)),
-        (None, Some(answered), _) => {
-            super::rules::send_answer(&cx, client, &mut buf, answered).await
-        }
+        (None, Some(answered), _) => match error_page::replaced_answer(&cx, answered) {
+            Some(code) => Err(Error::new(Kind::Replaced(code))),
+            None => super::rules::send_answer(&cx, client, &mut buf, answered).await,
+        },
         (None, None, route) => route_content(&cx, route, client, &mut buf, &mut tried).await,
     };
     cx.end_try(&mut tried, result.is_ok());
+    let page = |e: &Error| {
+        let code = error_page::failure_code(e)?;
+        Some((code, error_page::page_for(&cx, code)?))
+    };
     let (outcome, generated) = match result {
         Ok(outcome) => (outcome, false),
-        Err(e) => (answer_failure(&cx, client, &mut buf, e).await, true),
+        Err(e) => match page(&e) {
+            Some((code, page)) => {
+                let pending = (code, page, saved_head.as_deref());
+                error_page::serve(&cx, client, &mut buf, &mut tried, pending).await
+            }
+            None => (answer_failure(&cx, client, &mut buf, e).await, true),
+        },
     };
     counters.gauge_add(Gauge::Writing, -1);
     client.idle_since = Instant::now();
@@ -306,7 +318,7 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
 }
 
 /// The route's content: its upstream group or its files.
-async fn route_content(
+pub(super) async fn route_content(
     cx: &Ctx<'_>,
     route: Option<Target>,
     client: &mut Client,
@@ -413,7 +425,12 @@ impl Line<'_> {
 }
 
 /// Answers a failed request as [`Error::answer`] says, when the client can still get an answer.
-async fn answer_failure(cx: &Ctx<'_>, client: &mut Client, buf: &mut Vec<u8>, e: Error) -> Outcome {
+pub(super) async fn answer_failure(
+    cx: &Ctx<'_>,
+    client: &mut Client,
+    buf: &mut Vec<u8>,
+    e: Error,
+) -> Outcome {
     let answer = e.answer();
     let p: &Prepared = cx.request;
     cx.worker.counters.inc(answer.counter);

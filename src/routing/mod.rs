@@ -52,6 +52,12 @@ pub struct Policy {
     /// Request fields set toward the upstream (nginx's `proxy_set_header`): each replaces the
     /// client's fields of its name; an empty value removes them.
     pub request_fields: Vec<(String, crate::rules::template::Template)>,
+    /// nginx's `error_page`: answers of these codes are replaced by a page (all-or-nothing
+    /// inheritance, as nginx).
+    pub error_pages: Vec<crate::rules::error_page::ErrorPage>,
+    /// An upstream's answer with a code `error_pages` lists is replaced too (nginx's
+    /// `proxy_intercept_errors` and `fastcgi_intercept_errors`).
+    pub intercept_errors: bool,
 }
 
 impl Policy {

@@ -7,6 +7,9 @@
 //! [`uri`] (the normalised path), [`access`] (allow and deny).
 
 pub mod access;
+pub mod error_page;
+pub mod htpasswd;
+pub mod limit;
 pub mod map;
 pub mod pattern;
 pub mod real_ip;

@@ -515,3 +515,28 @@ fn a_request_that_waits_past_queue_timeout_is_503() {
     assert_eq!(first.join().unwrap(), 200);
     assert_eq!(p.metrics().total(Counter::UpstreamQueueTimeouts), 1);
 }
+
+/// `intercept_errors` on a FastCGI route (nginx's `fastcgi_intercept_errors`): a script's 404
+/// is replaced by the page, itself a script, run as a GET under the 404.
+#[test]
+fn a_scripts_error_is_replaced_by_a_page_script() {
+    let fpm = PhpFpm::start("error-page");
+    fpm.script("gone.php", "<?php http_response_code(404); echo 'php 404';");
+    fpm.script(
+        "page.php",
+        "<?php echo 'page ', $_SERVER['SCRIPT_NAME'], ' ', $_SERVER['REQUEST_METHOD'];",
+    );
+    fpm.script("teapot.php", "<?php http_response_code(418); echo 'tea';");
+    let route = r#", intercept_errors = true, error_pages = [{ codes = [404], to = "/page.php" }]"#;
+    let p = php_proxy(&unix(&fpm), &fpm.root, "", route);
+    let addr = p.local_addrs()[0];
+    let r = send(
+        addr,
+        "POST /gone.php HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\n",
+        b"abc",
+    );
+    assert_eq!((r.status, text(&r).as_str()), (404, "page /page.php GET"));
+    // A code with no page passes through.
+    let r = get(addr, "/teapot.php");
+    assert_eq!((r.status, text(&r).as_str()), (418, "tea"));
+}

@@ -7,6 +7,7 @@ mod codec;
 mod compression;
 mod control;
 mod dates;
+mod error_pages;
 mod fastcgi;
 mod fastcgi_proxy;
 mod files;

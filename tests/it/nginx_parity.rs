@@ -108,7 +108,8 @@ fn ask(addr: SocketAddr, a: &Ask, compared: &[&str]) -> Seen {
         content_type: (r.status == 200)
             .then(|| r.header("content-type").map(str::to_string))
             .flatten(),
-        body: (r.status < 300).then_some(text),
+        // Error pages of the tests start with "PAGE": compared whatever their status.
+        body: (r.status < 300 || text.starts_with("PAGE")).then_some(text),
     }
 }
 
@@ -186,7 +187,13 @@ fn compare(name: &str, site: &str, asks: &[Ask], compared: &[&str]) {
             seen.header("x-custom"),
             seen.header("x-drop"),
         );
-        Reply::Bytes(response(200, body.as_bytes()))
+        // `.../status/NNN` answers NNN.
+        let status = seen
+            .path()
+            .split_once("/status/")
+            .and_then(|(_, code)| code.get(..3)?.parse().ok())
+            .unwrap_or(200);
+        Reply::Bytes(response(status, body.as_bytes()))
     });
     let dir = temp_path(name);
     let _ = std::fs::remove_dir_all(&dir);
@@ -548,4 +555,94 @@ fn rule_answers_keep_the_connection_in_step() {
     std::io::Read::read_to_end(&mut reader, &mut rest).unwrap();
     assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
     ours.shutdown();
+}
+
+const ERROR_PAGES: &str = r#"
+upstream app { server {backend}; }
+upstream dead { server 127.0.0.1:9; }
+server {
+    listen {listen};
+    server_name example.com;
+    root {root};
+    error_page 404 /404.html;
+    error_page 500 502 503 504 /50x.html;
+    location = /404.html { internal; }
+    location = /50x.html { }
+    location /files/ { }
+    location /dead/ { proxy_pass http://dead; }
+    location /up/ { proxy_pass http://app; proxy_intercept_errors on; }
+    location /up-pass/ { proxy_pass http://app; }
+    location /forbidden { deny all; }
+    location /ret { return 404; }
+    location /ret-text { return 404 "custom text"; }
+    location /ret500 { return 500; }
+    location /eq { error_page 404 =200 /404.html; return 404; }
+    location /eq-page { error_page 404 = /ok; return 404; }
+    location = /ok { return 200 "fine"; }
+    location /named { error_page 404 @fallback; return 404; }
+    location /named-eq { error_page 404 = @fallback; return 404; }
+    location @fallback { proxy_pass http://app; }
+    location /to-url { error_page 404 http://example.org/nf; return 404; }
+    location /to-url-301 { error_page 404 =301 http://example.org/nf; return 404; }
+    location /own { error_page 403 /403.html; return 404; }
+    location /missing-page { error_page 404 /nothing-here.html; return 404; }
+}
+"#;
+
+/// nginx's `error_page`, with `proxy_intercept_errors`: pages for the proxy's own failures,
+/// for `return`, for intercepted upstream answers, `=code` and bare `=`, named locations,
+/// redirects, location lists replacing the server's, and a missing page.
+#[test]
+fn error_pages_as_nginx() {
+    let root = temp_path("parity-error-pages-root");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("files")).unwrap();
+    std::fs::write(root.join("404.html"), "PAGE not found\n").unwrap();
+    std::fs::write(root.join("50x.html"), "PAGE server error\n").unwrap();
+    std::fs::write(root.join("403.html"), "PAGE forbidden\n").unwrap();
+    std::fs::write(root.join("files/here.txt"), "here\n").unwrap();
+    let site = ERROR_PAGES.replace("{root}", &root.display().to_string());
+    let asks = [
+        get("/files/here.txt"),
+        get("/files/missing.txt"),
+        get("/404.html"),
+        get("/50x.html"),
+        get("/dead/x"),
+        get("/up/status/404"),
+        get("/up/status/500"),
+        get("/up/status/403"),
+        get("/up/fine"),
+        get("/up-pass/status/404"),
+        get("/forbidden"),
+        get("/ret"),
+        get("/ret-text"),
+        get("/ret500"),
+        get("/eq"),
+        get("/eq-page"),
+        get("/named"),
+        get("/named-eq"),
+        get("/to-url"),
+        get("/to-url-301"),
+        get("/own"),
+        get("/missing-page"),
+        Ask {
+            method: "HEAD",
+            path: "/ret",
+            fields: "",
+            body: "",
+        },
+        Ask {
+            method: "POST",
+            path: "/files/missing.txt",
+            fields: "",
+            body: "abc",
+        },
+        Ask {
+            method: "GET",
+            path: "/files/missing.txt",
+            fields: "If-None-Match: *\r\nRange: bytes=0-1\r\n",
+            body: "",
+        },
+    ];
+    compare("parity-error-pages", &site, &asks, &[]);
 }

@@ -129,6 +129,18 @@ impl Translator {
             draft.keys.push(("compress".into(), Val::Bool(true)));
         }
         differences(&mut draft.keys, server, &scope, &own);
+        // The site's `intercept_errors` is its `proxy_intercept_errors`; a FastCGI route
+        // follows `fastcgi_intercept_errors`.
+        let intercepts = if draft.fastcgi.is_some() {
+            scope.intercept_fastcgi
+        } else {
+            scope.intercept_proxy
+        };
+        if intercepts != server.intercept_proxy {
+            draft
+                .keys
+                .push(("intercept_errors".into(), Val::Bool(intercepts)));
+        }
         if !rules.is_empty() {
             draft.keys.push(("rules".into(), Val::List(rules)));
         }
@@ -385,6 +397,9 @@ fn differences(keys: &mut Keys, server: &Scope, scope: &Scope, own: &Own) {
     }
     if let Some(fields) = &own.request_fields {
         keys.push(("proxy_set_headers".into(), Val::str_table(fields)));
+    }
+    if let Some(pages) = &own.error_pages {
+        keys.push(("error_pages".into(), Val::List(pages.clone())));
     }
     if let Some(headers) = &own.headers {
         let site = server.headers.as_deref().unwrap_or_default();

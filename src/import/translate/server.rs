@@ -433,6 +433,12 @@ fn site_keys(draft: &SiteDraft, scope: &Scope, own: &Own) -> Keys {
     if let Some(fields) = scope.request_fields.as_ref().filter(|f| !f.is_empty()) {
         keys.push(("proxy_set_headers".into(), Val::str_table(fields)));
     }
+    if let Some(pages) = &scope.error_pages {
+        keys.push(("error_pages".into(), Val::List(pages.clone())));
+    }
+    if scope.intercept_proxy {
+        keys.push(("intercept_errors".into(), Val::Bool(true)));
+    }
     let headers = scope.headers.as_deref().unwrap_or_default();
     for (key, always) in [("add_headers", true), ("add_headers_on_success", false)] {
         let pairs = header_pairs(headers, always);

@@ -87,6 +87,12 @@ pub(super) struct Scope {
     pub(super) cert: Option<String>,
     /// `ssl_certificate_key`.
     pub(super) key: Option<String>,
+    /// The `error_page` entries of the nearest level that has any.
+    pub(super) error_pages: Option<Vec<Val>>,
+    /// `proxy_intercept_errors on` (and `grpc_`).
+    pub(super) intercept_proxy: bool,
+    /// `fastcgi_intercept_errors on`.
+    pub(super) intercept_fastcgi: bool,
 }
 
 /// An `access_log` of a level: the file (or `"off"`) and its format.
@@ -115,6 +121,8 @@ pub(super) struct Own {
     pub(super) rules: Vec<Val>,
     /// The certificate directives it has had (a second certificate is noted).
     pub(super) tls_files: Vec<String>,
+    /// Its `error_page` entries, when it has any.
+    pub(super) error_pages: Option<Vec<Val>>,
 }
 
 impl Own {
@@ -132,7 +140,46 @@ impl Own {
         if let Some(p) = &self.fastcgi_params {
             scope.fastcgi_params = Some(p.clone());
         }
+        if let Some(p) = &self.error_pages {
+            scope.error_pages = Some(p.clone());
+        }
     }
+}
+
+/// One `error_page CODE... [=[CODE]] TARGET` as an `error_pages` entry.
+fn error_page(args: &[String]) -> Result<Val, &'static str> {
+    let (target, rest) = args.split_last().ok_or("no page")?;
+    if target.contains('$') {
+        return Err("variables in error pages are not supported yet");
+    }
+    let (status, codes) = match rest.split_last() {
+        Some((last, codes)) if last.starts_with('=') => (Some(&last[1..]), codes),
+        _ => (None, rest),
+    };
+    let codes: Vec<Val> = codes
+        .iter()
+        .map(|c| {
+            c.parse::<i64>()
+                .map(Val::Int)
+                .map_err(|_| "not a status code")
+        })
+        .collect::<Result<_, _>>()?;
+    if codes.is_empty() {
+        return Err("no status code");
+    }
+    let mut entry = vec![
+        ("codes".to_string(), Val::List(codes)),
+        ("to".to_string(), Val::str(target.as_str())),
+    ];
+    match status {
+        None => {}
+        Some("") => entry.push(("status".into(), Val::str("page"))),
+        Some(code) => {
+            let code = code.parse::<i64>().map_err(|_| "not a status code")?;
+            entry.push(("status".into(), Val::Int(code)));
+        }
+    }
+    Ok(Val::Table(entry))
 }
 
 /// The CGI variables `fastcgi_params` and `fastcgi.conf` set, which slipstream sets itself.
@@ -225,6 +272,11 @@ impl Translator {
                 }
             }
             "access_log" => self.access_log(d, own, level),
+            "proxy_intercept_errors" | "grpc_intercept_errors" if one => {
+                scope.intercept_proxy = arg == "on";
+            }
+            "fastcgi_intercept_errors" if one => scope.intercept_fastcgi = arg == "on",
+            "recursive_error_pages" if arg == "off" => self.ignore(d, "nginx's default"),
             _ => return false,
         }
         true
@@ -252,6 +304,10 @@ impl Translator {
                     });
                 }
             }
+            ("error_page", [_, _, ..]) => match error_page(&d.args) {
+                Ok(entry) => own.error_pages.get_or_insert_with(Vec::new).push(entry),
+                Err(reason) => self.not_translated(d, reason),
+            },
             ("allow" | "deny", [who]) => {
                 let list = own.access.get_or_insert_with(Vec::new);
                 list.push(format!("{} {who}", d.name));

@@ -177,7 +177,6 @@ fn arg_is(d: &Directive, value: &str) -> bool {
 /// nginx directives slipstream may take one day: reported as "not supported yet" rather than
 /// "unknown directive".
 const UNSUPPORTED: &[&str] = &[
-    "error_page",
     "recursive_error_pages",
     "proxy_hide_header",
     "proxy_pass_header",
@@ -186,7 +185,6 @@ const UNSUPPORTED: &[&str] = &[
     "proxy_next_upstream",
     "proxy_next_upstream_tries",
     "proxy_next_upstream_timeout",
-    "proxy_intercept_errors",
     "proxy_method",
     "proxy_pass_request_body",
     "proxy_pass_request_headers",
@@ -194,7 +192,6 @@ const UNSUPPORTED: &[&str] = &[
     "proxy_http_version",
     "proxy_bind",
     "proxy_socket_keepalive",
-    "fastcgi_intercept_errors",
     "fastcgi_hide_header",
     "fastcgi_pass_header",
     "fastcgi_ignore_headers",

@@ -167,7 +167,11 @@ fn build(
 ) -> Result<Request, Error> {
     let p = cx.request;
     let mut storage = header_storage();
-    let mut head = super::request::head_again(client, buf, p.head_len, &mut storage)?;
+    let mut head = match &p.page_head {
+        Some(text) => crate::http1::parse_request(text, &mut storage, text.len())?
+            .ok_or(Error::new(Kind::BadRequest("error page request")))?,
+        None => super::request::head_again(client, buf, p.head_len, &mut storage)?,
+    };
     if let Some(target) = &p.rewritten {
         // The rules changed the path: the script is found from the new one.
         head.path = std::borrow::Cow::Owned(target.clone());

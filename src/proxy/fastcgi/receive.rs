@@ -365,6 +365,11 @@ impl CgiResponse {
             Framing::UntilClose
         };
         let keep = keep_alive(cx, framing);
+        if super::super::error_page::intercepts(cx, status) {
+            return Err(Error::new(Kind::Replaced(status)));
+        }
+        // An error page goes out with the code it replaces (unless its entry says otherwise).
+        let status = p.status_override.unwrap_or(status);
         let mut text = Vec::with_capacity(head_len + 128);
         write_head(
             &mut text,
@@ -374,6 +379,9 @@ impl CgiResponse {
             p.minor_version,
             &http_date_now(),
         );
+        if status != head.status {
+            crate::http1::response::replace_status_line(&mut text, status);
+        }
         cx.add_response_fields(&mut text, 0);
         let head = self.pack(cx, head_len, ClientHead::new(status, framing, text))?;
         self.stage = Stage::Streaming {

@@ -1,0 +1,1 @@
+//! Request rate and concurrency limits (nginx's limit_req and limit_conn): being written.
