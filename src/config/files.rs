@@ -115,6 +115,8 @@ pub(super) struct RouteSection {
     pub(super) proxy_set_headers: Option<Spanned<BTreeMap<String, String>>>,
     pub(super) error_pages: Option<Vec<Spanned<super::policy::FileErrorPage>>>,
     pub(super) intercept_errors: Option<bool>,
+    pub(super) expires: Option<Spanned<String>>,
+    pub(super) hide_headers: Option<Spanned<Vec<String>>>,
     pub(super) upstream: Option<Spanned<String>>,
     pub(super) buffer_response: Option<Spanned<Size>>,
     pub(super) params: Option<std::collections::BTreeMap<String, String>>,
@@ -153,6 +155,8 @@ impl RouteSection {
             proxy_set_headers: self.proxy_set_headers.as_ref(),
             error_pages: self.error_pages.as_ref(),
             intercept_errors: self.intercept_errors,
+            expires: self.expires.as_ref(),
+            hide_headers: self.hide_headers.as_ref(),
         }
     }
 

@@ -484,6 +484,8 @@ struct FileSite {
     proxy_set_headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
     error_pages: Option<Vec<Spanned<policy::FileErrorPage>>>,
     intercept_errors: Option<bool>,
+    expires: Option<Spanned<String>>,
+    hide_headers: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     hosts: Vec<Spanned<String>>,
     #[serde(default)]

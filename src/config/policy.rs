@@ -89,6 +89,8 @@ pub(super) struct PolicyKeys<'a> {
     pub(super) proxy_set_headers: Option<&'a Spanned<BTreeMap<String, String>>>,
     pub(super) error_pages: Option<&'a Vec<Spanned<FileErrorPage>>>,
     pub(super) intercept_errors: Option<bool>,
+    pub(super) expires: Option<&'a Spanned<String>>,
+    pub(super) hide_headers: Option<&'a Spanned<Vec<String>>>,
 }
 
 impl PolicyKeys<'_> {
@@ -102,6 +104,8 @@ impl PolicyKeys<'_> {
             || self.proxy_set_headers.is_some()
             || self.error_pages.is_some()
             || self.intercept_errors.is_some()
+            || self.expires.is_some()
+            || self.hide_headers.is_some()
     }
 
     fn has_headers(&self) -> bool {
@@ -157,6 +161,20 @@ impl Validator<'_> {
         let intercept_errors = keys
             .intercept_errors
             .unwrap_or_else(|| parent.is_some_and(|p| p.intercept_errors));
+        let expires = match keys.expires {
+            Some(text) => match crate::rules::expires::Expires::parse(text.get_ref()) {
+                Ok(e) => e,
+                Err(e) => {
+                    self.error(text.span().start, format!("expires: {e}"));
+                    None
+                }
+            },
+            None => parent.and_then(|p| p.expires),
+        };
+        let hide_headers = match keys.hide_headers {
+            Some(names) => self.hidden_fields(names),
+            None => parent.map_or(Vec::new(), |p| p.hide_headers.clone()),
+        };
         Policy {
             rules,
             access,
@@ -166,7 +184,28 @@ impl Validator<'_> {
             request_fields,
             error_pages,
             intercept_errors,
+            expires,
+            hide_headers,
         }
+    }
+
+    /// `hide_headers`: field names, lower-cased; the fields that frame the message are the
+    /// proxy's own and refused.
+    fn hidden_fields(&mut self, names: &Spanned<Vec<String>>) -> Vec<String> {
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        let mut hidden = Vec::new();
+        for name in names.get_ref() {
+            if name.is_empty() || !name.bytes().all(token) {
+                let message = format!("hide_headers: {name:?} is not a header name");
+                self.error(names.span().start, message);
+            } else if crate::message::is_hop_by_hop(name) {
+                let message = format!("hide_headers: {name} frames the message: the proxy's own");
+                self.error(names.span().start, message);
+            } else {
+                hidden.push(name.to_ascii_lowercase());
+            }
+        }
+        hidden
     }
 
     fn error_page(&mut self, page: &Spanned<FileErrorPage>) -> Option<ErrorPage> {

@@ -48,6 +48,8 @@ impl Validator<'_> {
                 proxy_set_headers: site.proxy_set_headers.as_ref(),
                 error_pages: site.error_pages.as_ref(),
                 intercept_errors: site.intercept_errors,
+                expires: site.expires.as_ref(),
+                hide_headers: site.hide_headers.as_ref(),
             };
             let site_policy = self.build_policy(&keys, None, &[]);
             for host in &site.hosts {

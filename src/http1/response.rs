@@ -273,6 +273,33 @@ pub fn add_fields(out: &mut Vec<u8>, start: usize, lines: &[u8]) {
     out.splice(at..at, insert);
 }
 
+/// Removes the fields named `names` (lower case) from the head that starts at `start` in
+/// `out` (nginx's `proxy_hide_header`, and the fields `expires` replaces).
+pub fn remove_fields(out: &mut Vec<u8>, start: usize, names: &[&str]) {
+    if names.is_empty() {
+        return;
+    }
+    let Some(end) = out[start..].windows(4).position(|w| w == b"\r\n\r\n") else {
+        return;
+    };
+    let end = start + end + 2;
+    let Some(first) = out[start..end].iter().position(|&b| b == b'\n') else {
+        return;
+    };
+    let mut kept = Vec::with_capacity(end - start);
+    for line in out[start + first + 1..end].split_inclusive(|&b| b == b'\n') {
+        let colon = line.iter().position(|&b| b == b':').unwrap_or(line.len());
+        let name = &line[..colon];
+        if !names
+            .iter()
+            .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
+        {
+            kept.extend_from_slice(line);
+        }
+    }
+    out.splice(start + first + 1..end, kept);
+}
+
 /// Whether `head` has a field named as the field line `line`.
 fn has_field(head: &[u8], line: &[u8]) -> bool {
     let name_len = line.iter().position(|&b| b == b':').unwrap_or(line.len());
@@ -429,6 +456,16 @@ mod tests {
     fn status_of(raw: &[u8]) -> Result<u16, ResponseError> {
         let mut storage = header_storage();
         parse_response(raw, &mut storage, 8192, false).map(|h| h.unwrap().status)
+    }
+
+    #[test]
+    fn fields_are_removed_by_name_in_any_case() {
+        let mut head = b"X\r\nHTTP/1.1 200 OK\r\nServer: a\r\nX-Powered-By: php\r\nserver: b\r\nA: 1\r\n\r\nbody".to_vec();
+        remove_fields(&mut head, 2, &["server", "x-powered-by"]);
+        assert_eq!(head, b"X\r\nHTTP/1.1 200 OK\r\nA: 1\r\n\r\nbody");
+        let mut head = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
+        remove_fields(&mut head, 0, &["a"]);
+        assert_eq!(head, b"HTTP/1.1 200 OK\r\n\r\n");
     }
 
     #[test]

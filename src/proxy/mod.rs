@@ -133,6 +133,19 @@ impl Ctx<'_> {
         add_configured_fields(self.config(), policy, https, out, start);
     }
 
+    /// Removes the upstream response fields the policy hides (`hide_headers`) from the head
+    /// at the start of `out`.
+    fn hide_upstream_fields(&self, out: &mut Vec<u8>) {
+        let Some(policy) = self.request.routed.policy else {
+            return;
+        };
+        let hidden = &self.config().router.policy(policy).hide_headers;
+        if !hidden.is_empty() {
+            let names: Vec<&str> = hidden.iter().map(String::as_str).collect();
+            crate::http1::response::remove_fields(out, 0, &names);
+        }
+    }
+
     /// Microseconds since the current try began.
     fn since_try(&self) -> Option<u64> {
         self.try_started
@@ -194,6 +207,12 @@ fn add_configured_fields(
         let (always, on_success) = config.router.headers(policy, status);
         crate::http1::response::add_fields(out, start, always);
         crate::http1::response::add_fields(out, start, on_success);
+        if let Some(expires) = config.router.expires(policy, status) {
+            let fields = expires.fields(std::time::SystemTime::now());
+            let replaced = ["expires", "cache-control"];
+            crate::http1::response::remove_fields(out, start, &replaced);
+            crate::http1::response::add_fields(out, start, &fields);
+        }
     }
     if let Some(hsts) = config.tls.as_ref().and_then(|t| t.hsts.as_deref()) {
         if https {

@@ -213,6 +213,7 @@ pub(super) async fn respond(
                     // Its body is never read: the connection closes when dropped.
                     return Err(Error::new(Kind::Replaced(head.status)));
                 }
+                cx.hide_upstream_fields(&mut head.out.text);
                 cx.add_response_fields(&mut head.out.text, 0);
                 break head;
             }

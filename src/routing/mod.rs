@@ -58,6 +58,10 @@ pub struct Policy {
     /// An upstream's answer with a code `error_pages` lists is replaced too (nginx's
     /// `proxy_intercept_errors` and `fastcgi_intercept_errors`).
     pub intercept_errors: bool,
+    /// nginx's `expires`: `Expires` and `Cache-Control` written on successful responses.
+    pub expires: Option<crate::rules::expires::Expires>,
+    /// Upstream response fields not passed on (nginx's `proxy_hide_header`), lower case.
+    pub hide_headers: Vec<String>,
 }
 
 impl Policy {
@@ -191,16 +195,27 @@ impl Router {
         &self.policies[usize::from(index)]
     }
 
+    /// The `expires` a response gets under `policy` with this `status` (successful ones only,
+    /// as nginx).
+    pub fn expires(
+        &self,
+        policy: Option<u16>,
+        status: u16,
+    ) -> Option<crate::rules::expires::Expires> {
+        let p = self.policies.get(usize::from(policy?))?;
+        p.expires.filter(|_| is_success(status))
+    }
+
     /// The field lines a response gets under `policy` with this `status` (empty when none).
     pub fn headers(&self, policy: Option<u16>, status: u16) -> (&[u8], &[u8]) {
         let Some(p) = policy.and_then(|p| self.policies.get(usize::from(p))) else {
             return (&[], &[]);
         };
-        let success = matches!(
-            status,
-            200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308
-        );
-        let on_success: &[u8] = if success { &p.headers_on_success } else { &[] };
+        let on_success: &[u8] = if is_success(status) {
+            &p.headers_on_success
+        } else {
+            &[]
+        };
         (&p.headers, on_success)
     }
 
@@ -349,6 +364,14 @@ impl Router {
         }
         self.default
     }
+}
+
+/// The statuses nginx's `add_header` (without `always`) and `expires` apply to.
+fn is_success(status: u16) -> bool {
+    matches!(
+        status,
+        200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308
+    )
 }
 
 /// Lower-cases a Host value and strips its port and a trailing dot, into `out`.

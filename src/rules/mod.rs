@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod error_page;
+pub mod expires;
 pub mod htpasswd;
 pub mod limit;
 pub mod map;

@@ -193,7 +193,12 @@ fn compare(name: &str, site: &str, asks: &[Ask], compared: &[&str]) {
             .split_once("/status/")
             .and_then(|(_, code)| code.get(..3)?.parse().ok())
             .unwrap_or(200);
-        Reply::Bytes(response(status, body.as_bytes()))
+        // Fields for `proxy_hide_header` and `expires` to act on.
+        let mut bytes = response(status, body.as_bytes());
+        let fields = b"X-Up: up\r\nX-Powered-By: app\r\nCache-Control: private\r\n";
+        let at = bytes.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
+        bytes.splice(at..at, fields.iter().copied());
+        Reply::Bytes(bytes)
     });
     let dir = temp_path(name);
     let _ = std::fs::remove_dir_all(&dir);
@@ -645,4 +650,45 @@ fn error_pages_as_nginx() {
         },
     ];
     compare("parity-error-pages", &site, &asks, &[]);
+}
+
+const EXPIRES: &str = r#"
+upstream app { server {backend}; }
+server {
+    listen {listen};
+    server_name example.com;
+    expires 1h;
+    proxy_hide_header X-Powered-By;
+    location /site { return 200 "site"; }
+    location /epoch { expires epoch; return 200 "e"; }
+    location /max { expires max; proxy_pass http://app; }
+    location /off { expires off; proxy_pass http://app; }
+    location /missing { expires max; return 404; }
+    location /moved { expires max; return 301 /x; }
+    location /zero { expires 0; return 200 "z"; }
+    location /past { expires -1; return 200 "p"; }
+    location /up { proxy_pass http://app; }
+    location /own-hide { proxy_hide_header X-Up; proxy_pass http://app; }
+}
+"#;
+
+/// `expires` (on successful answers only, replacing the upstream's Cache-Control) and
+/// `proxy_hide_header` (a level's own list replacing its server's).
+#[test]
+fn expires_and_hidden_fields_as_nginx() {
+    // Fixed values, compared whole.
+    let asks = [
+        get("/epoch"),
+        get("/max"),
+        get("/off"),
+        get("/missing"),
+        get("/moved"),
+        get("/up"),
+        get("/own-hide"),
+    ];
+    let fields = ["expires", "cache-control", "x-up", "x-powered-by"];
+    compare("parity-expires", EXPIRES, &asks, &fields);
+    // Times from now: Cache-Control compared, Expires present.
+    let asks = [get("/site"), get("/zero"), get("/past"), get("/up")];
+    compare("parity-expires-now", EXPIRES, &asks, &["cache-control"]);
 }

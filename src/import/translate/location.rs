@@ -179,9 +179,6 @@ impl Translator {
         draft
             .keys
             .push(("upstream".into(), Val::str(group.as_str())));
-        if let (Some(_), Some(e)) = (&scope.cache_control, &scope.expires) {
-            self.not_translated(e, "expires on proxied responses is not supported yet");
-        }
         if pass.name == "fastcgi_pass" {
             let params = scope.fastcgi_params.clone().unwrap_or_default();
             if !params.is_empty() {
@@ -257,11 +254,6 @@ impl Translator {
             draft
                 .keys
                 .push(("list_directories".into(), Val::Bool(true)));
-        }
-        if let Some(cc) = &scope.cache_control {
-            draft
-                .keys
-                .push(("cache_control".into(), Val::str(cc.as_str())));
         }
         true
     }
@@ -397,6 +389,13 @@ fn differences(keys: &mut Keys, server: &Scope, scope: &Scope, own: &Own) {
     }
     if let Some(fields) = &own.request_fields {
         keys.push(("proxy_set_headers".into(), Val::str_table(fields)));
+    }
+    if scope.expires != server.expires {
+        let text = scope.expires.as_deref().unwrap_or("off");
+        keys.push(("expires".into(), Val::str(text)));
+    }
+    if let Some(names) = &own.hide_headers {
+        keys.push(("hide_headers".into(), Val::strs(names)));
     }
     if let Some(pages) = &own.error_pages {
         keys.push(("error_pages".into(), Val::List(pages.clone())));

@@ -439,6 +439,12 @@ fn site_keys(draft: &SiteDraft, scope: &Scope, own: &Own) -> Keys {
     if scope.intercept_proxy {
         keys.push(("intercept_errors".into(), Val::Bool(true)));
     }
+    if let Some(names) = scope.hide_headers.as_ref().filter(|n| !n.is_empty()) {
+        keys.push(("hide_headers".into(), Val::strs(names)));
+    }
+    if let Some(text) = scope.expires.as_deref().filter(|t| *t != "off") {
+        keys.push(("expires".into(), Val::str(text)));
+    }
     let headers = scope.headers.as_deref().unwrap_or_default();
     for (key, always) in [("add_headers", true), ("add_headers_on_success", false)] {
         let pairs = header_pairs(headers, always);
@@ -464,9 +470,6 @@ fn root_route(root: &str, scope: &Scope) -> Keys {
     }
     if scope.autoindex {
         keys.push(("list_directories".into(), Val::Bool(true)));
-    }
-    if let Some(cc) = &scope.cache_control {
-        keys.push(("cache_control".into(), Val::str(cc.as_str())));
     }
     if scope.compress {
         keys.push(("compress".into(), Val::Bool(true)));

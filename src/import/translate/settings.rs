@@ -73,10 +73,8 @@ pub(super) struct Scope {
     pub(super) index: Option<Vec<String>>,
     /// `autoindex on`.
     pub(super) autoindex: bool,
-    /// `expires`, as a `Cache-Control` value.
-    pub(super) cache_control: Option<String>,
-    /// The `expires` it comes from, for notes.
-    pub(super) expires: Option<Directive>,
+    /// `expires`, as written (`off` included).
+    pub(super) expires: Option<String>,
     /// Timeouts and upstream TLS settings for groups.
     pub(super) group: Vec<GroupSetting>,
     /// The non-stock `fastcgi_param`s of the nearest level that has any.
@@ -89,6 +87,9 @@ pub(super) struct Scope {
     pub(super) key: Option<String>,
     /// The `error_page` entries of the nearest level that has any.
     pub(super) error_pages: Option<Vec<Val>>,
+    /// The `proxy_hide_header` (or `fastcgi_`, `grpc_`) names of the nearest level that has
+    /// any.
+    pub(super) hide_headers: Option<Vec<String>>,
     /// `proxy_intercept_errors on` (and `grpc_`).
     pub(super) intercept_proxy: bool,
     /// `fastcgi_intercept_errors on`.
@@ -123,6 +124,8 @@ pub(super) struct Own {
     pub(super) tls_files: Vec<String>,
     /// Its `error_page` entries, when it has any.
     pub(super) error_pages: Option<Vec<Val>>,
+    /// Its hidden upstream fields, when it has any.
+    pub(super) hide_headers: Option<Vec<String>>,
 }
 
 impl Own {
@@ -142,6 +145,9 @@ impl Own {
         }
         if let Some(p) = &self.error_pages {
             scope.error_pages = Some(p.clone());
+        }
+        if let Some(h) = &self.hide_headers {
+            scope.hide_headers = Some(h.clone());
         }
     }
 }
@@ -251,13 +257,13 @@ impl Translator {
             "root" if one => scope.root = Some(arg.to_string()),
             "index" if !d.args.is_empty() => scope.index = Some(d.args.clone()),
             "autoindex" if one => scope.autoindex = arg == "on",
-            "expires" => match cache_control(&d.args) {
-                Some(cc) => {
-                    scope.cache_control = cc;
-                    scope.expires = Some(d.clone());
+            "expires" => {
+                let text = d.args.join(" ");
+                match crate::rules::expires::Expires::parse(&text) {
+                    Ok(_) => scope.expires = Some(text),
+                    Err(e) => self.not_translated(d, e),
                 }
-                None => self.not_translated(d, "only a time, epoch, max or off"),
-            },
+            }
             "fastcgi_index" if one => scope.fastcgi_index = Some(arg.to_string()),
             "ssl_certificate" | "ssl_certificate_key" if one => {
                 let first = !own.tls_files.contains(&d.name);
@@ -308,6 +314,15 @@ impl Translator {
                 Ok(entry) => own.error_pages.get_or_insert_with(Vec::new).push(entry),
                 Err(reason) => self.not_translated(d, reason),
             },
+            ("proxy_hide_header" | "fastcgi_hide_header" | "grpc_hide_header", [name]) => {
+                if crate::message::is_hop_by_hop(name) {
+                    self.ignore(d, "slipstream never passes it on");
+                } else {
+                    own.hide_headers
+                        .get_or_insert_with(Vec::new)
+                        .push(name.clone());
+                }
+            }
             ("allow" | "deny", [who]) => {
                 let list = own.access.get_or_insert_with(Vec::new);
                 list.push(format!("{} {who}", d.name));
@@ -630,24 +645,6 @@ impl Translator {
             Some(v) if *v == value => {}
             Some(_) => self.not_translated(d, "slipstream has one value for every site"),
             None => super::emit::set(keys, key, value),
-        }
-    }
-}
-
-/// `expires`' `Cache-Control` value: Some(None) for `off`, None when it has no
-/// equivalent (`modified`, `@time`).
-fn cache_control(args: &[String]) -> Option<Option<String>> {
-    let [arg] = args else {
-        return None;
-    };
-    match arg.as_str() {
-        "off" => Some(None),
-        "epoch" => Some(Some("no-cache".into())),
-        "max" => Some(Some("max-age=315360000".into())),
-        a if a.starts_with('-') => Some(Some("no-cache".into())),
-        a => {
-            let ms = super::values::time_ms(a.trim_start_matches('+'))?;
-            Some(Some(format!("max-age={}", ms / 1000)))
         }
     }
 }

@@ -178,7 +178,6 @@ fn arg_is(d: &Directive, value: &str) -> bool {
 /// "unknown directive".
 const UNSUPPORTED: &[&str] = &[
     "recursive_error_pages",
-    "proxy_hide_header",
     "proxy_pass_header",
     "proxy_ignore_headers",
     "proxy_redirect",
@@ -192,7 +191,6 @@ const UNSUPPORTED: &[&str] = &[
     "proxy_http_version",
     "proxy_bind",
     "proxy_socket_keepalive",
-    "fastcgi_hide_header",
     "fastcgi_pass_header",
     "fastcgi_ignore_headers",
     "fastcgi_next_upstream",

@@ -382,6 +382,7 @@ impl CgiResponse {
         if status != head.status {
             crate::http1::response::replace_status_line(&mut text, status);
         }
+        cx.hide_upstream_fields(&mut text);
         cx.add_response_fields(&mut text, 0);
         let head = self.pack(cx, head_len, ClientHead::new(status, framing, text))?;
         self.stage = Stage::Streaming {
