@@ -117,6 +117,7 @@ pub(super) struct RouteSection {
     pub(super) intercept_errors: Option<bool>,
     pub(super) expires: Option<Spanned<String>>,
     pub(super) hide_headers: Option<Spanned<Vec<String>>>,
+    pub(super) cors: Option<Spanned<super::policy::FileCors>>,
     pub(super) upstream: Option<Spanned<String>>,
     pub(super) buffer_response: Option<Spanned<Size>>,
     pub(super) params: Option<std::collections::BTreeMap<String, String>>,
@@ -157,6 +158,7 @@ impl RouteSection {
             intercept_errors: self.intercept_errors,
             expires: self.expires.as_ref(),
             hide_headers: self.hide_headers.as_ref(),
+            cors: self.cors.as_ref(),
         }
     }
 

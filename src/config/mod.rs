@@ -486,6 +486,7 @@ struct FileSite {
     intercept_errors: Option<bool>,
     expires: Option<Spanned<String>>,
     hide_headers: Option<Spanned<Vec<String>>>,
+    cors: Option<Spanned<policy::FileCors>>,
     #[serde(default)]
     hosts: Vec<Spanned<String>>,
     #[serde(default)]

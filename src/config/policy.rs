@@ -49,6 +49,20 @@ impl FileErrorPage {
     }
 }
 
+/// The `cors` table of a site or route.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileCors {
+    origins: Vec<String>,
+    methods: Option<Vec<String>>,
+    headers: Option<Vec<String>>,
+    #[serde(default)]
+    expose: Vec<String>,
+    #[serde(default)]
+    credentials: bool,
+    max_age: Option<String>,
+}
+
 /// An error page's status: a code, or `"page"`.
 #[derive(Deserialize, Clone)]
 #[serde(untagged)]
@@ -91,6 +105,7 @@ pub(super) struct PolicyKeys<'a> {
     pub(super) intercept_errors: Option<bool>,
     pub(super) expires: Option<&'a Spanned<String>>,
     pub(super) hide_headers: Option<&'a Spanned<Vec<String>>>,
+    pub(super) cors: Option<&'a Spanned<FileCors>>,
 }
 
 impl PolicyKeys<'_> {
@@ -106,6 +121,7 @@ impl PolicyKeys<'_> {
             || self.intercept_errors.is_some()
             || self.expires.is_some()
             || self.hide_headers.is_some()
+            || self.cors.is_some()
     }
 
     fn has_headers(&self) -> bool {
@@ -175,6 +191,10 @@ impl Validator<'_> {
             Some(names) => self.hidden_fields(names),
             None => parent.map_or(Vec::new(), |p| p.hide_headers.clone()),
         };
+        let cors = match keys.cors {
+            Some(table) => self.cors(table),
+            None => parent.and_then(|p| p.cors.clone()),
+        };
         Policy {
             rules,
             access,
@@ -186,6 +206,36 @@ impl Validator<'_> {
             intercept_errors,
             expires,
             hide_headers,
+            cors,
+        }
+    }
+
+    fn cors(&mut self, table: &Spanned<FileCors>) -> Option<Box<crate::rules::cors::Cors>> {
+        let c = table.get_ref();
+        let max_age = match &c.max_age {
+            None => None,
+            Some(t) => match super::text::parse_duration(t) {
+                Some(d) => Some(d.as_secs()),
+                None => {
+                    self.error(table.span().start, "cors.max_age: a time such as \"10m\"");
+                    return None;
+                }
+            },
+        };
+        let spec = crate::rules::cors::CorsSpec {
+            origins: &c.origins,
+            methods: c.methods.as_deref(),
+            headers: c.headers.as_deref(),
+            expose: &c.expose,
+            credentials: c.credentials,
+            max_age,
+        };
+        match crate::rules::cors::Cors::new(&spec) {
+            Ok(rule) => Some(Box::new(rule)),
+            Err(e) => {
+                self.error(table.span().start, format!("cors: {e}"));
+                None
+            }
         }
     }
 

@@ -50,6 +50,7 @@ impl Validator<'_> {
                 intercept_errors: site.intercept_errors,
                 expires: site.expires.as_ref(),
                 hide_headers: site.hide_headers.as_ref(),
+                cors: site.cors.as_ref(),
             };
             let site_policy = self.build_policy(&keys, None, &[]);
             for host in &site.hosts {

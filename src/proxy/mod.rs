@@ -131,6 +131,7 @@ impl Ctx<'_> {
     fn add_response_fields(&self, out: &mut Vec<u8>, start: usize) {
         let (policy, https) = (self.request.routed.policy, self.request.https);
         add_configured_fields(self.config(), policy, https, out, start);
+        crate::http1::response::add_fields(out, start, &self.request.response_fields);
     }
 
     /// Removes the upstream response fields the policy hides (`hide_headers`) from the head

@@ -77,6 +77,8 @@ pub(super) struct Prepared {
     pub(super) intercepts: bool,
     /// An error page's request head as HTTP/1.1 text (FastCGI reads it again from here).
     pub(super) page_head: Option<Vec<u8>>,
+    /// Field lines its answers get besides the policy's (`cors`).
+    pub(super) response_fields: Vec<u8>,
 }
 
 /// The request fields an access-log line shows, copied into one allocation.
@@ -234,6 +236,7 @@ impl Prepared {
                 policy.intercept_errors && !policy.error_pages.is_empty()
             }),
             page_head: None,
+            response_fields: decision.response_fields,
         }
     }
 }

@@ -28,6 +28,8 @@ pub(super) struct Decision {
     /// Request fields to set toward the upstream (`proxy_set_headers`), values rendered; an
     /// empty value removes the field.
     pub(super) request_fields: Vec<(String, String)>,
+    /// Field lines this request's answers get besides the policy's (`cors`).
+    pub(super) response_fields: Vec<u8>,
 }
 
 /// An answer with what sending it needs of the request.
@@ -71,6 +73,7 @@ impl Decision {
             answer: None,
             refused: None,
             request_fields: Vec::new(),
+            response_fields: Vec::new(),
         }
     }
 }
@@ -120,7 +123,25 @@ pub(super) fn decide(
         captures: None,
         rewrites: 0,
     };
-    let (mut d, answer) = locate(router, (site, entry), head, &facts, &mut current);
+    let (mut d, mut answer) = locate(router, (site, entry), head, &facts, &mut current);
+    if let Some(cors) = &router.policy(d.routed.policy.unwrap_or_default()).cors {
+        let fields = cors.fields(
+            head.method,
+            head.header("origin"),
+            head.header("access-control-request-method"),
+            head.header("access-control-request-headers"),
+        );
+        d.response_fields = fields.lines;
+        // A preflight is answered before access and limits (it carries no credentials),
+        // unless the rules answered first.
+        if fields.preflight && answer.is_none() && d.refused.is_none() {
+            answer = Some(crate::rules::Answer {
+                status: 204,
+                location: None,
+                body: None,
+            });
+        }
+    }
     if let Some(mut answer) = answer {
         // A Location carries decoded path bytes and captures: never a control byte or space.
         if let Some(location) = answer.location.take() {

@@ -145,11 +145,12 @@ impl Client {
         status: u16,
         (keep_alive, head_only): (bool, bool),
         config: &Config,
-        policy: Option<u16>,
+        (policy, extra): (Option<u16>, &[u8]),
     ) {
         let (mut head, body) = simple_response(status, keep_alive, head_only);
         let https = !self.stream.tls_version().is_empty();
         super::add_configured_fields(config, policy, https, &mut head.text, 0);
+        crate::http1::response::add_fields(&mut head.text, 0, extra);
         let timeout = config.limits.client_body_timeout;
         let _ = write_head(&mut self.stream, &head, &[&body], timeout).await;
     }
@@ -471,7 +472,7 @@ pub(super) async fn answer_failure(
                     status,
                     (keep_alive, p.is_head),
                     cx.config(),
-                    p.routed.policy,
+                    (p.routed.policy, &p.response_fields),
                 )
                 .await;
         }
@@ -499,7 +500,9 @@ async fn refuse_head(worker: &Worker, config: &Config, client: &mut Client, e: E
     let conn = ConnId(worker.id, client.id);
     tracing::debug!(%conn, peer = %client.peer, status = answer.logged, "request refused: {e}");
     if let Some(status) = answer.send {
-        client.respond(status, (false, false), config, None).await;
+        client
+            .respond(status, (false, false), config, (None, &[]))
+            .await;
     }
     if !worker.log.enabled() {
         return;

@@ -62,6 +62,8 @@ pub struct Policy {
     pub expires: Option<crate::rules::expires::Expires>,
     /// Upstream response fields not passed on (nginx's `proxy_hide_header`), lower case.
     pub hide_headers: Vec<String>,
+    /// Which origins may read answers, and preflights answered by the proxy (`cors`).
+    pub cors: Option<Box<crate::rules::cors::Cors>>,
 }
 
 impl Policy {
@@ -71,6 +73,7 @@ impl Policy {
             && self.access.is_empty()
             && self.max_body.is_none()
             && self.request_fields.is_empty()
+            && self.cors.is_none()
     }
 }
 

@@ -120,3 +120,92 @@ fn the_add_header_flag_adds_to_every_response() {
     assert_eq!(values(&r, "x-content-type-options"), ["nosniff"]);
     assert_eq!(values(&r, "referrer-policy"), ["no-referrer"]);
 }
+
+/// `cors`: a preflight from an allowed origin is answered by the proxy (204, before access
+/// rules and without reaching the upstream); an allowed origin's answers, errors included,
+/// carry its fields; another origin's carry only `Vary`; HTTP/2 alike.
+#[test]
+fn cors_answers_preflights_and_marks_allowed_origins() {
+    let upstream = Upstream::ok(b"data");
+    let proxy = proxy(&format!(
+        r#"
+workers = 1
+[[listen]]
+address = "127.0.0.1:0"
+h2c = true
+[upstreams.app]
+servers = ["{}"]
+[[sites]]
+default = true
+cors = {{ origins = ["https://app.example", "https://*.example.org"], methods = ["GET", "PUT"], credentials = true, max_age = "10m", expose = ["X-Total"] }}
+routes = [
+  {{ location = "/api/", upstream = "app", access = ["deny all"] }},
+  {{ location = "/open/", upstream = "app" }},
+]
+"#,
+        upstream.addr
+    ));
+    let addr = proxy.local_addrs()[0];
+    let ask = |method: &str, path: &str, fields: &str| {
+        let request =
+            format!("{method} {path} HTTP/1.1\r\nHost: a\r\n{fields}Connection: close\r\n\r\n");
+        exchange_until_close(addr, request.as_bytes())
+    };
+    let r = ask(
+        "OPTIONS",
+        "/api/x",
+        "Origin: https://app.example\r\nAccess-Control-Request-Method: PUT\r\nAccess-Control-Request-Headers: content-type\r\n",
+    );
+    assert_eq!(status_of(&r), 204, "{}", String::from_utf8_lossy(&r));
+    assert_eq!(
+        values(&r, "access-control-allow-origin"),
+        ["https://app.example"]
+    );
+    assert_eq!(values(&r, "access-control-allow-methods"), ["GET, PUT"]);
+    assert_eq!(values(&r, "access-control-allow-headers"), ["content-type"]);
+    assert_eq!(values(&r, "access-control-allow-credentials"), ["true"]);
+    assert_eq!(values(&r, "access-control-max-age"), ["600"]);
+    assert!(upstream.seen().is_empty());
+    // The access rule still holds for the request itself; its 403 carries the fields.
+    let r = ask("PUT", "/api/x", "Origin: https://app.example\r\n");
+    assert_eq!(status_of(&r), 403);
+    assert_eq!(
+        values(&r, "access-control-allow-origin"),
+        ["https://app.example"]
+    );
+    let r = ask("GET", "/open/x", "Origin: https://a.example.org\r\n");
+    assert_eq!(status_of(&r), 200);
+    assert_eq!(
+        values(&r, "access-control-allow-origin"),
+        ["https://a.example.org"]
+    );
+    assert_eq!(values(&r, "access-control-expose-headers"), ["X-Total"]);
+    assert_eq!(values(&r, "vary"), ["Origin"]);
+    let r = ask("GET", "/open/x", "Origin: https://evil.example\r\n");
+    assert_eq!(status_of(&r), 200);
+    assert!(values(&r, "access-control-allow-origin").is_empty());
+    assert_eq!(values(&r, "vary"), ["Origin"]);
+    // A disallowed preflight gets no permission (and never reaches the upstream).
+    let r = ask(
+        "OPTIONS",
+        "/open/x",
+        "Origin: https://evil.example\r\nAccess-Control-Request-Method: PUT\r\n",
+    );
+    assert_eq!(status_of(&r), 204);
+    assert!(values(&r, "access-control-allow-methods").is_empty());
+    assert_eq!(upstream.seen().len(), 2);
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-i", "--http2-prior-knowledge", "-X", "OPTIONS"])
+        .args(["-H", "Origin: https://app.example"])
+        .args(["-H", "Access-Control-Request-Method: GET"])
+        .arg(format!("http://{addr}/api/x"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    assert!(text.starts_with("http/2 204"), "{text}");
+    assert!(
+        text.contains("access-control-allow-origin: https://app.example\r\n"),
+        "{text}"
+    );
+    proxy.shutdown();
+}
