@@ -59,8 +59,12 @@ pub enum Kind {
     ClientClosed,
     /// No site or route matches the request.
     NoRoute,
-    /// The route's `access` rules refuse the client.
+    /// The route's `access` rules refuse the client (or its authorization service, 403).
     AccessDenied,
+    /// The route's authorization service asks for credentials (401).
+    Unauthorized,
+    /// The route's authorization service failed or answered neither 2xx, 401 nor 403.
+    AuthFailed,
     /// The rules changed the path more than 10 times (nginx's rewrite cycle), or to one that
     /// does not start with `/`.
     RewriteFailed,
@@ -124,6 +128,8 @@ impl Kind {
             | Kind::BodyOverLimit => Side::Client,
             Kind::NoRoute
             | Kind::AccessDenied
+            | Kind::Unauthorized
+            | Kind::AuthFailed
             | Kind::RewriteFailed
             | Kind::RegexLimit
             | Kind::FileNotFound
@@ -157,6 +163,8 @@ impl Kind {
             Kind::ClientClosed => "client closed the connection",
             Kind::NoRoute => "no route",
             Kind::AccessDenied => "access denied by the route's rules",
+            Kind::Unauthorized => "credentials required",
+            Kind::AuthFailed => "authorization service failed",
             Kind::RewriteFailed => {
                 "rules changed the path more than 10 times, or to one not starting with '/'"
             }
@@ -361,6 +369,8 @@ impl Error {
             Kind::ClientClosed => (499, Counter::ClientClosed),
             Kind::NoRoute => (404, Counter::NoRoute),
             Kind::AccessDenied => (403, Counter::AccessDenied),
+            Kind::Unauthorized => (401, Counter::AuthRefusals),
+            Kind::AuthFailed => (500, Counter::AuthFailures),
             Kind::RewriteFailed => (500, Counter::RewriteFailures),
             Kind::BodyOverLimit => (413, Counter::BadRequests),
             Kind::RegexLimit => (500, Counter::RewriteFailures),
@@ -391,7 +401,11 @@ impl Error {
             logged: self.started.unwrap_or(status),
             keep_alive: matches!(
                 self.kind,
-                Kind::NoRoute | Kind::FileNotFound | Kind::FileForbidden | Kind::AccessDenied
+                Kind::NoRoute
+                    | Kind::FileNotFound
+                    | Kind::FileForbidden
+                    | Kind::AccessDenied
+                    | Kind::Unauthorized
             ),
             counter,
         }
@@ -416,6 +430,8 @@ impl Kind {
             Kind::ClientTimeout | Kind::ConnectTimeout | Kind::UpstreamTimeout => DEADLINE_EXCEEDED,
             Kind::ClientClosed => CANCELLED,
             Kind::FileForbidden | Kind::AccessDenied => PERMISSION_DENIED,
+            Kind::Unauthorized => UNAUTHENTICATED,
+            Kind::AuthFailed => INTERNAL,
             Kind::RewriteFailed | Kind::RegexLimit | Kind::Replaced(_) => INTERNAL,
             Kind::FileFailed | Kind::FileTruncated | Kind::CompressFailed => INTERNAL,
             Kind::ConnectRefused

@@ -118,6 +118,7 @@ pub(super) struct RouteSection {
     pub(super) expires: Option<Spanned<String>>,
     pub(super) hide_headers: Option<Spanned<Vec<String>>>,
     pub(super) cors: Option<Spanned<super::policy::FileCors>>,
+    pub(super) auth_request: Option<Spanned<super::policy::FileAuthRequest>>,
     pub(super) upstream: Option<Spanned<String>>,
     pub(super) buffer_response: Option<Spanned<Size>>,
     pub(super) params: Option<std::collections::BTreeMap<String, String>>,
@@ -159,6 +160,7 @@ impl RouteSection {
             expires: self.expires.as_ref(),
             hide_headers: self.hide_headers.as_ref(),
             cors: self.cors.as_ref(),
+            auth_request: self.auth_request.as_ref(),
         }
     }
 

@@ -25,6 +25,7 @@ mod policy;
 mod read;
 mod routes;
 use routes::Built;
+use routes::FileSite;
 pub mod shared;
 mod text;
 use text::{line_column, nearest};
@@ -34,8 +35,8 @@ pub mod upstream;
 mod upstream_tls;
 
 pub use fastcgi::FastCgi;
+use files::FileFilesSection;
 pub use files::{Fallback, FileRoute, FilesSettings, TryFiles};
-use files::{FileFilesSection, RouteSection};
 pub use shared::SharedConfig;
 use upstream::FileUpstream;
 pub use upstream::{
@@ -325,6 +326,7 @@ impl Config {
             quiet: Vec::new(),
             edits: Vec::new(),
             map_names: Vec::new(),
+            groups: Vec::new(),
         };
         let Some(raw) = read::read(&mut v) else {
             return Err(ConfigErrors(v.errors));
@@ -467,34 +469,6 @@ struct FileListener {
     max_connections: Option<usize>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileSite {
-    #[serde(default)]
-    name: Option<String>,
-    access_log: Option<Spanned<String>>,
-    access_log_format: Option<Spanned<String>>,
-    cert: Option<Spanned<String>>,
-    key: Option<Spanned<String>>,
-    add_headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
-    add_headers_on_success: Option<Spanned<std::collections::BTreeMap<String, String>>>,
-    rules: Option<Vec<Spanned<policy::FileRule>>>,
-    access: Option<Spanned<Vec<String>>>,
-    client_max_body_size: Option<Spanned<Size>>,
-    proxy_set_headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
-    error_pages: Option<Vec<Spanned<policy::FileErrorPage>>>,
-    intercept_errors: Option<bool>,
-    expires: Option<Spanned<String>>,
-    hide_headers: Option<Spanned<Vec<String>>>,
-    cors: Option<Spanned<policy::FileCors>>,
-    #[serde(default)]
-    hosts: Vec<Spanned<String>>,
-    #[serde(default)]
-    default: Option<Spanned<bool>>,
-    #[serde(default)]
-    routes: Vec<RouteSection>,
-}
-
 /// A byte size: an integer, or a string such as `"16KB"`, `"4k"`, `"1MB"`.
 #[derive(Deserialize, Clone)]
 #[serde(untagged)]
@@ -522,6 +496,8 @@ struct Validator<'a> {
     errors: Vec<ConfigError>,
     /// The names of the config's `[maps.NAME]`, in the order of the router's maps.
     map_names: Vec<String>,
+    /// The upstream groups' names, and whether each speaks HTTP/1.1 (not FastCGI or HTTP/2).
+    groups: Vec<(String, bool)>,
 }
 
 /// Resolves `HOST:PORT` with the system resolver to every address it has (a literal address
@@ -698,6 +674,15 @@ impl Validator<'_> {
         self.dns_at_start = !resolvers.is_empty();
         let listeners = self.build_listeners(&raw.listen);
         let upstreams = self.build_upstreams(&raw.upstreams);
+        self.groups = upstreams
+            .iter()
+            .map(|g| {
+                (
+                    g.name.clone(),
+                    g.protocol == Protocol::Http && g.fastcgi.is_none(),
+                )
+            })
+            .collect();
         let mut file_routes = Vec::new();
         let mut route_params = Vec::new();
         let (access_log, site_access_logs, error_log) = self.build_logs(&raw);

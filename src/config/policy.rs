@@ -63,6 +63,20 @@ pub(super) struct FileCors {
     max_age: Option<String>,
 }
 
+/// `auth_request = { upstream = "auth", path = "/check", copy = ["X-User"] }`, or `false`
+/// (a route without its site's).
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+pub(super) enum FileAuthRequest {
+    Off(bool),
+    On {
+        upstream: String,
+        path: String,
+        #[serde(default)]
+        copy: Vec<String>,
+    },
+}
+
 /// An error page's status: a code, or `"page"`.
 #[derive(Deserialize, Clone)]
 #[serde(untagged)]
@@ -106,6 +120,7 @@ pub(super) struct PolicyKeys<'a> {
     pub(super) expires: Option<&'a Spanned<String>>,
     pub(super) hide_headers: Option<&'a Spanned<Vec<String>>>,
     pub(super) cors: Option<&'a Spanned<FileCors>>,
+    pub(super) auth_request: Option<&'a Spanned<FileAuthRequest>>,
 }
 
 impl PolicyKeys<'_> {
@@ -122,6 +137,7 @@ impl PolicyKeys<'_> {
             || self.expires.is_some()
             || self.hide_headers.is_some()
             || self.cors.is_some()
+            || self.auth_request.is_some()
     }
 
     fn has_headers(&self) -> bool {
@@ -195,6 +211,10 @@ impl Validator<'_> {
             Some(table) => self.cors(table),
             None => parent.and_then(|p| p.cors.clone()),
         };
+        let auth_request = match keys.auth_request {
+            Some(value) => self.auth_request(value),
+            None => parent.and_then(|p| p.auth_request.clone()),
+        };
         Policy {
             rules,
             access,
@@ -207,7 +227,51 @@ impl Validator<'_> {
             expires,
             hide_headers,
             cors,
+            auth_request,
         }
+    }
+
+    fn auth_request(
+        &mut self,
+        value: &Spanned<FileAuthRequest>,
+    ) -> Option<Box<crate::rules::auth::AuthRequest>> {
+        let at = value.span().start;
+        let (upstream, path, copy) = match value.get_ref() {
+            FileAuthRequest::Off(false) => return None,
+            FileAuthRequest::Off(true) => {
+                self.error(at, "auth_request: a table { upstream, path }, or false");
+                return None;
+            }
+            FileAuthRequest::On {
+                upstream,
+                path,
+                copy,
+            } => (upstream, path, copy),
+        };
+        let Some(index) = self.groups.iter().position(|(n, _)| n == upstream) else {
+            self.error(at, format!("auth_request: no upstream group {upstream:?}"));
+            return None;
+        };
+        if !self.groups[index].1 {
+            let message = format!("auth_request: {upstream:?} must be an HTTP/1.1 group");
+            self.error(at, message);
+            return None;
+        }
+        let clean = |s: &str| !s.bytes().any(|b| b.is_ascii_control() || b == b' ');
+        if !path.starts_with('/') || !clean(path) {
+            self.error(at, format!("auth_request: path {path:?} must start with /"));
+            return None;
+        }
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if let Some(bad) = copy.iter().find(|n| n.is_empty() || !n.bytes().all(token)) {
+            self.error(at, format!("auth_request: {bad:?} is not a header name"));
+            return None;
+        }
+        Some(Box::new(crate::rules::auth::AuthRequest {
+            upstream: index,
+            path: path.clone(),
+            copy: copy.iter().map(|c| c.to_ascii_lowercase()).collect(),
+        }))
     }
 
     fn cors(&mut self, table: &Spanned<FileCors>) -> Option<Box<crate::rules::cors::Cors>> {

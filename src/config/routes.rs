@@ -5,9 +5,41 @@
 
 use super::files::RouteSection;
 use super::policy::PolicyKeys;
-use super::{nearest, FileRoute, FileSite, Protocol, UpstreamGroup, Validator};
+use super::{nearest, FileRoute, Protocol, Size, UpstreamGroup, Validator};
 use crate::routing::location::Match;
 use crate::routing::{Policy, RouteSpec, Router, RouterBuilder, Target, UpstreamTarget};
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A `[[sites]]` section as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileSite {
+    #[serde(default)]
+    pub(super) name: Option<String>,
+    pub(super) access_log: Option<Spanned<String>>,
+    pub(super) access_log_format: Option<Spanned<String>>,
+    pub(super) cert: Option<Spanned<String>>,
+    pub(super) key: Option<Spanned<String>>,
+    pub(super) add_headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
+    pub(super) add_headers_on_success: Option<Spanned<std::collections::BTreeMap<String, String>>>,
+    pub(super) rules: Option<Vec<Spanned<super::policy::FileRule>>>,
+    pub(super) access: Option<Spanned<Vec<String>>>,
+    pub(super) client_max_body_size: Option<Spanned<Size>>,
+    pub(super) proxy_set_headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
+    pub(super) error_pages: Option<Vec<Spanned<super::policy::FileErrorPage>>>,
+    pub(super) intercept_errors: Option<bool>,
+    pub(super) expires: Option<Spanned<String>>,
+    pub(super) hide_headers: Option<Spanned<Vec<String>>>,
+    pub(super) cors: Option<Spanned<super::policy::FileCors>>,
+    pub(super) auth_request: Option<Spanned<super::policy::FileAuthRequest>>,
+    #[serde(default)]
+    pub(super) hosts: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(super) default: Option<Spanned<bool>>,
+    #[serde(default)]
+    pub(super) routes: Vec<RouteSection>,
+}
 
 impl Validator<'_> {
     pub(super) fn build_router(
@@ -51,6 +83,7 @@ impl Validator<'_> {
                 expires: site.expires.as_ref(),
                 hide_headers: site.hide_headers.as_ref(),
                 cors: site.cors.as_ref(),
+                auth_request: site.auth_request.as_ref(),
             };
             let site_policy = self.build_policy(&keys, None, &[]);
             for host in &site.hosts {
@@ -161,6 +194,19 @@ impl Validator<'_> {
             };
             Some(self.build_route(&prefix, route, upstreams, built)?)
         };
+        let effective = policy.as_ref().unwrap_or(site_policy);
+        let copies = effective
+            .auth_request
+            .as_ref()
+            .is_some_and(|a| !a.copy.is_empty());
+        let group = target
+            .and_then(crate::routing::Target::upstream)
+            .map(|u| &upstreams[u.upstream]);
+        if copies && group.is_some_and(|g| g.protocol != Protocol::Http || g.fastcgi.is_some()) {
+            // Those groups get the client's fields as they are: a copy could be forged.
+            let message = "auth_request copy: only to HTTP/1.1 groups for now (not FastCGI or h2)";
+            self.error(route.at(), message);
+        }
         Some(RouteSpec {
             matcher,
             target,

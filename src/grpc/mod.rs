@@ -23,6 +23,8 @@ pub mod status {
     pub const INTERNAL: u8 = 13;
     /// No server could take the call.
     pub const UNAVAILABLE: u8 = 14;
+    /// The call lacks valid credentials (HTTP 401).
+    pub const UNAUTHENTICATED: u8 = 16;
 }
 
 /// Whether a message with these fields is gRPC (or gRPC-Web): `content-type:

@@ -39,6 +39,10 @@ pub enum Counter {
     RuleAnswers,
     /// Answers replaced by an error page (`error_pages`).
     ErrorPages,
+    /// Requests refused by authentication (401, 403 of `auth_basic` or `auth_request`).
+    AuthRefusals,
+    /// Requests whose authorization service failed (500).
+    AuthFailures,
     /// Responses sent with a 2xx/3xx status.
     ResponsesOk,
     /// Responses sent with a 4xx status.
@@ -195,6 +199,8 @@ impl Counter {
             Counter::RewriteFailures => "slipstream_rewrite_failures_total",
             Counter::RuleAnswers => "slipstream_rule_answers_total",
             Counter::ErrorPages => "slipstream_error_pages_total",
+            Counter::AuthRefusals => "slipstream_auth_refusals_total",
+            Counter::AuthFailures => "slipstream_auth_failures_total",
             Counter::ResponsesOk => "slipstream_responses_ok_total",
             Counter::Responses4xx => "slipstream_responses_4xx_total",
             Counter::Responses5xx => "slipstream_responses_5xx_total",
@@ -277,6 +283,8 @@ impl Counter {
             Counter::RewriteFailures => "Requests whose rules failed (500): more than 10 path changes, a path not starting with /, or a regular expression past its step limit.",
             Counter::RuleAnswers => "Requests answered by a return or redirect rule.",
             Counter::ErrorPages => "Answers replaced by an error page (error_pages), the upstream's too with intercept_errors.",
+            Counter::AuthRefusals => "Requests refused by authentication: 401 and 403 of auth_basic or auth_request.",
+            Counter::AuthFailures => "Requests whose authorization service (auth_request) failed or answered neither 2xx, 401 nor 403 (500).",
             Counter::ResponsesOk => "Responses sent with a 2xx/3xx status.",
             Counter::Responses4xx => "Responses sent with a 4xx status.",
             Counter::Responses5xx => "Responses sent with a 5xx status.",

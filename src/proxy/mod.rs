@@ -4,7 +4,8 @@
 //!    every failure into its answer through [`crate::error::Error::answer`].
 //! 2. [`request`]: reads and validates the head, routes it, and keeps what the rest needs;
 //!    [`rules`]: for a site with nginx-style locations, rules, access or limits, nginx's
-//!    phases over the head, and the answers its `return` and redirects give.
+//!    phases over the head, and the answers its `return` and redirects give; [`auth`]: a
+//!    subrequest to an authorization service (`auth_request`) before the content.
 //! 3. [`exchange`]: picks a server, takes a pooled connection or opens one, sends the head and
 //!    body, waits for the response head, and retries on a fresh connection when that is safe.
 //! 4. [`response`]: interim responses, the final head, and `buffer_response`.
@@ -24,6 +25,7 @@
 //!
 //! Nothing here panics on input, and no status code is chosen here for a failure.
 
+mod auth;
 mod compress;
 mod duplex;
 mod error_page;

@@ -262,6 +262,19 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
     counters.add(Counter::ClientBytesIn, request.head_len as u64);
     counters.gauge_add(Gauge::Writing, 1);
     let started = Instant::now();
+    let mut request = request;
+    if let Some(auth) = auth_request(snapshot, &request) {
+        let acx = Ctx {
+            worker,
+            snapshot,
+            request: &request,
+            started,
+            try_started: Cell::new(None),
+            try_times: Cell::default(),
+        };
+        let verdict = super::auth::authorize(&acx, client, &buf, auth).await;
+        verdict.apply(&mut request, auth);
+    }
     let cx = Ctx {
         worker,
         snapshot,
@@ -318,6 +331,19 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
     outcome.keep_alive
 }
 
+/// The `auth_request` a request must pass before its content, if any (not when the rules
+/// answered or refused it).
+fn auth_request<'s>(
+    snapshot: &'s Snapshot,
+    request: &Prepared,
+) -> Option<&'s crate::rules::auth::AuthRequest> {
+    if request.refused.is_some() || request.answer.is_some() || request.error_page {
+        return None;
+    }
+    let policy = snapshot.config.router.policy(request.routed.policy?);
+    policy.auth_request.as_deref()
+}
+
 /// The route's content: its upstream group or its files.
 pub(super) async fn route_content(
     cx: &Ctx<'_>,
@@ -352,7 +378,7 @@ fn count_response(cx: &Ctx<'_>, status: u16, body_bytes: u64, micros: u64, gener
 }
 
 /// A client connection as the error log names it: `WORKER-SERIAL`.
-struct ConnId(usize, u64);
+pub(super) struct ConnId(pub(super) usize, pub(super) u64);
 
 impl std::fmt::Display for ConnId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -64,6 +64,8 @@ pub struct Policy {
     pub hide_headers: Vec<String>,
     /// Which origins may read answers, and preflights answered by the proxy (`cors`).
     pub cors: Option<Box<crate::rules::cors::Cors>>,
+    /// A subrequest that decides whether the request goes on (`auth_request`).
+    pub auth_request: Option<Box<crate::rules::auth::AuthRequest>>,
 }
 
 impl Policy {
@@ -74,6 +76,7 @@ impl Policy {
             && self.max_body.is_none()
             && self.request_fields.is_empty()
             && self.cors.is_none()
+            && self.auth_request.is_none()
     }
 }
 

@@ -7,6 +7,7 @@
 //! [`uri`] (the normalised path), [`access`] (allow and deny).
 
 pub mod access;
+pub mod auth;
 pub mod cors;
 pub mod error_page;
 pub mod expires;

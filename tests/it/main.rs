@@ -2,6 +2,7 @@
 #![allow(clippy::disallowed_methods)] // test threads may block and sleep
 
 mod added_fields;
+mod auth;
 mod balancing;
 mod codec;
 mod compression;
