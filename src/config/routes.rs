@@ -85,7 +85,16 @@ impl Validator<'_> {
                 cors: site.cors.as_ref(),
                 auth_request: site.auth_request.as_ref(),
             };
-            let site_policy = self.build_policy(&keys, None, &[]);
+            // The named groups of regex host names are variables of every rule of the site.
+            let host_groups: Vec<String> = site
+                .hosts
+                .iter()
+                .filter_map(|h| h.get_ref().strip_prefix('~'))
+                .filter_map(|re| crate::rules::pattern::Pattern::new(re, false).ok())
+                .flat_map(|p| p.group_names().map(str::to_string).collect::<Vec<_>>())
+                .collect();
+            let host_names: Vec<&str> = host_groups.iter().map(String::as_str).collect();
+            let site_policy = self.build_policy(&keys, None, &host_names);
             for host in &site.hosts {
                 if let Err(reason) = builder.add_host(index, host.get_ref()) {
                     self.error(host.span().start, reason);
@@ -98,7 +107,9 @@ impl Validator<'_> {
                 self.error(site.routes.first().map_or(0, RouteSection::at), message);
             }
             for route in &site.routes {
-                if let Some(spec) = self.build_route_spec(route, &site_policy, upstreams, built) {
+                let spec =
+                    self.build_route_spec(route, (&site_policy, &host_names), upstreams, built);
+                if let Some(spec) = spec {
                     if let Err(reason) = builder.add_location(index, spec) {
                         self.error(route.at(), reason);
                     }
@@ -139,7 +150,7 @@ impl Validator<'_> {
     fn build_route_spec(
         &mut self,
         route: &RouteSection,
-        site_policy: &Policy,
+        (site_policy, host_names): (&Policy, &[&str]),
         upstreams: &[UpstreamGroup],
         built: &mut Built<'_>,
     ) -> Option<RouteSpec> {
@@ -173,7 +184,11 @@ impl Validator<'_> {
             Match::Regex(p) => p.group_names().map(str::to_string).collect(),
             _ => Vec::new(),
         };
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let names: Vec<&str> = names
+            .iter()
+            .map(String::as_str)
+            .chain(host_names.iter().copied())
+            .collect();
         let keys = route.policy_keys();
         let policy = keys
             .any()

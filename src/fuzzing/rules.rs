@@ -77,6 +77,7 @@ pub fn request_rules(data: &[u8]) {
         remote_addr: "127.0.0.1",
         headers: &headers,
         maps: &[],
+        host_captures: None,
     };
     let mut current = Current {
         uri: path.to_string(),

@@ -106,6 +106,11 @@ pub(super) fn decide(
         .host
         .and_then(|h| crate::routing::normalize_host(h, &mut host_buf))
         .unwrap_or("");
+    let host_captures = if router.has_regex_hosts() {
+        router.host_captures(site, host)
+    } else {
+        None
+    };
     let facts = Facts {
         method: head.method,
         request_uri: &head.path,
@@ -116,6 +121,7 @@ pub(super) fn decide(
         remote_addr: client.ip_text,
         headers: head.headers,
         maps: router.maps(),
+        host_captures: host_captures.as_ref(),
     };
     let mut current = Current {
         uri: path.to_string(),
@@ -124,24 +130,7 @@ pub(super) fn decide(
         rewrites: 0,
     };
     let (mut d, mut answer) = locate(router, (site, entry), head, &facts, &mut current);
-    if let Some(cors) = &router.policy(d.routed.policy.unwrap_or_default()).cors {
-        let fields = cors.fields(
-            head.method,
-            head.header("origin"),
-            head.header("access-control-request-method"),
-            head.header("access-control-request-headers"),
-        );
-        d.response_fields = fields.lines;
-        // A preflight is answered before access and limits (it carries no credentials),
-        // unless the rules answered first.
-        if fields.preflight && answer.is_none() && d.refused.is_none() {
-            answer = Some(crate::rules::Answer {
-                status: 204,
-                location: None,
-                body: None,
-            });
-        }
-    }
+    cors(router, head, &mut d, &mut answer);
     if let Some(mut answer) = answer {
         // A Location carries decoded path bytes and captures: never a control byte or space.
         if let Some(location) = answer.location.take() {
@@ -187,6 +176,33 @@ pub(super) fn decide(
         d.target = Some(target);
     }
     d
+}
+
+/// The route's CORS rule, if any: its fields for the answer, and a preflight answered (before
+/// access and limits: it carries no credentials) unless the rules answered first.
+fn cors(
+    router: &Router,
+    head: &RequestHead<'_, '_>,
+    d: &mut Decision,
+    answer: &mut Option<Answer>,
+) {
+    let Some(cors) = &router.policy(d.routed.policy.unwrap_or_default()).cors else {
+        return;
+    };
+    let fields = cors.fields(
+        head.method,
+        head.header("origin"),
+        head.header("access-control-request-method"),
+        head.header("access-control-request-headers"),
+    );
+    d.response_fields = fields.lines;
+    if fields.preflight && answer.is_none() && d.refused.is_none() {
+        *answer = Some(Answer {
+            status: 204,
+            location: None,
+            body: None,
+        });
+    }
 }
 
 /// The site's rules, then the location and its rules until the path settles: the route, or

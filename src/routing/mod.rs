@@ -25,6 +25,9 @@ pub struct Router {
     exact: HashMap<String, usize>,
     /// Wildcard suffixes, stored with their leading dot (`.example.com`).
     wildcard: HashMap<String, usize>,
+    /// Regex host names (`~^(?<sub>.+)\.example\.com$`), tried in config order after the
+    /// exact and wildcard names.
+    regex_hosts: Vec<(crate::rules::pattern::Pattern, usize)>,
     default: Option<usize>,
     /// Every site's and route's policy; sites and routes hold indexes.
     policies: Vec<Policy>,
@@ -368,7 +371,27 @@ impl Router {
                 return Some(*s);
             }
         }
-        self.default
+        // A regex past its step limit matches nothing here.
+        let regex = self.regex_hosts.iter().find(|(p, _)| p.is_match(name));
+        regex.map(|(_, site)| *site).or(self.default)
+    }
+
+    /// The groups of the first regex host name of `site` that matches `host` (`None` when
+    /// the site has none, or none matches: it was chosen otherwise).
+    pub fn host_captures(
+        &self,
+        site: usize,
+        host: &str,
+    ) -> Option<crate::rules::pattern::Captures> {
+        self.regex_hosts
+            .iter()
+            .filter(|(_, s)| *s == site)
+            .find_map(|(p, _)| p.try_captures(host).ok().flatten())
+    }
+
+    /// Whether any site has a regex host name.
+    pub fn has_regex_hosts(&self) -> bool {
+        !self.regex_hosts.is_empty()
     }
 }
 
@@ -432,6 +455,12 @@ impl RouterBuilder {
 
     /// Adds a host name (`example.com` or `*.example.com`) to a site.
     pub fn add_host(&mut self, site: usize, name: &str) -> Result<(), String> {
+        if let Some(source) = name.strip_prefix('~') {
+            let pattern = crate::rules::pattern::Pattern::new(source, false)
+                .map_err(|e| format!("host {name:?}: {e}"))?;
+            self.router.regex_hosts.push((pattern, site));
+            return Ok(());
+        }
         let lower = name.trim_end_matches('.').to_ascii_lowercase();
         let (map, key) = match lower.strip_prefix('*') {
             Some(suffix) if suffix.starts_with('.') && suffix.len() > 1 => {

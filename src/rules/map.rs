@@ -96,6 +96,7 @@ mod tests {
                 remote_addr: "127.0.0.1",
                 headers: &headers,
                 maps: &[],
+                host_captures: None,
             };
             let mut out = String::new();
             map.render(&facts, &Current::default(), &mut out);

@@ -87,6 +87,9 @@ pub struct Facts<'a> {
     pub headers: &'a [Field<'a>],
     /// The config's maps (`$NAME` of `[maps.NAME]`).
     pub maps: &'a [super::map::Map],
+    /// The groups of the site's regex host name that matched the host (its named groups are
+    /// variables unless the last regex has a group of the same name).
+    pub host_captures: Option<&'a super::pattern::Captures>,
 }
 
 /// The parts of a request that rules change: the path, the query and the last captures.
@@ -311,7 +314,9 @@ fn value(var: &Var, facts: &Facts<'_>, at: (&Current, Option<&Captures>), out: &
         }
         Var::Capture(i) => out.push_str(group(*i)),
         Var::Named(name) => {
-            let named = captures.and_then(|c| c.named(name));
+            let named = captures
+                .and_then(|c| c.named(name))
+                .or_else(|| facts.host_captures.and_then(|c| c.named(name)));
             out.push_str(named.unwrap_or(""));
         }
         Var::Map(i) => {
@@ -372,6 +377,7 @@ mod tests {
             remote_addr: "10.0.0.1",
             headers: &headers,
             maps: &[],
+            host_captures: None,
         };
         let p = super::super::pattern::Pattern::new("^/(?<w>a) (b)$", false).unwrap();
         let current = Current {

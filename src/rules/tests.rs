@@ -22,6 +22,7 @@ fn facts_run(rules: &[Rule], target: &str, method: &str) -> (Step, Current) {
         remote_addr: "127.0.0.1",
         headers: &headers,
         maps: &[],
+        host_captures: None,
     };
     let (path, args) = target.split_once('?').unwrap_or((target, ""));
     let mut current = Current {

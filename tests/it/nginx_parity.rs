@@ -59,9 +59,15 @@ fn ask(addr: SocketAddr, a: &Ask, compared: &[&str]) -> Seen {
     } else {
         format!("Content-Length: {}\r\n", a.body.len())
     };
+    // An ask may name its own host.
+    let host = if a.fields.starts_with("Host:") {
+        ""
+    } else {
+        "Host: example.com\r\n"
+    };
     write!(
         w,
-        "{} {} HTTP/1.1\r\nHost: example.com\r\n{}{length}Connection: close\r\n\r\n",
+        "{} {} HTTP/1.1\r\n{host}{}{length}Connection: close\r\n\r\n",
         a.method, a.path, a.fields
     )
     .unwrap();
@@ -691,4 +697,46 @@ fn expires_and_hidden_fields_as_nginx() {
     // Times from now: Cache-Control compared, Expires present.
     let asks = [get("/site"), get("/zero"), get("/past"), get("/up")];
     compare("parity-expires-now", EXPIRES, &asks, &["cache-control"]);
+}
+
+const NAMES: &str = r#"
+server {
+    listen {listen} default_server;
+    server_name example.com;
+    location / { return 200 "default $host"; }
+}
+server {
+    listen {listen};
+    server_name ~^(?<sub>[a-z]+)\.apps\.example$ ~^www\.(?<rest>.+)$;
+    location / { return 200 "regex sub=$sub rest=$rest host=$host"; }
+    location ~ ^/(?<sub>x)/ { return 200 "location sub=$sub"; }
+}
+server {
+    listen {listen};
+    server_name exact.apps.example *.wild.example;
+    location / { return 200 "exact $host"; }
+}
+"#;
+
+/// Regex server names with named captures as variables, after exact and wildcard names,
+/// and a location's group of the same name taking over.
+#[test]
+fn regex_server_names_as_nginx() {
+    let on = |host: &'static str, path: &'static str| Ask {
+        method: "GET",
+        path,
+        fields: host,
+        body: "",
+    };
+    let asks = [
+        on("Host: shop.apps.example\r\n", "/"),
+        on("Host: SHOP.Apps.Example\r\n", "/"),
+        on("Host: exact.apps.example\r\n", "/"),
+        on("Host: a.wild.example\r\n", "/"),
+        on("Host: www.other.test\r\n", "/"),
+        on("Host: shop.apps.example\r\n", "/x/y"),
+        on("Host: 9.apps.example\r\n", "/"),
+        on("Host: nothing.test\r\n", "/"),
+    ];
+    compare("parity-names", NAMES, &asks, &[]);
 }

@@ -129,6 +129,8 @@ struct Translator {
     log_formats: Vec<(String, Option<String>)>,
     /// The named groups of the location being read (its rules may use them).
     location_groups: Vec<String>,
+    /// The named groups of the regex names of the server being read (all its rules may).
+    server_groups: Vec<String>,
 }
 
 /// `map $http_upgrade $connection_upgrade { ... }`: what slipstream does by itself.

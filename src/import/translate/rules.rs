@@ -89,6 +89,7 @@ impl Translator {
     /// of the location, the rewrite and the condition.
     fn known_variables(&self, keys: Keys, condition: Option<&str>) -> Result<Keys, String> {
         let mut groups = self.location_groups.clone();
+        groups.extend(self.server_groups.iter().cloned());
         // A map's variable reads as known here the way a named group does.
         groups.extend(self.out.maps.iter().map(|(n, _)| n.clone()));
         let text = |k: &str| {

@@ -65,6 +65,7 @@ impl Translator {
         let block = d.block.as_deref().unwrap_or_default();
         let mut scope = http.clone();
         let mut own = Own::default();
+        self.server_groups.clear();
         let mut draft = SiteDraft {
             at: At::of(d),
             names_at: At::of(d),
@@ -167,16 +168,26 @@ impl Translator {
     /// `server_name`: exact names and `*.` wildcards; `.example.com` is both.
     fn server_name(&mut self, d: &Directive, draft: &mut SiteDraft) {
         draft.names_at = At::of(d);
-        for name in &d.args {
-            let name = name.to_ascii_lowercase();
+        for written in &d.args {
+            let name = written.to_ascii_lowercase();
             if name.is_empty() || name == "_" {
                 continue;
             }
             let hosts: Vec<String> = if let Some(rest) = name.strip_prefix('.') {
                 vec![rest.to_string(), format!("*.{rest}")]
-            } else if name.starts_with('~') {
-                self.not_translated(d, format!("{name}: regex names are not supported yet"));
-                continue;
+            } else if let Some(source) = written.strip_prefix('~') {
+                // A regex keeps its case (`\D` is not `\d`); nginx matches it against the
+                // lower-cased host, as slipstream does.
+                match crate::rules::pattern::Pattern::new(source, false) {
+                    Ok(p) => self
+                        .server_groups
+                        .extend(p.group_names().map(str::to_string)),
+                    Err(e) => {
+                        self.not_translated(d, format!("{written}: {e}"));
+                        continue;
+                    }
+                }
+                vec![written.clone()]
             } else if name.contains('$')
                 || name.ends_with(".*")
                 || name.contains('*') && !name.starts_with("*.")
