@@ -65,6 +65,9 @@ pub enum Kind {
     Unauthorized,
     /// The route's authorization service failed or answered neither 2xx, 401 nor 403.
     AuthFailed,
+    /// Over a `limit_req` rate or a `limit_conn` count: answered with this status (429
+    /// unless the route says otherwise).
+    Limited(u16),
     /// The rules changed the path more than 10 times (nginx's rewrite cycle), or to one that
     /// does not start with `/`.
     RewriteFailed,
@@ -130,6 +133,7 @@ impl Kind {
             | Kind::AccessDenied
             | Kind::Unauthorized
             | Kind::AuthFailed
+            | Kind::Limited(_)
             | Kind::RewriteFailed
             | Kind::RegexLimit
             | Kind::FileNotFound
@@ -165,6 +169,7 @@ impl Kind {
             Kind::AccessDenied => "access denied by the route's rules",
             Kind::Unauthorized => "credentials required",
             Kind::AuthFailed => "authorization service failed",
+            Kind::Limited(_) => "over a request rate or concurrency limit",
             Kind::RewriteFailed => {
                 "rules changed the path more than 10 times, or to one not starting with '/'"
             }
@@ -371,6 +376,7 @@ impl Error {
             Kind::AccessDenied => (403, Counter::AccessDenied),
             Kind::Unauthorized => (401, Counter::AuthRefusals),
             Kind::AuthFailed => (500, Counter::AuthFailures),
+            Kind::Limited(status) => (status, Counter::LimitRejects),
             Kind::RewriteFailed => (500, Counter::RewriteFailures),
             Kind::BodyOverLimit => (413, Counter::BadRequests),
             Kind::RegexLimit => (500, Counter::RewriteFailures),
@@ -406,6 +412,7 @@ impl Error {
                     | Kind::FileForbidden
                     | Kind::AccessDenied
                     | Kind::Unauthorized
+                    | Kind::Limited(_)
             ),
             counter,
         }
@@ -426,6 +433,7 @@ impl Kind {
             | Kind::HeadTooLarge
             | Kind::BodyTooLarge
             | Kind::BodyOverLimit
+            | Kind::Limited(_)
             | Kind::QueueTimeout => RESOURCE_EXHAUSTED,
             Kind::ClientTimeout | Kind::ConnectTimeout | Kind::UpstreamTimeout => DEADLINE_EXCEEDED,
             Kind::ClientClosed => CANCELLED,

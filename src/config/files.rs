@@ -119,6 +119,11 @@ pub(super) struct RouteSection {
     pub(super) hide_headers: Option<Spanned<Vec<String>>>,
     pub(super) cors: Option<Spanned<super::policy::FileCors>>,
     pub(super) auth_request: Option<Spanned<super::policy::FileAuthRequest>>,
+    pub(super) auth_basic: Option<Spanned<super::policy::FileAuthBasic>>,
+    pub(super) satisfy: Option<Spanned<String>>,
+    pub(super) limit_req: Option<Spanned<Vec<super::zones::FileLimitReq>>>,
+    pub(super) limit_conn: Option<Spanned<Vec<super::zones::FileLimitConn>>>,
+    pub(super) limit_status: Option<Spanned<u16>>,
     pub(super) upstream: Option<Spanned<String>>,
     pub(super) buffer_response: Option<Spanned<Size>>,
     pub(super) params: Option<std::collections::BTreeMap<String, String>>,
@@ -161,6 +166,11 @@ impl RouteSection {
             hide_headers: self.hide_headers.as_ref(),
             cors: self.cors.as_ref(),
             auth_request: self.auth_request.as_ref(),
+            auth_basic: self.auth_basic.as_ref(),
+            satisfy: self.satisfy.as_ref(),
+            limit_req: self.limit_req.as_ref(),
+            limit_conn: self.limit_conn.as_ref(),
+            limit_status: self.limit_status.as_ref(),
         }
     }
 

@@ -24,6 +24,7 @@ pub mod logs;
 mod policy;
 mod read;
 mod routes;
+mod zones;
 use routes::Built;
 use routes::FileSite;
 pub mod shared;
@@ -327,6 +328,8 @@ impl Config {
             edits: Vec::new(),
             map_names: Vec::new(),
             groups: Vec::new(),
+            rate_zone_names: Vec::new(),
+            conn_zone_names: Vec::new(),
         };
         let Some(raw) = read::read(&mut v) else {
             return Err(ConfigErrors(v.errors));
@@ -431,6 +434,10 @@ struct FileConfig {
     upstreams: BTreeMap<Spanned<String>, FileUpstream>,
     #[serde(default)]
     maps: BTreeMap<Spanned<String>, policy::FileMap>,
+    #[serde(default)]
+    rate_zones: BTreeMap<Spanned<String>, zones::FileRateZone>,
+    #[serde(default)]
+    conn_zones: BTreeMap<Spanned<String>, zones::FileConnZone>,
     real_ip: Option<Spanned<policy::FileRealIp>>,
     #[serde(default)]
     sites: Vec<FileSite>,
@@ -498,6 +505,9 @@ struct Validator<'a> {
     map_names: Vec<String>,
     /// The upstream groups' names, and whether each speaks HTTP/1.1 (not FastCGI or HTTP/2).
     groups: Vec<(String, bool)>,
+    /// The names of the `[rate_zones.NAME]` and `[conn_zones.NAME]`, by index.
+    rate_zone_names: Vec<String>,
+    conn_zone_names: Vec<String>,
 }
 
 /// Resolves `HOST:PORT` with the system resolver to every address it has (a literal address
@@ -694,6 +704,7 @@ impl Validator<'_> {
         let tls = self.build_tls(&raw.tls, &raw.sites, tls_listener);
         let http2 = self.build_http2(&raw.http2, limits.max_request_head);
         let maps = self.build_maps(&raw.maps);
+        let zones = self.build_zones(&raw.rate_zones, &raw.conn_zones);
         let real_ip = raw.real_ip.as_ref().and_then(|r| self.build_real_ip(r));
         let mut router = self.build_router(
             &raw.sites,
@@ -704,6 +715,7 @@ impl Validator<'_> {
             },
         );
         router.set_maps(maps);
+        router.set_zones(zones);
         let files = self.build_files_settings(&raw.files);
         let compression = self.build_compression(&raw.compression);
         // A bare port binds to loopback: the admin pages are for this host.

@@ -77,6 +77,14 @@ pub(super) enum FileAuthRequest {
     },
 }
 
+/// `auth_basic = { realm = "Staff", user_file = "/etc/slipstream/htpasswd" }`, or `false`.
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+pub(super) enum FileAuthBasic {
+    Off(bool),
+    On { realm: String, user_file: String },
+}
+
 /// An error page's status: a code, or `"page"`.
 #[derive(Deserialize, Clone)]
 #[serde(untagged)]
@@ -121,6 +129,11 @@ pub(super) struct PolicyKeys<'a> {
     pub(super) hide_headers: Option<&'a Spanned<Vec<String>>>,
     pub(super) cors: Option<&'a Spanned<FileCors>>,
     pub(super) auth_request: Option<&'a Spanned<FileAuthRequest>>,
+    pub(super) auth_basic: Option<&'a Spanned<FileAuthBasic>>,
+    pub(super) satisfy: Option<&'a Spanned<String>>,
+    pub(super) limit_req: Option<&'a Spanned<Vec<super::zones::FileLimitReq>>>,
+    pub(super) limit_conn: Option<&'a Spanned<Vec<super::zones::FileLimitConn>>>,
+    pub(super) limit_status: Option<&'a Spanned<u16>>,
 }
 
 impl PolicyKeys<'_> {
@@ -138,6 +151,11 @@ impl PolicyKeys<'_> {
             || self.hide_headers.is_some()
             || self.cors.is_some()
             || self.auth_request.is_some()
+            || self.auth_basic.is_some()
+            || self.satisfy.is_some()
+            || self.limit_req.is_some()
+            || self.limit_conn.is_some()
+            || self.limit_status.is_some()
     }
 
     fn has_headers(&self) -> bool {
@@ -215,6 +233,23 @@ impl Validator<'_> {
             Some(value) => self.auth_request(value),
             None => parent.and_then(|p| p.auth_request.clone()),
         };
+        let auth_basic = match keys.auth_basic {
+            Some(value) => self.auth_basic(value),
+            None => parent.and_then(|p| p.auth_basic.clone()),
+        };
+        let satisfy_any = match keys.satisfy {
+            Some(word) => match word.get_ref().as_str() {
+                "any" => true,
+                "all" => false,
+                other => {
+                    let message = format!("satisfy: {other:?} is \"all\" or \"any\"");
+                    self.error(word.span().start, message);
+                    false
+                }
+            },
+            None => parent.is_some_and(|p| p.satisfy_any),
+        };
+        let (limit_req, limit_conn, limit_status) = self.limits(keys, parent);
         Policy {
             rules,
             access,
@@ -228,6 +263,36 @@ impl Validator<'_> {
             hide_headers,
             cors,
             auth_request,
+            auth_basic,
+            satisfy_any,
+            limit_req,
+            limit_conn,
+            limit_status,
+        }
+    }
+
+    fn auth_basic(
+        &mut self,
+        value: &Spanned<FileAuthBasic>,
+    ) -> Option<Box<crate::rules::auth::AuthBasic>> {
+        let at = value.span().start;
+        let (realm, file) = match value.get_ref() {
+            FileAuthBasic::Off(false) => return None,
+            FileAuthBasic::Off(true) => {
+                self.error(at, "auth_basic: a table { realm, user_file }, or false");
+                return None;
+            }
+            FileAuthBasic::On { realm, user_file } => (realm, user_file),
+        };
+        match crate::rules::htpasswd::Htpasswd::load(std::path::Path::new(file)) {
+            Ok(users) => Some(Box::new(crate::rules::auth::AuthBasic {
+                realm: realm.clone(),
+                users: std::sync::Arc::new(users),
+            })),
+            Err(e) => {
+                self.error(at, format!("auth_basic: {e}"));
+                None
+            }
         }
     }
 

@@ -33,6 +33,11 @@ pub(super) struct FileSite {
     pub(super) hide_headers: Option<Spanned<Vec<String>>>,
     pub(super) cors: Option<Spanned<super::policy::FileCors>>,
     pub(super) auth_request: Option<Spanned<super::policy::FileAuthRequest>>,
+    pub(super) auth_basic: Option<Spanned<super::policy::FileAuthBasic>>,
+    pub(super) satisfy: Option<Spanned<String>>,
+    pub(super) limit_req: Option<Spanned<Vec<super::zones::FileLimitReq>>>,
+    pub(super) limit_conn: Option<Spanned<Vec<super::zones::FileLimitConn>>>,
+    pub(super) limit_status: Option<Spanned<u16>>,
     #[serde(default)]
     pub(super) hosts: Vec<Spanned<String>>,
     #[serde(default)]
@@ -84,6 +89,11 @@ impl Validator<'_> {
                 hide_headers: site.hide_headers.as_ref(),
                 cors: site.cors.as_ref(),
                 auth_request: site.auth_request.as_ref(),
+                auth_basic: site.auth_basic.as_ref(),
+                satisfy: site.satisfy.as_ref(),
+                limit_req: site.limit_req.as_ref(),
+                limit_conn: site.limit_conn.as_ref(),
+                limit_status: site.limit_status.as_ref(),
             };
             // The named groups of regex host names are variables of every rule of the site.
             let host_groups: Vec<String> = site

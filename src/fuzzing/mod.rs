@@ -3,11 +3,14 @@
 //! (`tests/it/fuzz_seeds.rs`). Each function panics when a property fails. HTTP/2 and
 //! gRPC's are in `http2.rs`.
 
+pub mod htpasswd;
 mod http2;
+mod proxy_protocol;
 mod rules;
 
 use http2::http2_request_is_clean;
 pub use http2::{grpc, http2_convert, http2_frames, http2_server};
+pub use proxy_protocol::proxy_protocol;
 pub use rules::request_rules;
 
 use std::net::SocketAddr;

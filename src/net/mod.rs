@@ -5,6 +5,7 @@
 
 pub mod address;
 pub mod io;
+pub mod proxy_protocol;
 pub mod sendfile;
 pub mod splice;
 pub mod stream;

@@ -43,6 +43,10 @@ pub enum Counter {
     AuthRefusals,
     /// Requests whose authorization service failed (500).
     AuthFailures,
+    /// Requests refused by `limit_req` or `limit_conn`.
+    LimitRejects,
+    /// Requests `limit_req` served after a wait.
+    LimitDelays,
     /// Responses sent with a 2xx/3xx status.
     ResponsesOk,
     /// Responses sent with a 4xx status.
@@ -201,6 +205,8 @@ impl Counter {
             Counter::ErrorPages => "slipstream_error_pages_total",
             Counter::AuthRefusals => "slipstream_auth_refusals_total",
             Counter::AuthFailures => "slipstream_auth_failures_total",
+            Counter::LimitRejects => "slipstream_limit_rejects_total",
+            Counter::LimitDelays => "slipstream_limit_delays_total",
             Counter::ResponsesOk => "slipstream_responses_ok_total",
             Counter::Responses4xx => "slipstream_responses_4xx_total",
             Counter::Responses5xx => "slipstream_responses_5xx_total",
@@ -285,6 +291,8 @@ impl Counter {
             Counter::ErrorPages => "Answers replaced by an error page (error_pages), the upstream's too with intercept_errors.",
             Counter::AuthRefusals => "Requests refused by authentication: 401 and 403 of auth_basic or auth_request.",
             Counter::AuthFailures => "Requests whose authorization service (auth_request) failed or answered neither 2xx, 401 nor 403 (500).",
+            Counter::LimitRejects => "Requests refused by limit_req or limit_conn (429 unless limit_status says otherwise).",
+            Counter::LimitDelays => "Requests limit_req served after a wait (over the rate, within the burst).",
             Counter::ResponsesOk => "Responses sent with a 2xx/3xx status.",
             Counter::Responses4xx => "Responses sent with a 4xx status.",
             Counter::Responses5xx => "Responses sent with a 5xx status.",

@@ -77,8 +77,15 @@ pub(super) struct Prepared {
     pub(super) intercepts: bool,
     /// An error page's request head as HTTP/1.1 text (FastCGI reads it again from here).
     pub(super) page_head: Option<Vec<u8>>,
-    /// Field lines its answers get besides the policy's (`cors`).
+    /// Field lines its answers get besides the policy's (`cors`, a 401's challenge).
     pub(super) response_fields: Vec<u8>,
+    /// `satisfy any` is met before the authorization service is asked.
+    pub(super) satisfied: bool,
+    /// `limit_req` serves the request after this wait.
+    pub(super) delay: Option<std::time::Duration>,
+    /// Its places in `limit_conn` zones, never read: held until it ends, given back when
+    /// dropped with it.
+    pub(super) _places: Vec<crate::rules::limit::ConnGuard>,
 }
 
 /// The request fields an access-log line shows, copied into one allocation.
@@ -237,6 +244,9 @@ impl Prepared {
             }),
             page_head: None,
             response_fields: decision.response_fields,
+            satisfied: decision.satisfied,
+            delay: decision.delay,
+            _places: decision.guards,
         }
     }
 }

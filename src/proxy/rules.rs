@@ -28,8 +28,16 @@ pub(super) struct Decision {
     /// Request fields to set toward the upstream (`proxy_set_headers`), values rendered; an
     /// empty value removes the field.
     pub(super) request_fields: Vec<(String, String)>,
-    /// Field lines this request's answers get besides the policy's (`cors`).
+    /// Field lines this request's answers get besides the policy's (`cors`, a 401's
+    /// challenge).
     pub(super) response_fields: Vec<u8>,
+    /// Under `satisfy any`, the address rules or the users let the request through: the
+    /// authorization service is not asked.
+    pub(super) satisfied: bool,
+    /// `limit_req` serves the request after this wait.
+    pub(super) delay: Option<std::time::Duration>,
+    /// Its places in `limit_conn` zones, held until it ends.
+    pub(super) guards: Vec<crate::rules::limit::ConnGuard>,
 }
 
 /// An answer with what sending it needs of the request.
@@ -74,6 +82,9 @@ impl Decision {
             refused: None,
             request_fields: Vec::new(),
             response_fields: Vec::new(),
+            satisfied: false,
+            delay: None,
+            guards: Vec::new(),
         }
     }
 }
@@ -155,9 +166,18 @@ pub(super) fn decide(
         return d;
     }
     let policy = router.policy(d.routed.policy.unwrap_or_default());
-    if !access::allowed(&policy.access, client.ip) {
-        d.refused = Some(Kind::AccessDenied);
+    if !limit_phase(router, policy, (&facts, &current), &mut d) {
         return d;
+    }
+    match access_phase(policy, client.ip, head.header("authorization")) {
+        Ok(satisfied) => d.satisfied = satisfied,
+        Err(kind) => {
+            if let (Kind::Unauthorized, Some(basic)) = (kind, &policy.auth_basic) {
+                d.response_fields.extend_from_slice(&basic.challenge());
+            }
+            d.refused = Some(kind);
+            return d;
+        }
     }
     for (name, value) in &policy.request_fields {
         let rendered = value.to_string(&facts, &current);
@@ -176,6 +196,66 @@ pub(super) fn decide(
         d.target = Some(target);
     }
     d
+}
+
+/// nginx's preaccess phase: `limit_req`, then `limit_conn`. False when the request is
+/// refused (429 unless the policy says otherwise, with `Retry-After` when a rate tells).
+fn limit_phase(
+    router: &Router,
+    policy: &crate::routing::Policy,
+    (facts, current): (&Facts<'_>, &Current),
+    d: &mut Decision,
+) -> bool {
+    if policy.limit_req.is_empty() && policy.limit_conn.is_empty() {
+        return true;
+    }
+    let lists = (policy.limit_req.as_slice(), policy.limit_conn.as_slice());
+    let limited = router.zones().check(lists, facts, current);
+    if let Some(retry) = limited.refused {
+        if let Some(after) = retry {
+            let line = format!("Retry-After: {}\r\n", after.as_secs().max(1));
+            d.response_fields.extend_from_slice(line.as_bytes());
+        }
+        d.refused = Some(Kind::Limited(policy.limit_status));
+        return false;
+    }
+    d.delay = limited.delay;
+    d.guards = limited.guards;
+    true
+}
+
+/// nginx's access phase without its subrequest: `allow`/`deny`, then the users of
+/// `auth_basic`, combined as `satisfy` says. `Ok(true)`: `satisfy any` is met already (the
+/// authorization service need not be asked); `Err`: the refusal, 401 before 403 as nginx.
+fn access_phase(
+    policy: &crate::routing::Policy,
+    ip: std::net::IpAddr,
+    authorization: Option<&[u8]>,
+) -> Result<bool, Kind> {
+    let address = access::verdict(&policy.access, ip);
+    let basic = policy
+        .auth_basic
+        .as_ref()
+        .map(|b| crate::rules::auth::basic_allows(b, authorization));
+    if !policy.satisfy_any {
+        return match (address, basic) {
+            (Some(false), _) => Err(Kind::AccessDenied),
+            (_, Some(false)) => Err(Kind::Unauthorized),
+            _ => Ok(false),
+        };
+    }
+    if address == Some(true) || basic == Some(true) {
+        return Ok(true);
+    }
+    if policy.auth_request.is_some() {
+        // The service has the last word.
+        return Ok(false);
+    }
+    match (address, basic) {
+        (_, Some(false)) => Err(Kind::Unauthorized),
+        (Some(false), _) => Err(Kind::AccessDenied),
+        _ => Ok(false),
+    }
 }
 
 /// The route's CORS rule, if any: its fields for the answer, and a preflight answered (before

@@ -263,6 +263,11 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
     counters.gauge_add(Gauge::Writing, 1);
     let started = Instant::now();
     let mut request = request;
+    if let Some(wait) = request.delay.filter(|_| request.refused.is_none()) {
+        // Over the rate within the burst: served when it fits (nginx's limit_req delay).
+        counters.inc(Counter::LimitDelays);
+        tokio::time::sleep(wait).await;
+    }
     if let Some(auth) = auth_request(snapshot, &request) {
         let acx = Ctx {
             worker,
@@ -337,7 +342,11 @@ fn auth_request<'s>(
     snapshot: &'s Snapshot,
     request: &Prepared,
 ) -> Option<&'s crate::rules::auth::AuthRequest> {
-    if request.refused.is_some() || request.answer.is_some() || request.error_page {
+    if request.refused.is_some()
+        || request.answer.is_some()
+        || request.error_page
+        || request.satisfied
+    {
         return None;
     }
     let policy = snapshot.config.router.policy(request.routed.policy?);

@@ -33,6 +33,8 @@ pub struct Router {
     policies: Vec<Policy>,
     /// The `[maps.NAME]` variables the rules read.
     maps: Vec<crate::rules::map::Map>,
+    /// The limit zones (`[rate_zones.NAME]`, `[conn_zones.NAME]`).
+    zones: crate::rules::zones::Zones,
 }
 
 /// What a site or route adds to routing: nginx's rewrite rules, `allow`/`deny`, `add_header`
@@ -69,6 +71,17 @@ pub struct Policy {
     pub cors: Option<Box<crate::rules::cors::Cors>>,
     /// A subrequest that decides whether the request goes on (`auth_request`).
     pub auth_request: Option<Box<crate::rules::auth::AuthRequest>>,
+    /// Users that may pass (`auth_basic`).
+    pub auth_basic: Option<Box<crate::rules::auth::AuthBasic>>,
+    /// nginx's `satisfy any`: the address rules, the users or the service letting the
+    /// request through is enough (else all must).
+    pub satisfy_any: bool,
+    /// `limit_req`: request rates per key, in order.
+    pub limit_req: Vec<crate::rules::zones::LimitReq>,
+    /// `limit_conn`: requests in flight per key.
+    pub limit_conn: Vec<crate::rules::zones::LimitConn>,
+    /// The status a limited request gets (429 unless said; nginx's default is 503).
+    pub limit_status: u16,
 }
 
 impl Policy {
@@ -80,6 +93,9 @@ impl Policy {
             && self.request_fields.is_empty()
             && self.cors.is_none()
             && self.auth_request.is_none()
+            && self.auth_basic.is_none()
+            && self.limit_req.is_empty()
+            && self.limit_conn.is_empty()
     }
 }
 
@@ -197,6 +213,16 @@ impl Router {
     /// Sets the maps the rules read (their names were given to the rules at load).
     pub fn set_maps(&mut self, maps: Vec<crate::rules::map::Map>) {
         self.maps = maps;
+    }
+
+    /// The config's limit zones.
+    pub fn zones(&self) -> &crate::rules::zones::Zones {
+        &self.zones
+    }
+
+    /// Sets the limit zones the policies name.
+    pub fn set_zones(&mut self, zones: crate::rules::zones::Zones) {
+        self.zones = zones;
     }
 
     /// A policy by index.

@@ -70,14 +70,17 @@ impl AccessRule {
 
 /// Whether `client` may pass `rules`.
 pub fn allowed(rules: &[AccessRule], client: IpAddr) -> bool {
+    verdict(rules, client).unwrap_or(true)
+}
+
+/// What the first rule covering `client` says: `Some(true)` allow, `Some(false)` deny,
+/// `None` when no rule covers it (nginx's `satisfy any` tells "allowed" from "not denied").
+pub fn verdict(rules: &[AccessRule], client: IpAddr) -> Option<bool> {
     let client = match client {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(client, IpAddr::V4),
         v4 => v4,
     };
-    rules
-        .iter()
-        .find(|r| r.covers(client))
-        .is_none_or(|r| r.allow)
+    rules.iter().find(|r| r.covers(client)).map(|r| r.allow)
 }
 
 /// Whether the first `bits` bits of `a` and `b` are equal.

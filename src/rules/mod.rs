@@ -18,6 +18,7 @@ pub mod pattern;
 pub mod real_ip;
 pub mod template;
 pub mod uri;
+pub mod zones;
 
 use pattern::Pattern;
 use template::{Current, Escape, Facts, Template};

@@ -255,7 +255,8 @@ fn variable(name: &str, groups: &[&str]) -> Result<Var, String> {
         "scheme" => Var::Scheme,
         "server_name" => Var::ServerName,
         "server_port" => Var::ServerPort,
-        "remote_addr" => Var::RemoteAddr,
+        // nginx's packed form counts the same clients apart: the text does too.
+        "remote_addr" | "binary_remote_addr" => Var::RemoteAddr,
         "request_method" => Var::RequestMethod,
         _ if name.len() == 1 && name.as_bytes()[0].is_ascii_digit() => {
             Var::Capture(usize::from(name.as_bytes()[0] - b'0'))

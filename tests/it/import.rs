@@ -503,7 +503,7 @@ fn what_is_not_translated_is_listed_with_its_file_and_line() {
     let site = r#"server {
     listen 80 proxy_protocol;
     server_name www.example.* example.com;
-    auth_basic "private";
+    sub_filter a b;
     more_set_headers "X-A: b";
     if ($http_user_agent ~* bot) {
         return 403;
@@ -538,7 +538,7 @@ fn what_is_not_translated_is_listed_with_its_file_and_line() {
                 "{f}:3: not translated: server_name \
                  (www.example.*: only exact names and *. wildcards)"
             ),
-            format!("{f}:4: not translated: auth_basic (not supported yet)"),
+            format!("{f}:4: not translated: sub_filter (not supported yet)"),
             format!("{f}:5: not translated: more_set_headers (unknown directive)"),
             format!("{f}:9: not translated: if (file tests are not supported)"),
             format!("{f}:14: not translated: proxy_set_header ($request_id is not supported yet)"),
@@ -603,7 +603,7 @@ fn import_exits_0_and_1_on_a_broken_config_or_under_strict_with_anything_left_ou
     let partial = dir.join("partial.conf");
     std::fs::write(
         &partial,
-        "server {\n    listen 8080;\n    include missing.conf;\n    auth_basic on;\n    \
+        "server {\n    listen 8080;\n    include missing.conf;\n    sub_filter a b;\n    \
          root /srv;\n}\n",
     )
     .unwrap();
@@ -615,7 +615,7 @@ fn import_exits_0_and_1_on_a_broken_config_or_under_strict_with_anything_left_ou
         stderr,
         format!(
             "{f}:3: include {}: no such file (skipped)\n\
-             {f}:4: not translated: auth_basic (not supported yet)\n",
+             {f}:4: not translated: sub_filter (not supported yet)\n",
             dir.join("missing.conf").display()
         )
     );

@@ -24,6 +24,7 @@ mod import;
 mod io_paths;
 mod large_bodies;
 mod lifecycle;
+mod limits;
 mod nginx_parity;
 mod observe;
 mod operate;

@@ -740,3 +740,125 @@ fn regex_server_names_as_nginx() {
     ];
     compare("parity-names", NAMES, &asks, &[]);
 }
+
+const AUTH_BASIC: &str = r#"
+upstream app { server {backend}; }
+server {
+    listen {listen};
+    server_name example.com;
+    auth_basic "Staff only";
+    auth_basic_user_file {users};
+    location / { proxy_pass http://app; }
+    location /open/ { auth_basic off; return 200 "open"; }
+    location /lan/ { satisfy any; allow 127.0.0.1; deny all; return 200 "lan"; }
+    location /lan-other/ { satisfy any; allow 10.0.0.0/8; deny all; return 200 "lan-other"; }
+    location /both/ { satisfy all; allow 127.0.0.1; deny all; return 200 "both"; }
+    location /nobody/ { deny all; return 200 "nobody"; }
+    location /ret { return 200 "return runs first"; }
+}
+"#;
+
+/// `auth_basic` with a user file made by Apache's `htpasswd` (bcrypt, apr1, SHA), `off`, and
+/// `satisfy any|all` with address rules.
+#[test]
+fn basic_auth_and_satisfy_as_nginx() {
+    let dir = temp_path("parity-basic-users");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let users = dir.join("htpasswd");
+    for (flag, user, password) in [
+        ("-B", "bea", "crypt-pass"),
+        ("-m", "amy", "md5-pass"),
+        ("-s", "sam", "sha-pass"),
+    ] {
+        let create = if users.exists() { "-b" } else { "-cb" };
+        let status = Command::new("htpasswd")
+            .args([create, flag])
+            .arg(&users)
+            .args([user, password])
+            .stderr(Stdio::null())
+            .status()
+            .expect("htpasswd (apache2-utils) is installed by .ci/test-tools");
+        assert!(status.success());
+    }
+    let site = AUTH_BASIC.replace("{users}", &users.display().to_string());
+    let basic = |credentials: &str| {
+        use base64::Engine;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(credentials);
+        format!("Authorization: Basic {encoded}\r\n")
+    };
+    let as_user: Vec<String> = [
+        "bea:crypt-pass",
+        "amy:md5-pass",
+        "sam:sha-pass",
+        "sam:wrong",
+        "nobody:x",
+    ]
+    .iter()
+    .map(|c| basic(c))
+    .collect();
+    let leak = |s: &String| -> &'static str { Box::leak(s.clone().into_boxed_str()) };
+    let with = |fields: &'static str, path: &'static str| Ask {
+        method: "GET",
+        path,
+        fields,
+        body: "",
+    };
+    let mut asks = vec![
+        get("/"),
+        get("/open/"),
+        get("/lan/"),
+        get("/lan-other/"),
+        get("/both/"),
+    ];
+    for user in &as_user {
+        for path in ["/", "/lan-other/", "/both/", "/nobody/"] {
+            asks.push(with(leak(user), path));
+        }
+    }
+    asks.push(with("Authorization: Basic !!!\r\n", "/"));
+    asks.push(with("Authorization: Bearer abc\r\n", "/"));
+    asks.push(get("/ret"));
+    compare("parity-basic", &site, &asks, &["www-authenticate"]);
+}
+
+const LIMITS: &str = r#"
+upstream app { server {backend}; }
+limit_req_zone $binary_remote_addr zone=perip:1m rate=1r/m;
+limit_req_zone $http_x_user zone=peruser:1m rate=1r/m;
+server {
+    listen {listen};
+    server_name example.com;
+    location /burst/ { limit_req zone=perip burst=2 nodelay; proxy_pass http://app; }
+    location /user/ { limit_req zone=peruser nodelay; limit_req_status 429; return 200 "user"; }
+    location /free/ { return 200 "free"; }
+    location /ret/ { limit_req zone=perip nodelay; return 200 "limits run after return"; }
+}
+"#;
+
+/// `limit_req` with a burst and `nodelay`, a key from a field (an empty key is not
+/// limited), `limit_req_status`, and `return` answering before the limits run. Rates of one
+/// per minute keep the sequence exact.
+#[test]
+fn request_rates_as_nginx() {
+    let user = |name: &'static str| Ask {
+        method: "GET",
+        path: "/user/x",
+        fields: name,
+        body: "",
+    };
+    let asks = [
+        get("/burst/a"),
+        get("/burst/b"),
+        get("/burst/c"),
+        get("/burst/d"),
+        get("/free/x"),
+        user("X-User: ann\r\n"),
+        user("X-User: ann\r\n"),
+        user("X-User: bob\r\n"),
+        user(""),
+        user(""),
+        get("/ret/"),
+    ];
+    compare("parity-limits", LIMITS, &asks, &[]);
+}

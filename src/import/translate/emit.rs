@@ -99,6 +99,8 @@ pub(super) struct Output {
     pub(super) groups: Vec<GroupOut>,
     /// The `[maps.NAME]` tables, by name.
     pub(super) maps: Vec<(String, Keys)>,
+    /// The `[rate_zones.NAME]` and `[conn_zones.NAME]` tables, by section name.
+    pub(super) zones: Vec<(String, Keys)>,
     /// The sites.
     pub(super) sites: Vec<SiteOut>,
 }
@@ -144,6 +146,10 @@ impl Output {
             out.push_str(&format!("\n[maps.{}]\n", key(name)));
             write_keys(&mut out, keys);
         }
+        for (section, keys) in &self.zones {
+            out.push_str(&format!("\n[{section}]\n"));
+            write_keys(&mut out, keys);
+        }
         for g in &self.groups {
             out.push_str(&format!("\n[upstreams.{}]\n", key(&g.name)));
             write_keys(&mut out, &g.keys);
@@ -171,7 +177,7 @@ fn write_keys(out: &mut String, keys: &Keys) {
 }
 
 /// A key, bare when TOML allows it, else quoted.
-fn key(k: &str) -> String {
+pub(super) fn key(k: &str) -> String {
     let bare = !k.is_empty()
         && k.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');

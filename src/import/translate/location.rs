@@ -390,6 +390,24 @@ fn differences(keys: &mut Keys, server: &Scope, scope: &Scope, own: &Own) {
     if let Some(fields) = &own.request_fields {
         keys.push(("proxy_set_headers".into(), Val::str_table(fields)));
     }
+    let basic = super::settings::auth_basic(scope);
+    if basic != super::settings::auth_basic(server) {
+        keys.push(("auth_basic".into(), basic.unwrap_or(Val::Bool(false))));
+    }
+    if scope.satisfy != server.satisfy {
+        let word = scope.satisfy.as_deref().unwrap_or("all");
+        keys.push(("satisfy".into(), Val::str(word)));
+    }
+    if let Some(list) = &own.limit_req {
+        keys.push(("limit_req".into(), Val::List(list.clone())));
+    }
+    if let Some(list) = &own.limit_conn {
+        keys.push(("limit_conn".into(), Val::List(list.clone())));
+    }
+    if scope.limit_status != server.limit_status {
+        let code = scope.limit_status.unwrap_or(503);
+        keys.push(("limit_status".into(), Val::Int(code)));
+    }
     if scope.expires != server.expires {
         let text = scope.expires.as_deref().unwrap_or("off");
         keys.push(("expires".into(), Val::str(text)));

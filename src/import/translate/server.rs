@@ -120,7 +120,7 @@ impl Translator {
         if let (Some(root), false) = (&scope.root, catch_all || always_answers(&draft.rules)) {
             draft.routes.push(root_route(root, &scope));
         }
-        draft.keys = site_keys(&draft, &scope, &own);
+        draft.keys = site_keys(&draft, &scope, &own, !self.out.zones.is_empty());
         draft.upgrade = upgrade(&draft, block);
         self.sites.push(draft);
     }
@@ -422,7 +422,7 @@ fn listen_address(a: &str) -> Option<String> {
 }
 
 /// The site's own keys: certificate, log, body size, access list, headers.
-fn site_keys(draft: &SiteDraft, scope: &Scope, own: &Own) -> Keys {
+fn site_keys(draft: &SiteDraft, scope: &Scope, own: &Own, zones: bool) -> Keys {
     let mut keys = Keys::new();
     if draft.listens.iter().any(|l| l.tls) {
         if let (Some(cert), Some(key)) = (&scope.cert, &scope.key) {
@@ -452,6 +452,23 @@ fn site_keys(draft: &SiteDraft, scope: &Scope, own: &Own) -> Keys {
     }
     if let Some(names) = scope.hide_headers.as_ref().filter(|n| !n.is_empty()) {
         keys.push(("hide_headers".into(), Val::strs(names)));
+    }
+    if let Some(basic @ Val::Table(_)) = super::settings::auth_basic(scope) {
+        keys.push(("auth_basic".into(), basic));
+    }
+    if let Some(list) = scope.limit_req.as_ref().filter(|l| !l.is_empty()) {
+        keys.push(("limit_req".into(), Val::List(list.clone())));
+    }
+    if let Some(list) = scope.limit_conn.as_ref().filter(|l| !l.is_empty()) {
+        keys.push(("limit_conn".into(), Val::List(list.clone())));
+    }
+    if zones {
+        // nginx answers limits with 503 unless told: slipstream's default is 429.
+        let code = scope.limit_status.unwrap_or(503);
+        keys.push(("limit_status".into(), Val::Int(code)));
+    }
+    if scope.satisfy.as_deref() == Some("any") {
+        keys.push(("satisfy".into(), Val::str("any")));
     }
     if let Some(text) = scope.expires.as_deref().filter(|t| *t != "off") {
         keys.push(("expires".into(), Val::str(text)));

@@ -90,6 +90,18 @@ pub(super) struct Scope {
     /// The `proxy_hide_header` (or `fastcgi_`, `grpc_`) names of the nearest level that has
     /// any.
     pub(super) hide_headers: Option<Vec<String>>,
+    /// `auth_basic`: the realm, or `off`.
+    pub(super) auth_basic: Option<String>,
+    /// `auth_basic_user_file`.
+    pub(super) user_file: Option<String>,
+    /// `satisfy`.
+    pub(super) satisfy: Option<String>,
+    /// The `limit_req` entries of the nearest level that has any.
+    pub(super) limit_req: Option<Vec<Val>>,
+    /// The `limit_conn` entries of the nearest level that has any.
+    pub(super) limit_conn: Option<Vec<Val>>,
+    /// `limit_req_status` / `limit_conn_status`.
+    pub(super) limit_status: Option<i64>,
     /// `proxy_intercept_errors on` (and `grpc_`).
     pub(super) intercept_proxy: bool,
     /// `fastcgi_intercept_errors on`.
@@ -126,6 +138,10 @@ pub(super) struct Own {
     pub(super) error_pages: Option<Vec<Val>>,
     /// Its hidden upstream fields, when it has any.
     pub(super) hide_headers: Option<Vec<String>>,
+    /// Its `limit_req` entries, when it has any.
+    pub(super) limit_req: Option<Vec<Val>>,
+    /// Its `limit_conn` entries, when it has any.
+    pub(super) limit_conn: Option<Vec<Val>>,
 }
 
 impl Own {
@@ -149,6 +165,104 @@ impl Own {
         if let Some(h) = &self.hide_headers {
             scope.hide_headers = Some(h.clone());
         }
+        if let Some(l) = &self.limit_req {
+            scope.limit_req = Some(l.clone());
+        }
+        if let Some(l) = &self.limit_conn {
+            scope.limit_conn = Some(l.clone());
+        }
+    }
+}
+
+/// The `auth_basic` key a level's scope stands for: a table, `false` for `off`, or nothing.
+pub(super) fn auth_basic(scope: &Scope) -> Option<Val> {
+    match (scope.auth_basic.as_deref(), scope.user_file.as_deref()) {
+        (Some("off"), _) => Some(Val::Bool(false)),
+        (Some(realm), Some(file)) => Some(Val::Table(vec![
+            ("realm".into(), Val::str(realm)),
+            ("user_file".into(), Val::str(file)),
+        ])),
+        _ => None,
+    }
+}
+
+/// `limit_req zone=NAME [burst=N] [nodelay | delay=N]` as a `limit_req` entry.
+fn limit_req(args: &[String]) -> Result<Val, &'static str> {
+    let mut entry = Vec::new();
+    for arg in args {
+        match arg.split_once('=') {
+            Some(("zone", name)) => entry.push(("zone".to_string(), Val::str(name))),
+            Some(("burst", n)) => {
+                let n = n.parse::<i64>().map_err(|_| "burst is a number")?;
+                entry.push(("burst".into(), Val::Int(n)));
+            }
+            Some(("delay", n)) => {
+                let n = n.parse::<i64>().map_err(|_| "delay is a number")?;
+                entry.push(("delay".into(), Val::Int(n)));
+            }
+            None if arg == "nodelay" => entry.push(("nodelay".into(), Val::Bool(true))),
+            _ => return Err("only zone=, burst=, nodelay and delay="),
+        }
+    }
+    if !entry.iter().any(|(k, _)| k == "zone") {
+        return Err("no zone=");
+    }
+    Ok(Val::Table(entry))
+}
+
+impl Translator {
+    /// `limit_req`, `limit_conn` and their zones; true when `d` is one of them.
+    fn limits(&mut self, d: &Directive, own: &mut Own) -> bool {
+        match (d.name.as_str(), d.args.as_slice()) {
+            ("limit_req", [_, ..]) => match limit_req(&d.args) {
+                Ok(entry) => own.limit_req.get_or_insert_with(Vec::new).push(entry),
+                Err(reason) => self.not_translated(d, reason),
+            },
+            ("limit_conn", [zone, max]) => match max.parse::<i64>() {
+                Ok(max) => own
+                    .limit_conn
+                    .get_or_insert_with(Vec::new)
+                    .push(Val::Table(vec![
+                        ("zone".into(), Val::str(zone.as_str())),
+                        ("max".into(), Val::Int(max)),
+                    ])),
+                Err(_) => self.not_translated(d, "not a number"),
+            },
+            ("limit_req_zone" | "limit_conn_zone", [key, ..]) => self.limit_zone(d, key),
+            _ => return false,
+        }
+        true
+    }
+
+    /// `limit_req_zone KEY zone=NAME:SIZE rate=R` and `limit_conn_zone KEY zone=NAME:SIZE`
+    /// as `[rate_zones.NAME]` and `[conn_zones.NAME]`.
+    fn limit_zone(&mut self, d: &Directive, key: &str) {
+        let rate = d.name == "limit_req_zone";
+        let mut keys = vec![("key".to_string(), Val::str(key))];
+        let mut name = None;
+        for arg in &d.args[1..] {
+            match arg.split_once('=') {
+                Some(("zone", zone)) => match zone.split_once(':') {
+                    Some((n, size)) => {
+                        name = Some(n.to_string());
+                        keys.push(("size".into(), Val::str(size)));
+                    }
+                    None => name = Some(zone.to_string()),
+                },
+                Some(("rate", r)) if rate => keys.push(("rate".into(), Val::str(r))),
+                _ => return self.not_translated(d, format!("{arg}: not supported yet")),
+            }
+        }
+        let Some(name) = name else {
+            return self.not_translated(d, "no zone=");
+        };
+        if crate::rules::template::Template::parse(key, &[]).is_err() {
+            return self.not_translated(d, format!("{key} is not supported yet"));
+        }
+        let section = if rate { "rate_zones" } else { "conn_zones" };
+        let section = format!("{section}.{}", super::emit::key(&name));
+        self.out.zones.retain(|(s, _)| *s != section);
+        self.out.zones.push((section, keys));
     }
 }
 
@@ -282,6 +396,21 @@ impl Translator {
                 scope.intercept_proxy = arg == "on";
             }
             "fastcgi_intercept_errors" if one => scope.intercept_fastcgi = arg == "on",
+            "auth_basic" if one => scope.auth_basic = Some(arg.to_string()),
+            "auth_basic_user_file" if one && arg.contains('$') => {
+                self.not_translated(d, "variables in the user file are not supported");
+            }
+            "auth_basic_user_file" if one => scope.user_file = Some(arg.to_string()),
+            "satisfy" if one && (arg == "any" || arg == "all") => {
+                scope.satisfy = Some(arg.to_string());
+            }
+            "limit_req_status" | "limit_conn_status" if one => match arg.parse::<i64>() {
+                Ok(code) if scope.limit_status.is_none_or(|s| s == code) => {
+                    scope.limit_status = Some(code);
+                }
+                Ok(_) => self.not_translated(d, "one status for limit_req and limit_conn"),
+                Err(_) => self.not_translated(d, "not a status"),
+            },
             "recursive_error_pages" if arg == "off" => self.ignore(d, "nginx's default"),
             _ => return false,
         }
@@ -291,6 +420,9 @@ impl Translator {
     /// The all-or-nothing lists (`add_header`, allow/deny, `fastcgi_param`) and
     /// `proxy_set_header`; true when `d` is one of them.
     fn listed(&mut self, d: &Directive, own: &mut Own) -> bool {
+        if self.limits(d, own) {
+            return true;
+        }
         match (d.name.as_str(), d.args.as_slice()) {
             ("add_header", [name, value, rest @ ..]) if rest.is_empty() || rest == ["always"] => {
                 let always = !rest.is_empty();
