@@ -107,6 +107,10 @@ pub struct ListenerConfig {
     pub h2c: bool,
     /// Another process may listen on the same address (SO_REUSEPORT sharing, on purpose).
     pub shared: bool,
+    /// Every connection starts with a PROXY protocol header (v1 or v2) naming the client: a
+    /// load balancer in front (HAProxy's `send-proxy`, AWS NLB, ...). Required here, refused
+    /// elsewhere.
+    pub proxy_protocol: bool,
 }
 
 /// Client-side limits.
@@ -271,6 +275,7 @@ impl Config {
                 redirect_https: false,
                 h2c: false,
                 shared: false,
+                proxy_protocol: false,
             }],
             upstreams: Vec::new(),
             router: Router::default(),
@@ -471,6 +476,7 @@ struct FileListener {
     tls: Option<bool>,
     redirect_https: Option<bool>,
     h2c: Option<bool>,
+    proxy_protocol: Option<bool>,
     shared: Option<bool>,
     backlog: Option<u32>,
     max_connections: Option<usize>,
@@ -791,6 +797,7 @@ impl Validator<'_> {
                     redirect_https: l.redirect_https.unwrap_or(false),
                     h2c: l.h2c.unwrap_or(false),
                     shared: l.shared.unwrap_or(false),
+                    proxy_protocol: l.proxy_protocol.unwrap_or(false),
                 });
             }
         }

@@ -47,6 +47,8 @@ pub enum Counter {
     LimitRejects,
     /// Requests `limit_req` served after a wait.
     LimitDelays,
+    /// Connections closed on a `proxy_protocol` listener for a missing or malformed header.
+    ProxyProtocolRefused,
     /// Responses sent with a 2xx/3xx status.
     ResponsesOk,
     /// Responses sent with a 4xx status.
@@ -207,6 +209,7 @@ impl Counter {
             Counter::AuthFailures => "slipstream_auth_failures_total",
             Counter::LimitRejects => "slipstream_limit_rejects_total",
             Counter::LimitDelays => "slipstream_limit_delays_total",
+            Counter::ProxyProtocolRefused => "slipstream_proxy_protocol_refused_total",
             Counter::ResponsesOk => "slipstream_responses_ok_total",
             Counter::Responses4xx => "slipstream_responses_4xx_total",
             Counter::Responses5xx => "slipstream_responses_5xx_total",
@@ -293,6 +296,7 @@ impl Counter {
             Counter::AuthFailures => "Requests whose authorization service (auth_request) failed or answered neither 2xx, 401 nor 403 (500).",
             Counter::LimitRejects => "Requests refused by limit_req or limit_conn (429 unless limit_status says otherwise).",
             Counter::LimitDelays => "Requests limit_req served after a wait (over the rate, within the burst).",
+            Counter::ProxyProtocolRefused => "Connections closed on a proxy_protocol listener: no PROXY header, a malformed one, or none in time.",
             Counter::ResponsesOk => "Responses sent with a 2xx/3xx status.",
             Counter::Responses4xx => "Responses sent with a 4xx status.",
             Counter::Responses5xx => "Responses sent with a 5xx status.",

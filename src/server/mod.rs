@@ -7,6 +7,7 @@ mod cert_watch;
 pub mod control;
 pub mod listener;
 pub mod pid_file;
+mod proxy_header;
 mod run;
 pub mod systemd;
 mod worker_thread;
@@ -330,6 +331,7 @@ fn bind_listeners(
                 tls: l.tls,
                 redirect: l.redirect_https,
                 h2c: l.h2c,
+                proxy_protocol: l.proxy_protocol,
             });
         }
     }

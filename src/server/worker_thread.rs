@@ -23,6 +23,8 @@ pub(super) struct Listening {
     pub(super) redirect: bool,
     /// Plain connections on it may speak HTTP/2 with prior knowledge.
     pub(super) h2c: bool,
+    /// Connections start with a PROXY protocol header.
+    pub(super) proxy_protocol: bool,
 }
 
 /// Runs `worker` on this thread until shutdown has drained its connections.
@@ -55,6 +57,7 @@ pub(super) fn run(worker: Worker, listeners: Vec<Listening>) {
                 (false, false, true) => ListenerKind::PlainOrH2c,
                 (false, false, false) => ListenerKind::Plain,
             };
+            let kind = (kind, l.proxy_protocol);
             match Acceptor::new(l.socket, kind) {
                 Ok(acceptor) => {
                     tokio::task::spawn_local(accept_loop(worker.clone(), acceptor, l.limit, kind));
@@ -105,9 +108,10 @@ enum NewConnection {
 }
 
 impl Acceptor {
-    fn new(socket: std::net::TcpListener, kind: ListenerKind) -> std::io::Result<Acceptor> {
+    fn new(socket: std::net::TcpListener, kind: (ListenerKind, bool)) -> std::io::Result<Acceptor> {
+        // A PROXY header is read before the connection is served: on tokio's epoll.
         let socket = match kind {
-            ListenerKind::Plain => match crate::uring::listener(socket) {
+            (ListenerKind::Plain, false) => match crate::uring::listener(socket) {
                 Ok(ring) => return Ok(Acceptor::Ring(ring)),
                 Err(socket) => socket,
             },
@@ -136,7 +140,12 @@ impl Acceptor {
 
 /// Accepts connections until shutdown, pausing (and counting it) at the connection limit.
 /// NewConnection sockets inherit TCP_NODELAY from the listener (set in `listener.rs`).
-async fn accept_loop(worker: Rc<Worker>, mut acceptor: Acceptor, limit: usize, kind: ListenerKind) {
+async fn accept_loop(
+    worker: Rc<Worker>,
+    mut acceptor: Acceptor,
+    limit: usize,
+    kind: (ListenerKind, bool),
+) {
     let mut shutdown = worker.shutdown.clone();
     while !*shutdown.borrow() {
         if worker.active.get() >= limit {
@@ -176,13 +185,25 @@ async fn accept_loop(worker: Rc<Worker>, mut acceptor: Acceptor, limit: usize, k
 async fn serve_accepted(
     w: Rc<Worker>,
     accepted: NewConnection,
-    peer: std::net::SocketAddr,
-    kind: ListenerKind,
+    mut peer: std::net::SocketAddr,
+    (kind, proxy_protocol): (ListenerKind, bool),
 ) {
     let stream = match accepted {
         NewConnection::Ring(stream) => return proxy::serve(w, stream, peer).await,
         NewConnection::Epoll(stream) => stream,
     };
+    if proxy_protocol {
+        let timeout = w.snapshot().config.limits.client_header_timeout;
+        match super::proxy_header::read(&stream, timeout).await {
+            Ok(Some(client)) => peer = client,
+            Ok(None) => {}
+            Err(why) => {
+                w.counters.inc(Counter::ProxyProtocolRefused);
+                tracing::debug!(%peer, "PROXY protocol header refused: {why}");
+                return;
+            }
+        }
+    }
     match kind {
         ListenerKind::Plain => {
             if let Ok(stream) = crate::net::Stream::adopt(stream) {

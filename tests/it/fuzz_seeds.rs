@@ -122,3 +122,13 @@ fn request_rules_seeds() {
 fn nginx_conf_seeds() {
     replay("nginx_conf", slipstream::fuzzing::nginx_conf);
 }
+
+#[test]
+fn htpasswd_seeds() {
+    replay("htpasswd", slipstream::fuzzing::htpasswd::htpasswd);
+}
+
+#[test]
+fn proxy_protocol_seeds() {
+    replay("proxy_protocol", slipstream::fuzzing::proxy_protocol);
+}

@@ -501,7 +501,7 @@ http {
 #[test]
 fn what_is_not_translated_is_listed_with_its_file_and_line() {
     let site = r#"server {
-    listen 80 proxy_protocol;
+    listen 80 quic;
     server_name www.example.* example.com;
     sub_filter a b;
     more_set_headers "X-A: b";
@@ -533,7 +533,7 @@ fn what_is_not_translated_is_listed_with_its_file_and_line() {
     assert_eq!(
         lines,
         [
-            format!("{f}:2: not translated: listen (the PROXY protocol is not supported yet)"),
+            format!("{f}:2: not translated: listen (HTTP/3 is not supported yet)"),
             format!(
                 "{f}:3: not translated: server_name \
                  (www.example.*: only exact names and *. wildcards)"

@@ -29,6 +29,7 @@ mod nginx_parity;
 mod observe;
 mod operate;
 mod proxy_http1;
+mod proxy_protocol;
 mod support;
 mod tls;
 mod tls_options;

@@ -66,6 +66,8 @@ pub(super) struct Listen {
     pub(super) redirect_https: bool,
     /// The accept queue, when nginx's `backlog=` set it.
     pub(super) backlog: Option<i64>,
+    /// Connections start with a PROXY protocol header.
+    pub(super) proxy_protocol: bool,
 }
 
 /// One `[upstreams.NAME]` table.
@@ -139,6 +141,9 @@ impl Output {
             }
             if let Some(b) = l.backlog {
                 keys.push(("backlog".into(), Val::Int(b)));
+            }
+            if l.proxy_protocol {
+                keys.push(("proxy_protocol".into(), Val::Bool(true)));
             }
             write_keys(&mut out, &keys);
         }
@@ -263,6 +268,7 @@ mod tests {
             tls: true,
             redirect_https: false,
             backlog: Some(511),
+            proxy_protocol: false,
         });
         o.groups.push(GroupOut {
             name: "127.0.0.1:8080".into(),

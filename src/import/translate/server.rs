@@ -32,6 +32,7 @@ struct ListenSpec {
     address: String,
     tls: bool,
     backlog: Option<i64>,
+    proxy_protocol: bool,
 }
 
 /// A site being translated: decided as a whole once every server is read.
@@ -95,6 +96,7 @@ impl Translator {
                 address: "0.0.0.0:80".into(),
                 tls: false,
                 backlog: None,
+                proxy_protocol: false,
             });
         }
         own.apply(&mut scope);
@@ -137,6 +139,7 @@ impl Translator {
             address,
             tls: false,
             backlog: None,
+            proxy_protocol: false,
         };
         for p in params {
             match p.split_once('=').unwrap_or((p, "")) {
@@ -155,9 +158,7 @@ impl Translator {
                 }
                 ("ipv6only", "on") => self.ignore(d, "slipstream's IPv6 listeners are IPv6 only"),
                 ("deferred" | "bind", _) => self.ignore(d, "slipstream sets its sockets up itself"),
-                ("proxy_protocol", _) => {
-                    self.not_translated(d, "the PROXY protocol is not supported yet");
-                }
+                ("proxy_protocol", _) => spec.proxy_protocol = true,
                 ("quic", _) => self.not_translated(d, "HTTP/3 is not supported yet"),
                 (name, _) => self.not_translated(d, format!("{name} is not supported yet")),
             }
@@ -214,12 +215,14 @@ impl Translator {
                 Some(l) => {
                     l.tls |= spec.tls;
                     l.backlog = l.backlog.or(spec.backlog);
+                    l.proxy_protocol |= spec.proxy_protocol;
                 }
                 None => listens.push(Listen {
                     address: spec.address.clone(),
                     tls: spec.tls,
                     redirect_https: false,
                     backlog: spec.backlog,
+                    proxy_protocol: spec.proxy_protocol,
                 }),
             }
         }

@@ -753,7 +753,9 @@ impl Translator {
                 super::emit::set(keys, "from", Val::List(list));
             }
             "real_ip_header" if arg == "proxy_protocol" => {
-                self.not_translated(d, "the PROXY protocol is not supported yet");
+                let why = "a proxy_protocol listener takes the PROXY header's client from any \
+                           sender; drop [real_ip] if it only served this";
+                self.not_translated(d, why);
             }
             "real_ip_header" => {
                 self.set_global(Some("real_ip"), "header", Val::str(arg.as_str()), d);
