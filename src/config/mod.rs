@@ -41,7 +41,7 @@ pub use files::{Fallback, FileRoute, FilesSettings, TryFiles};
 pub use shared::SharedConfig;
 use upstream::FileUpstream;
 pub use upstream::{
-    Balance, HashKey, HealthCheck, Probe, Protocol, ServerSpec, UpstreamGroup,
+    Balance, HashKey, HealthCheck, Probe, Protocol, SendProxy, ServerSpec, UpstreamGroup,
     DEFAULT_UPSTREAM_KEEPALIVE,
 };
 

@@ -17,6 +17,15 @@ use crate::net::Address;
 /// Default idle keep-alive connections per upstream server per worker.
 pub const DEFAULT_UPSTREAM_KEEPALIVE: usize = 128;
 
+/// The PROXY protocol version a group's connections start with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendProxy {
+    /// The text line (HAProxy's `send-proxy`).
+    V1,
+    /// The binary header (HAProxy's `send-proxy-v2`).
+    V2,
+}
+
 /// How a group speaks to its servers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Protocol {
@@ -66,6 +75,9 @@ pub struct UpstreamGroup {
     pub resolve_interval: Duration,
     /// Idle keep-alive connections kept per server, per worker.
     pub keepalive: usize,
+    /// Each connection starts with a PROXY protocol header naming the client (`send_proxy`):
+    /// such a connection carries one client's requests, so it is never pooled.
+    pub send_proxy: Option<SendProxy>,
     /// Time allowed to establish a connection.
     pub connect_timeout: Duration,
     /// Time allowed between two reads from the upstream.
@@ -155,6 +167,9 @@ pub struct HealthCheck {
     pub fall: u32,
     /// Servers start down until a check passes.
     pub start_down: bool,
+    /// Bytes an HTTP check writes first: a LOCAL PROXY header for a `send_proxy` group (its
+    /// servers expect one on every connection).
+    pub preface: Vec<u8>,
 }
 
 /// The request of a health check.
@@ -197,6 +212,7 @@ impl UpstreamGroup {
             health: None,
             resolve_interval: Duration::from_secs(10),
             keepalive: DEFAULT_UPSTREAM_KEEPALIVE,
+            send_proxy: None,
             connect_timeout: Duration::from_secs(5),
             read_timeout: Duration::from_secs(60),
             send_timeout: Duration::from_secs(60),
@@ -417,6 +433,7 @@ pub(super) struct FileUpstream {
     resolve_interval: Option<Spanned<String>>,
     health: Option<FileHealth>,
     keepalive: Option<usize>,
+    send_proxy: Option<Spanned<String>>,
     connect_timeout: Option<Spanned<String>>,
     read_timeout: Option<Spanned<String>>,
     send_timeout: Option<Spanned<String>>,
@@ -487,6 +504,30 @@ impl Validator<'_> {
             .iter()
             .map(|(name, u)| self.build_group(name, u))
             .collect()
+    }
+
+    /// `send_proxy = "v1"` or `"v2"`, for HTTP/1.1 groups.
+    fn send_proxy(
+        &mut self,
+        g: &UpstreamGroup,
+        value: Option<&Spanned<String>>,
+    ) -> Option<SendProxy> {
+        let value = value?;
+        let version = match value.get_ref().as_str() {
+            "v1" => SendProxy::V1,
+            "v2" => SendProxy::V2,
+            other => {
+                let message = format!("send_proxy: {other:?} is \"v1\" or \"v2\"");
+                self.error(value.span().start, message);
+                return None;
+            }
+        };
+        if g.protocol != Protocol::Http {
+            let message = "send_proxy: HTTP/1.1 groups only (an HTTP/2 or FastCGI connection carries many clients)";
+            self.error(value.span().start, message);
+            return None;
+        }
+        Some(version)
     }
 
     fn build_group(&mut self, name: &Spanned<String>, u: &FileUpstream) -> UpstreamGroup {
@@ -561,6 +602,13 @@ impl Validator<'_> {
                 let at = u.health.as_ref().and_then(|h| h.kind.as_ref());
                 let at = at.map_or(name.span().start, |k| k.span().start);
                 self.error(at, "a grpc health check needs protocol = \"h2\" or \"h2c\"");
+            }
+        }
+        g.send_proxy = self.send_proxy(&g, u.send_proxy.as_ref());
+        if let (Some(version), Some(check)) = (g.send_proxy, g.health.as_mut()) {
+            match version {
+                SendProxy::V1 => crate::net::proxy_protocol::write_v1_unknown(&mut check.preface),
+                SendProxy::V2 => crate::net::proxy_protocol::write_v2_local(&mut check.preface),
             }
         }
         g.tls = self.build_upstream_tls(&g, name, u);
@@ -683,6 +731,7 @@ impl Validator<'_> {
             rise,
             fall,
             start_down: h.start_down.unwrap_or(false),
+            preface: Vec::new(),
         })
     }
 }

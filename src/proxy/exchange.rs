@@ -16,11 +16,12 @@ use super::fastcgi;
 use super::relay::{self, RequestBody};
 use super::response;
 use super::{Client, Conn, Ctx, Outcome, Tried};
-use crate::config::UpstreamGroup;
+use crate::config::{SendProxy, UpstreamGroup};
 use crate::error::{Error, Kind};
 use crate::http1::{head_complete, BodyReader};
 use crate::http2::upstream::H2Upstream;
 use crate::net::io::{wait_readable, within, write_all, write_continue};
+use crate::net::proxy_protocol;
 use crate::net::{Address, Stream};
 use crate::observe::metrics::Counter;
 use crate::routing::UpstreamTarget;
@@ -254,7 +255,7 @@ pub(super) async fn on_connection(
         }
         Reuse::Open(slot) => slot,
     };
-    let mut conn = open(cx, group, lease, slot).await?;
+    let mut conn = open(cx, group, lease, (slot, client)).await?;
     cx.mark_connected();
     let ubuf = send(client, &mut conn).await?;
     cx.mark_header();
@@ -316,7 +317,7 @@ async fn open(
     cx: &Ctx<'_>,
     group: &UpstreamGroup,
     lease: &Lease,
-    slot: ConnSlot,
+    (slot, client): (ConnSlot, &Client),
 ) -> Result<Conn, Error> {
     let counters = &cx.worker.counters;
     let (server, stats) = (lease.addr(), lease.stats());
@@ -325,7 +326,26 @@ async fn open(
         .protocol
         .is_http2()
         .then(|| cx.worker.h2_upstreams.begin_open(server));
-    let stream = connect(server, group.connect_timeout, counters, stats, tls).await?;
+    let mut preface = Vec::new();
+    if let Some(version) = group.send_proxy {
+        // The client as the proxy knows it (the real address behind trusted proxies).
+        let source = cx.request.real_ip.map_or(client.peer, |ip| {
+            std::net::SocketAddr::new(ip, client.peer.port())
+        });
+        let destination = client.stream.local_addr().unwrap_or(source);
+        match version {
+            SendProxy::V1 => proxy_protocol::write_v1(source, destination, &mut preface),
+            SendProxy::V2 => proxy_protocol::write_v2(source, destination, &mut preface),
+        }
+    }
+    let stream = connect(
+        server,
+        group.connect_timeout,
+        counters,
+        stats,
+        (tls, &preface),
+    )
+    .await?;
     if !group.protocol.is_http2() {
         return Ok(Conn {
             server: server.clone(),

@@ -95,6 +95,10 @@ impl Conn {
             // Its connection stays with the HTTP/2 pool; the stream is done.
             return;
         }
+        if group.send_proxy.is_some() {
+            // Its PROXY header named one client: no other request may use it.
+            return;
+        }
         // `keepalive = 0` turns pooling off altogether.
         let keep = if group.keepalive == 0 {
             0

@@ -19,11 +19,11 @@ pub async fn connect(
     timeout: Duration,
     counters: &Shard,
     stats: &ServerStats,
-    tls: Option<&UpstreamTls>,
+    (tls, preface): (Option<&UpstreamTls>, &[u8]),
 ) -> Result<Stream, Error> {
     counters.inc(Counter::UpstreamConnects);
     ServerStats::bump(&stats.connects);
-    let error = match tokio::time::timeout(timeout, open_with(addr, tls)).await {
+    let error = match tokio::time::timeout(timeout, open_with(addr, tls, preface)).await {
         // A worker running a ring reads and writes plain upstream connections through it.
         Ok(Ok(stream)) => match stream.onto_ring() {
             Ok(stream) => return Ok(stream),
@@ -56,19 +56,30 @@ pub async fn connect(
     Err(Error::connect(kind))
 }
 
-/// Opens a connection, with a TLS handshake when the group speaks TLS (a failed handshake is
-/// an `InvalidData` error, logged with its reason).
+/// Opens a connection, writes `preface` (a PROXY protocol header, or nothing), then makes
+/// the TLS handshake when the group speaks TLS (a failed handshake is an `InvalidData` error,
+/// logged with its reason).
 pub(super) async fn open_with(
     addr: &Address,
     tls: Option<&UpstreamTls>,
+    preface: &[u8],
 ) -> std::io::Result<Stream> {
     let Some(tls) = tls else {
-        return open(addr).await;
+        let mut stream = open(addr).await?;
+        if !preface.is_empty() {
+            tokio::io::AsyncWriteExt::write_all(&mut stream, preface).await?;
+        }
+        return Ok(stream);
     };
     let Address::Tcp(a) = addr else {
         return Err(std::io::ErrorKind::Unsupported.into());
     };
-    match tls.connect(addr, open_tcp(a).await?).await {
+    let mut tcp = open_tcp(a).await?;
+    if !preface.is_empty() {
+        // A PROXY header goes before the TLS handshake.
+        tokio::io::AsyncWriteExt::write_all(&mut tcp, preface).await?;
+    }
+    match tls.connect(addr, tcp).await {
         Ok(s) => Ok(Stream::TlsClient(Box::new(s))),
         Err(e) => {
             tracing::warn!(%addr, "TLS handshake with the upstream failed: {e}");

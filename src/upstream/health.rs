@@ -28,7 +28,7 @@ pub async fn check(
             Probe::Http { .. } | Probe::Grpc { .. } if http2 => {
                 probe_http2(addr, &check.probe, tls).await
             }
-            _ => probe(addr, &check.probe, tls).await,
+            _ => probe(addr, &check.probe, (tls, &check.preface)).await,
         }
     };
     match tokio::time::timeout(check.timeout, probe).await {
@@ -37,7 +37,11 @@ pub async fn check(
     }
 }
 
-async fn probe(addr: &Address, probe: &Probe, tls: Option<&UpstreamTls>) -> Result<(), String> {
+async fn probe(
+    addr: &Address,
+    probe: &Probe,
+    (tls, preface): (Option<&UpstreamTls>, &[u8]),
+) -> Result<(), String> {
     let Probe::Http {
         method,
         path,
@@ -48,10 +52,12 @@ async fn probe(addr: &Address, probe: &Probe, tls: Option<&UpstreamTls>) -> Resu
         // A TCP check is a connect, also for a TLS group (a gRPC check is HTTP/2 only).
         return open(addr).await.map(drop).map_err(|e| e.to_string());
     };
-    let mut stream = open_with(addr, tls).await.map_err(|e| match e.get_ref() {
-        Some(inner) => format!("TLS: {inner}"),
-        None => e.to_string(),
-    })?;
+    let mut stream = open_with(addr, tls, preface)
+        .await
+        .map_err(|e| match e.get_ref() {
+            Some(inner) => format!("TLS: {inner}"),
+            None => e.to_string(),
+        })?;
     let host = host.clone().unwrap_or_else(|| addr.to_string());
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: slipstream-health-check\r\nConnection: close\r\n\r\n"
@@ -98,10 +104,12 @@ async fn probe_http2(
     probe: &Probe,
     tls: Option<&UpstreamTls>,
 ) -> Result<(), String> {
-    let stream = open_with(addr, tls).await.map_err(|e| match e.get_ref() {
-        Some(inner) => format!("TLS: {inner}"),
-        None => e.to_string(),
-    })?;
+    let stream = open_with(addr, tls, &[])
+        .await
+        .map_err(|e| match e.get_ref() {
+            Some(inner) => format!("TLS: {inner}"),
+            None => e.to_string(),
+        })?;
     let (send, conn) = h2::client::handshake(stream)
         .await
         .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
