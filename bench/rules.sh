@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Question: what do nginx-style rules cost per request (issue 33)? A site with 50 regex
 # locations (none matching the measured path, so every request tests all 50), 20 response
-# fields, two server-level `if`s (one reading a map) and an exact health location, against the same proxy with one
-# plain prefix route; nginx runs the same site file, slipstream runs `slipstream import` of it.
+# fields, two server-level `if`s (one reading a map), a request rate limit per client address (high
+# enough never to refuse: every request pays for its check) and an exact health location, against the
+# same proxy with one plain prefix route; nginx runs the same site file, slipstream runs `slipstream import` of it.
 #
 # wrk -> proxy -> nginx origin serving 1 KB, all on loopback, one worker each. Proxies:
 #   slip-plain   slipstream, one `path = "/"` route (the baseline)
@@ -35,6 +36,7 @@ write_origin_conf "$WORK/origin.conf" $ORIGIN "$WORK/www"
 rules_site() { # port
     echo "upstream origin { server 127.0.0.1:$ORIGIN; keepalive 100; }"
     echo "map \$http_user_agent \$agent_kind { default other; ~*bot robot; curl curl; }"
+    echo "limit_req_zone \$binary_remote_addr zone=perip:10m rate=1000000r/s;"
     echo "server {"
     echo "    listen 127.0.0.1:$1;"
     echo "    server_name bench.example;"
@@ -45,7 +47,7 @@ rules_site() { # port
     for i in $(seq 1 50); do
         echo "    location ~ ^/assets$i/(?<name>[^/]+)\\.(css|js|png)\$ { return 404; }"
     done
-    echo "    location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection \"\"; }"
+    echo "    location / { limit_req zone=perip burst=1000 nodelay; proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection \"\"; }"
     echo "}"
 }
 plain_site() { # port
@@ -83,6 +85,7 @@ done
 # The rules are live: the health location answers, the fields are there.
 curl -s -H "Host: bench.example" "http://127.0.0.1:$SLIP_RULES/health" | grep -q ok
 curl -sI -H "Host: bench.example" "http://127.0.0.1:$SLIP_RULES/1k" | grep -qi '^x-rule-20: value-20'
+grep -q 'limit_req' "$WORK/slip-rules.toml" || { echo "the rate limit was not imported" >&2; exit 1; }
 
 run() { # port path
     wrk_measure "$(listener_pids "$1")" "http://127.0.0.1:$1/$2" -H "Host: bench.example"
