@@ -284,6 +284,10 @@ impl Validator<'_> {
             }
             FileAuthBasic::On { realm, user_file } => (realm, user_file),
         };
+        if realm.bytes().any(|b| b.is_ascii_control()) {
+            self.error(at, "auth_basic: the realm has no control characters");
+            return None;
+        }
         match crate::rules::htpasswd::Htpasswd::load(std::path::Path::new(file)) {
             Ok(users) => Some(Box::new(crate::rules::auth::AuthBasic {
                 realm: realm.clone(),

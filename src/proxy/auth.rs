@@ -19,6 +19,15 @@ use crate::observe::metrics::Counter;
 use crate::routing::UpstreamTarget;
 use crate::rules::auth::AuthRequest;
 
+/// The fields the subrequest sets itself (besides Host and X-Forwarded-For, -Proto, -Host,
+/// which no client's field reaches).
+const OWN_FIELDS: [&str; 4] = [
+    "x-original-uri",
+    "x-original-method",
+    "x-forwarded-method",
+    "x-forwarded-uri",
+];
+
 /// The largest answer body read to keep the service's connection (a longer one closes it).
 const KEPT_BODY: u64 = 64 * 1024;
 
@@ -62,6 +71,13 @@ impl Verdict {
                     crate::http1::response::add_fields(head, 0, &lines);
                 }
             }
+            Verdict::Refused(Kind::AccessDenied, _) if !request.challenge.is_empty() => {
+                // `satisfy any`: the users asked for credentials; a 401 is not replaced by a
+                // later 403 (nginx).
+                request.refused = Some(Kind::Unauthorized);
+                let challenge = std::mem::take(&mut request.challenge);
+                request.response_fields.extend_from_slice(&challenge);
+            }
             Verdict::Refused(kind, lines) => {
                 request.refused = Some(kind);
                 request.response_fields.extend_from_slice(&lines);
@@ -79,7 +95,12 @@ async fn ask(
     let group = &cx.config().upstreams[auth.upstream];
     let text = {
         let mut storage = header_storage();
-        let head = head_again(client, buf, cx.request.head_len, &mut storage)?;
+        // An error page's request reads its own head.
+        let head = match &cx.request.page_head {
+            Some(page) => crate::http1::parse_request(page, &mut storage, page.len())?
+                .ok_or(Error::new(Kind::BadRequest("error page request")))?,
+            None => head_again(client, buf, cx.request.head_len, &mut storage)?,
+        };
         subrequest(&head, auth, client, cx.request.real_ip)
     };
     let mut tried = Tried::default();
@@ -120,7 +141,10 @@ async fn ask(
             lines.extend_from_slice(f.value);
             lines.extend_from_slice(b"\r\n");
         }
+        // An interim answer's connection is never kept: its final answer would be the next
+        // question's.
         let body = match head.framing {
+            _ if head.status < 200 => None,
             Framing::Length(n) if head.reusable && n <= KEPT_BODY => {
                 Some(head.head_len + n as usize)
             }
@@ -184,7 +208,14 @@ fn subrequest(
     if !host.is_empty() {
         field("Host", host);
     }
-    for f in head.headers.iter().filter(|f| head.forwards(f.name)) {
+    // The fields that say what was asked are the proxy's alone: a client's of the same names
+    // would be read first by some services.
+    let own = |name: &str| OWN_FIELDS.iter().any(|o| name.eq_ignore_ascii_case(o));
+    for f in head
+        .headers
+        .iter()
+        .filter(|f| head.forwards(f.name) && !own(f.name))
+    {
         field(f.name, f.value);
     }
     let https = !client.stream.tls_version().is_empty();

@@ -87,6 +87,23 @@ pub(super) async fn serve(
         Err(e) => return (super::serve::answer_failure(cx, client, buf, e).await, true),
     };
     let mut page_request = page_request;
+    // What the original answer had to say (a challenge, Retry-After, CORS) the page says too.
+    let mut fields = p.response_fields.clone();
+    fields.extend_from_slice(&page_request.response_fields);
+    page_request.response_fields = crate::http1::response::distinct_fields(&fields);
+    if let Some(auth) = super::serve::auth_request(cx.snapshot, &page_request) {
+        // An internal redirect passes the access phase again, as nginx's does.
+        let acx = Ctx {
+            worker: cx.worker,
+            snapshot: cx.snapshot,
+            request: &page_request,
+            started: cx.started,
+            try_started: Cell::new(None),
+            try_times: Cell::default(),
+        };
+        let verdict = super::auth::authorize(&acx, client, buf, auth).await;
+        verdict.apply(&mut page_request, auth);
+    }
     page_request.status_override = match (&page.target, page.status) {
         // A redirect's status is its own (302, or the 3xx given).
         (ErrorTarget::Redirect(_), _) | (_, ErrorStatus::Page) => None,
@@ -204,12 +221,16 @@ fn page_request(
 /// The page's request head as HTTP/1.1 text: `method path`, the client's fields but those
 /// of a body and of conditional or partial requests, and the host as a field.
 fn page_head_text(head: &RequestHead<'_, '_>, path: &str, method: &str) -> Vec<u8> {
-    const DROPPED: [&str; 5] = [
+    // No body, no conditional or partial answer, no protocol switch.
+    const DROPPED: [&str; 8] = [
         "content-length",
         "transfer-encoding",
         "expect",
         "range",
         "host",
+        "upgrade",
+        "connection",
+        "http2-settings",
     ];
     let mut text = Vec::with_capacity(512);
     text.extend_from_slice(method.as_bytes());

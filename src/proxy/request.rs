@@ -86,6 +86,8 @@ pub(super) struct Prepared {
     /// Its places in `limit_conn` zones, never read: held until it ends, given back when
     /// dropped with it.
     pub(super) _places: Vec<crate::rules::limit::ConnGuard>,
+    /// The users' challenge, when `satisfy any` leaves the last word to the service.
+    pub(super) challenge: Vec<u8>,
 }
 
 /// The request fields an access-log line shows, copied into one allocation.
@@ -247,6 +249,7 @@ impl Prepared {
             satisfied: decision.satisfied,
             delay: decision.delay,
             _places: decision.guards,
+            challenge: decision.challenge,
         }
     }
 }

@@ -140,6 +140,10 @@ fn parse_head(
     let status = p.status_override.unwrap_or(head.status);
     if status != head.status {
         crate::http1::response::replace_status_line(&mut text, status);
+        if matches!(head.status, 204 | 304) {
+            // The page's answer had no body: under a status that has one, say so.
+            crate::http1::response::add_fields(&mut text, 0, b"Content-Length: 0\r\n");
+        }
     }
     let out = ClientHead::new(status, framing, text);
     Ok(Parsed::Final(FinalHead {

@@ -38,6 +38,8 @@ pub(super) struct Decision {
     pub(super) delay: Option<std::time::Duration>,
     /// Its places in `limit_conn` zones, held until it ends.
     pub(super) guards: Vec<crate::rules::limit::ConnGuard>,
+    /// The users' challenge when `satisfy any` left the last word to the service.
+    pub(super) challenge: Vec<u8>,
 }
 
 /// An answer with what sending it needs of the request.
@@ -85,6 +87,7 @@ impl Decision {
             satisfied: false,
             delay: None,
             guards: Vec::new(),
+            challenge: Vec::new(),
         }
     }
 }
@@ -166,11 +169,15 @@ pub(super) fn decide(
         return d;
     }
     let policy = router.policy(d.routed.policy.unwrap_or_default());
-    if !limit_phase(router, policy, (&facts, &current), &mut d) {
+    // Limits count a request once: not again for its error page (nginx's main request).
+    if entry == Entry::Client && !limit_phase(router, policy, (&facts, &current), &mut d) {
         return d;
     }
     match access_phase(policy, client.ip, head.header("authorization")) {
-        Ok(satisfied) => d.satisfied = satisfied,
+        Ok(satisfied) => {
+            d.satisfied = satisfied;
+            d.challenge = users_challenge(policy, satisfied, head.header("authorization"));
+        }
         Err(kind) => {
             if let (Kind::Unauthorized, Some(basic)) = (kind, &policy.auth_basic) {
                 d.response_fields.extend_from_slice(&basic.challenge());
@@ -222,6 +229,26 @@ fn limit_phase(
     d.delay = limited.delay;
     d.guards = limited.guards;
     true
+}
+
+/// Under `satisfy any` with the service still to ask, the users' challenge when their check
+/// failed: a later 403 of the service does not replace its 401.
+fn users_challenge(
+    policy: &crate::routing::Policy,
+    satisfied: bool,
+    authorization: Option<&[u8]>,
+) -> Vec<u8> {
+    match &policy.auth_basic {
+        Some(basic)
+            if policy.satisfy_any
+                && !satisfied
+                && policy.auth_request.is_some()
+                && !crate::rules::auth::basic_allows(basic, authorization) =>
+        {
+            basic.challenge()
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// nginx's access phase without its subrequest: `allow`/`deny`, then the users of

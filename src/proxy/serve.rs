@@ -338,15 +338,11 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
 
 /// The `auth_request` a request must pass before its content, if any (not when the rules
 /// answered or refused it).
-fn auth_request<'s>(
+pub(super) fn auth_request<'s>(
     snapshot: &'s Snapshot,
     request: &Prepared,
 ) -> Option<&'s crate::rules::auth::AuthRequest> {
-    if request.refused.is_some()
-        || request.answer.is_some()
-        || request.error_page
-        || request.satisfied
-    {
+    if request.refused.is_some() || request.answer.is_some() || request.satisfied {
         return None;
     }
     let policy = snapshot.config.router.policy(request.routed.policy?);

@@ -51,9 +51,9 @@ impl ErrorPage {
             return Err("list the codes it replaces (codes = [404])".into());
         }
         for &code in codes {
-            if !(300..=599).contains(&code) || code == 499 {
+            if !(300..=599).contains(&code) || code == 499 || code == 304 {
                 return Err(format!(
-                    "code {code}: error pages replace codes 300 to 599 (not 499)"
+                    "code {code}: error pages replace codes 300 to 599 (not 304 or 499)"
                 ));
             }
         }
@@ -86,8 +86,11 @@ impl ErrorPage {
         let status = match status {
             None => ErrorStatus::Keep,
             Some(0) => ErrorStatus::Page,
-            Some(code) if !(100..=999).contains(&code) => {
-                return Err(format!("status {code} is not an HTTP status"));
+            // A page has a body: not under a status that has none.
+            Some(code) if !(200..=599).contains(&code) || code == 204 || code == 304 => {
+                return Err(format!(
+                    "status {code}: a page goes out with 200 to 599 (not 204 or 304)"
+                ));
             }
             Some(code) => ErrorStatus::Set(code),
         };
@@ -167,6 +170,9 @@ mod tests {
         assert!(ErrorPage::new(&[404], "http://x/", Some(200)).is_err());
         assert!(ErrorPage::new(&[404], "http://x/", Some(301)).is_ok());
         assert!(ErrorPage::new(&[404], "/x", Some(1000)).is_err());
+        assert!(ErrorPage::new(&[404], "/x", Some(204)).is_err());
+        assert!(ErrorPage::new(&[404], "/x", Some(101)).is_err());
+        assert!(ErrorPage::new(&[304], "/x", None).is_err());
     }
 
     #[test]

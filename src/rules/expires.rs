@@ -50,6 +50,10 @@ impl Expires {
         let secs = seconds(time).ok_or_else(|| {
             format!("{text:?}: expires is epoch, max, off, @HhMm or a time such as 30d, 1h30m, -1")
         })?;
+        // HTTP dates end with the year 9999; nginx's `max` is ten years.
+        if secs > 100 * 365 * DAY {
+            return Err(format!("{text:?}: at most 100 years (\"max\" is ten)"));
+        }
         let secs = i64::try_from(secs).map_err(|_| format!("{text:?}: too long"))?;
         Ok(Some(Expires::After(if negative { -secs } else { secs })))
     }
@@ -185,5 +189,7 @@ mod tests {
         assert!(Expires::parse("").is_err());
         assert!(Expires::parse("h").is_err());
         assert!(Expires::parse("99999999999999999999y").is_err());
+        assert!(Expires::parse("8000y").is_err());
+        assert!(Expires::parse("-8000y").is_err());
     }
 }

@@ -7,6 +7,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::net::proxy_protocol::{parse, Proxied, MAX_HEADER};
@@ -20,9 +21,15 @@ pub(super) async fn read(
 ) -> Result<Option<SocketAddr>, String> {
     let read = async {
         let mut buf = vec![0u8; 232];
-        let mut seen = 0;
         loop {
-            stream.readable().await.map_err(|e| e.to_string())?;
+            let ready = stream
+                .ready(Interest::READABLE)
+                .await
+                .map_err(|e| e.to_string())?;
+            // Peeked bytes keep a socket readable: the end of the stream is seen apart.
+            if ready.is_read_closed() {
+                return Err("closed before a whole header".to_string());
+            }
             let n = stream.peek(&mut buf).await.map_err(|e| e.to_string())?;
             if n == 0 {
                 return Err("closed before a whole header".to_string());
@@ -33,14 +40,15 @@ pub(super) async fn read(
                     // A v2 header with TLVs longer than the first peek.
                     buf.resize((n * 4).min(MAX_HEADER), 0);
                 }
-                Ok(None) if n == seen => {
-                    // Part of a header so far: wait for more without spinning.
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok(None) => {
+                    // Part of a header so far: forget this readiness, so the next wait
+                    // ends only when more bytes (or the end) arrive.
+                    let _ = stream.try_io(Interest::READABLE, || {
+                        Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+                    });
                 }
-                Ok(None) => {}
                 Err(e) => return Err(e.to_string()),
             }
-            seen = n;
         }
     };
     let (proxied, consumed) = tokio::time::timeout(timeout, read)

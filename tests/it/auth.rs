@@ -55,6 +55,8 @@ routes = [
   {{ location = "/public/", upstream = "app", auth_request = false }},
   {{ location = "/broken/", upstream = "app", auth_request = {{ upstream = "down", path = "/check" }} }},
   {{ location = "/login-first/", upstream = "app", error_pages = [{{ codes = [401], to = "https://login.example/start" }}] }},
+  {{ location = "/files/", root = "/tmp", auth_request = false, error_pages = [{{ codes = [404], to = "@app", status = "page" }}] }},
+  {{ location = "@app", upstream = "app" }},
   {{ location = "/", upstream = "app" }},
 ]
 "#,
@@ -113,6 +115,32 @@ fn requests_go_on_only_when_the_service_says_so() {
         (r.status, r.header("location")),
         (302, Some("https://login.example/start"))
     );
+    // A page reached by an internal redirect is asked about like any request (nginx's
+    // access phase runs again): no forged X-User gets through a missing file's page.
+    let r = ask(addr, "/files/x", "X-User: root\r\n");
+    assert_eq!(r.status, 401);
+    let r = ask(addr, "/files/x", "X-User: root\r\nCookie: session=good\r\n");
+    assert_eq!(
+        (r.status, String::from_utf8_lossy(&r.body).to_string()),
+        (200, "/files/x user=\"alice\"".to_string())
+    );
+    // What was asked is the proxy's to say: a client's X-Original-URI never reaches the service.
+    let r = ask(
+        addr,
+        "/app/secret",
+        "X-Original-URI: /public\r\nX-Forwarded-Uri: /public\r\n",
+    );
+    assert_eq!(r.status, 401);
+    let asked = auth.seen().last().cloned().unwrap();
+    let named = |n: &str| {
+        asked
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(n))
+            .count()
+    };
+    assert_eq!((named("x-original-uri"), named("x-forwarded-uri")), (1, 1));
+    assert_eq!(asked.header("x-original-uri"), Some("/app/secret"));
     // The service's answers are read whole: its connection serves every question.
     assert_eq!(auth.connections(), 1);
     server.shutdown();

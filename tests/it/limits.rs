@@ -88,7 +88,12 @@ key = "$remote_addr"
 default = true
 limit_conn = [{{ zone = "addr", max = 2 }}]
 limit_status = 503
-routes = [{{ path = "/", upstream = "app" }}]
+error_pages = [{{ codes = [404], to = "/nope-page" }}]
+routes = [
+  {{ location = "/files/", root = "/tmp" }},
+  {{ location = "= /nope-page", rules = [{{ return = 200, body = "page" }}] }},
+  {{ path = "/", upstream = "app" }},
+]
 "#,
         upstream.addr
     ));
@@ -104,5 +109,11 @@ routes = [{{ path = "/", upstream = "app" }}]
     }
     // Their places are given back when they end.
     assert_eq!(ask(addr, "/after").status, 200);
+    // An error page is the same request: it takes no second place.
+    let r = ask(addr, "/files/missing");
+    assert_eq!(
+        (r.status, String::from_utf8_lossy(&r.body).to_string()),
+        (404, "page".to_string())
+    );
     server.shutdown();
 }

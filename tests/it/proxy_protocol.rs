@@ -132,6 +132,12 @@ routes = [
     let r = read_response(&mut BufReader::new(s), false).unwrap();
     assert_eq!(String::from_utf8_lossy(&r.body), "198.51.100.9");
     assert!(server.metrics().total(Counter::ProxyProtocolRefused) >= 1);
+    // Part of a header, then the client leaves: noticed at once, not at the header timeout.
+    let mut s = connect(addr);
+    s.write_all(b"PROXY TCP4 1.2.3.4").unwrap();
+    drop(s);
+    let refused = || server.metrics().total(Counter::ProxyProtocolRefused);
+    assert!(eventually(|| refused() >= 2), "{}", refused());
     // Sent on: HAProxy (accept-proxy) reads the client slipstream names, v1 and v2, twice
     // each (a connection per request: none is reused for another client).
     for _ in 0..2 {
