@@ -82,6 +82,38 @@ pub struct Limited {
 }
 
 impl Zones {
+    /// The verdict of a request's `limit_req` list.
+    fn rates(&self, req: &[LimitReq], facts: &Facts<'_>, current: &Current) -> RateVerdict {
+        let now = || self.since.elapsed().as_millis() as u64;
+        if let [one] = req {
+            // One limit (the usual case): checked straight, its key in one small buffer.
+            let zone = &self.rate[one.zone];
+            let mut key = String::with_capacity(48);
+            zone.key.render(facts, current, &mut key);
+            if key.is_empty() {
+                return RateVerdict::Pass;
+            }
+            return zone.zone.check(key.as_bytes(), now(), &one.rule);
+        }
+        if req.is_empty() {
+            return RateVerdict::Pass;
+        }
+        let keys: Vec<String> = req
+            .iter()
+            .map(|l| self.rate[l.zone].key.to_string(facts, current))
+            .collect();
+        let limits: Vec<RateLimit<'_>> = req
+            .iter()
+            .zip(&keys)
+            .map(|(l, key)| RateLimit {
+                zone: &self.rate[l.zone].zone,
+                key: key.as_bytes(),
+                rule: &l.rule,
+            })
+            .collect();
+        check_many(&limits, now()).verdict
+    }
+
     /// Checks a request's `limit_req` then `limit_conn` (nginx's order); keys are evaluated
     /// over the request's facts. An empty key is not limited.
     pub fn check(
@@ -91,32 +123,17 @@ impl Zones {
         current: &Current,
     ) -> Limited {
         let mut limited = Limited::default();
-        if !req.is_empty() {
-            let keys: Vec<String> = req
-                .iter()
-                .map(|l| self.rate[l.zone].key.to_string(facts, current))
-                .collect();
-            let limits: Vec<RateLimit<'_>> = req
-                .iter()
-                .zip(&keys)
-                .map(|(l, key)| RateLimit {
-                    zone: &self.rate[l.zone].zone,
-                    key: key.as_bytes(),
-                    rule: &l.rule,
-                })
-                .collect();
-            let now = self.since.elapsed().as_millis() as u64;
-            match check_many(&limits, now).verdict {
-                RateVerdict::Pass => {}
-                RateVerdict::Delay(d) => limited.delay = Some(d),
-                RateVerdict::Reject { retry_after } => {
-                    limited.refused = Some(Some(retry_after));
-                    return limited;
-                }
-                RateVerdict::Full => {
-                    limited.refused = Some(None);
-                    return limited;
-                }
+        let verdict = self.rates(req, facts, current);
+        match verdict {
+            RateVerdict::Pass => {}
+            RateVerdict::Delay(d) => limited.delay = Some(d),
+            RateVerdict::Reject { retry_after } => {
+                limited.refused = Some(Some(retry_after));
+                return limited;
+            }
+            RateVerdict::Full => {
+                limited.refused = Some(None);
+                return limited;
             }
         }
         for l in conn {
