@@ -224,9 +224,20 @@ impl Validator<'_> {
             .auth_request
             .as_ref()
             .is_some_and(|a| !a.copy.is_empty());
-        let group = target
-            .and_then(crate::routing::Target::upstream)
-            .map(|u| &upstreams[u.upstream]);
+        // The group the route's requests may reach: its own, or its files' fallback.
+        let group = match target {
+            Some(Target::Upstream(u)) => Some(u.upstream),
+            Some(Target::Files(i)) => built
+                .file_routes
+                .get(i)
+                .and_then(|r| r.try_files.as_ref())
+                .and_then(|t| match t.fallback {
+                    super::Fallback::Upstream(u) => Some(u.upstream),
+                    _ => None,
+                }),
+            None => None,
+        }
+        .map(|u| &upstreams[u]);
         if copies && group.is_some_and(|g| g.protocol != Protocol::Http || g.fastcgi.is_some()) {
             // Those groups get the client's fields as they are: a copy could be forged.
             let message = "auth_request copy: only to HTTP/1.1 groups for now (not FastCGI or h2)";

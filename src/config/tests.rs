@@ -535,3 +535,26 @@ routes = [{ path = "/", upstream = "grpc" }, { path = "/t", upstream = "tls" }]
         ],
     );
 }
+
+/// A field `auth_request` copies must not reach a group that gets the client's fields as
+/// they are: a route's own group, or its files' fallback.
+#[test]
+fn auth_copies_only_reach_http_groups() {
+    let text = r#"
+[[listen]]
+address = "127.0.0.1:0"
+[upstreams.auth]
+servers = ["127.0.0.1:9"]
+[upstreams.php]
+protocol = "fastcgi"
+servers = ["127.0.0.1:9000"]
+root = "/tmp"
+[[sites]]
+auth_request = { upstream = "auth", path = "/check", copy = ["X-User"] }
+routes = [{ path = "/", root = "/tmp", try_files = ["$uri", "@php"] }]
+"#;
+    let e = Config::parse(text, "t.toml").unwrap_err().to_string();
+    assert!(e.contains("auth_request copy"), "{e}");
+    let without_copy = text.replace(", copy = [\"X-User\"]", "");
+    assert!(Config::parse(&without_copy, "t.toml").is_ok());
+}
