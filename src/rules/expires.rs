@@ -93,14 +93,15 @@ fn date(unix: u64) -> String {
     httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(unix))
 }
 
-/// nginx's time syntax in seconds: numbers with units `ms s m h d w M y` (a bare number is
-/// seconds; milliseconds are dropped), e.g. `1h30m`, `30d`, `0`.
-fn seconds(text: &str) -> Option<u64> {
-    if text.is_empty() {
+/// nginx's time syntax (`ngx_parse_time`: number-unit pairs with units `ms s m h d w M y`,
+/// a bare number is seconds), in milliseconds: `1h30m`, `30d`, `0`. `slipstream import`
+/// reads nginx's times with it too.
+pub fn nginx_time_ms(text: &str) -> Option<u64> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
         return None;
     }
     let mut total: u64 = 0;
-    let mut rest = text;
     while !rest.is_empty() {
         let digits = rest
             .find(|c: char| !c.is_ascii_digit())
@@ -111,21 +112,26 @@ fn seconds(text: &str) -> Option<u64> {
         let n: u64 = rest[..digits].parse().ok()?;
         rest = &rest[digits..];
         let (unit, len) = match rest.as_bytes() {
-            [b'm', b's', ..] => (0, 2),
-            [b's', ..] => (1, 1),
-            [b'm', ..] => (60, 1),
-            [b'h', ..] => (3600, 1),
-            [b'd', ..] => (DAY, 1),
-            [b'w', ..] => (7 * DAY, 1),
-            [b'M', ..] => (30 * DAY, 1),
-            [b'y', ..] => (365 * DAY, 1),
-            [] => (1, 0),
+            [b'm', b's', ..] => (1, 2),
+            [b's', ..] => (1000, 1),
+            [b'm', ..] => (60_000, 1),
+            [b'h', ..] => (3_600_000, 1),
+            [b'd', ..] => (DAY * 1000, 1),
+            [b'w', ..] => (7 * DAY * 1000, 1),
+            [b'M', ..] => (30 * DAY * 1000, 1),
+            [b'y', ..] => (365 * DAY * 1000, 1),
+            [] => (1000, 0),
             _ => return None,
         };
-        rest = &rest[len..];
         total = total.checked_add(n.checked_mul(unit)?)?;
+        rest = rest[len..].trim_start();
     }
     Some(total)
+}
+
+/// An nginx time in whole seconds (milliseconds dropped).
+fn seconds(text: &str) -> Option<u64> {
+    nginx_time_ms(text).map(|ms| ms / 1000)
 }
 
 #[cfg(test)]

@@ -22,36 +22,7 @@ pub(super) fn duration(text: &str) -> Option<String> {
 /// An nginx time in milliseconds (`ngx_parse_time`: number-unit pairs, a bare number is
 /// seconds).
 pub(super) fn time_ms(text: &str) -> Option<u64> {
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total: u64 = 0;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return None;
-        }
-        let n: u64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let (unit, len) = match rest.as_bytes() {
-            [b'm', b's', ..] => (1, 2),
-            [b's', ..] => (1000, 1),
-            [b'm', ..] => (60_000, 1),
-            [b'h', ..] => (3_600_000, 1),
-            [b'd', ..] => (86_400_000, 1),
-            [b'w', ..] => (7 * 86_400_000, 1),
-            [b'M', ..] => (30 * 86_400_000, 1),
-            [b'y', ..] => (365 * 86_400_000, 1),
-            [] => (1000, 0),
-            _ => return None,
-        };
-        total = total.checked_add(n.checked_mul(unit)?)?;
-        rest = rest[len..].trim_start();
-    }
-    Some(total)
+    crate::rules::expires::nginx_time_ms(text)
 }
 
 /// An nginx size (`10m`, `512k`, `1G`, `0`) as slipstream writes it (`"10m"`, `"512k"`,
