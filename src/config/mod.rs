@@ -2,7 +2,7 @@
 //! value the workers read. A config is either entirely valid or refused with every problem
 //! found, each with file, line, column and reason; workers never see a half-checked value.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -20,11 +20,13 @@ mod compression;
 pub mod fastcgi;
 pub mod files;
 pub mod http2;
+mod listeners;
 pub mod logs;
 mod policy;
 mod read;
 mod routes;
 mod zones;
+use listeners::FileListener;
 use routes::Built;
 use routes::FileSite;
 pub mod shared;
@@ -469,19 +471,6 @@ struct FileLimits {
     tunnel_idle_timeout: Option<Spanned<String>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileListener {
-    address: Spanned<String>,
-    tls: Option<bool>,
-    redirect_https: Option<bool>,
-    h2c: Option<bool>,
-    proxy_protocol: Option<bool>,
-    shared: Option<bool>,
-    backlog: Option<u32>,
-    max_connections: Option<usize>,
-}
-
 /// A byte size: an integer, or a string such as `"16KB"`, `"4k"`, `"1MB"`.
 #[derive(Deserialize, Clone)]
 #[serde(untagged)]
@@ -770,38 +759,6 @@ impl Validator<'_> {
             "pid_file must be an absolute path, e.g. \"/run/slipstream/slipstream.pid\"",
         );
         None
-    }
-
-    fn build_listeners(&mut self, listen: &[FileListener]) -> Vec<ListenerConfig> {
-        let mut listeners = Vec::new();
-        let mut seen = HashSet::new();
-        if listen.is_empty() {
-            self.error(
-                0,
-                "no [[listen]] section: at least one listener is required",
-            );
-        }
-        for l in listen {
-            if let Some(address) = self.socket_addr(&l.address) {
-                if !seen.insert(address) {
-                    self.error(
-                        l.address.span().start,
-                        format!("duplicate listener {address}"),
-                    );
-                }
-                listeners.push(ListenerConfig {
-                    address,
-                    backlog: l.backlog.unwrap_or(DEFAULT_BACKLOG),
-                    max_connections: l.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
-                    tls: l.tls.unwrap_or(false),
-                    redirect_https: l.redirect_https.unwrap_or(false),
-                    h2c: l.h2c.unwrap_or(false),
-                    shared: l.shared.unwrap_or(false),
-                    proxy_protocol: l.proxy_protocol.unwrap_or(false),
-                });
-            }
-        }
-        listeners
     }
 }
 

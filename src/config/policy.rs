@@ -176,17 +176,7 @@ impl Validator<'_> {
             rules.iter().filter_map(|r| self.rule(r, names)).collect()
         });
         let access = match keys.access {
-            Some(list) => list
-                .get_ref()
-                .iter()
-                .filter_map(|text| match AccessRule::parse(text) {
-                    Ok(rule) => Some(rule),
-                    Err(e) => {
-                        self.error(list.span().start, format!("access: {e}"));
-                        None
-                    }
-                })
-                .collect(),
+            Some(list) => self.access(list),
             None => parent.map_or(Vec::new(), |p| p.access.clone()),
         };
         let (headers, headers_on_success) = match parent {
@@ -410,6 +400,18 @@ impl Validator<'_> {
                 None
             }
         }
+    }
+
+    /// An `access` list: each rule parsed, a bad one reported.
+    fn access(&mut self, list: &Spanned<Vec<String>>) -> Vec<AccessRule> {
+        let mut rules = Vec::new();
+        for text in list.get_ref() {
+            match AccessRule::parse(text) {
+                Ok(rule) => rules.push(rule),
+                Err(e) => self.error(list.span().start, format!("access: {e}")),
+            }
+        }
+        rules
     }
 
     fn rule(&mut self, rule: &Spanned<FileRule>, names: &[&str]) -> Option<Rule> {

@@ -223,13 +223,7 @@ impl Prepared {
                 Some(Target::Files(_)) => Some(FileRequest::from_head(head)),
                 _ => None,
             },
-            compress: routed.compress.then(|| {
-                let values = head
-                    .headers
-                    .iter()
-                    .filter(|h| h.name.eq_ignore_ascii_case("accept-encoding"));
-                accepted_codings(values.map(|h| h.value))
-            }),
+            compress: routed.compress.then(|| accepted(head)),
             route,
             routed,
             upstream,
@@ -240,10 +234,7 @@ impl Prepared {
             real_ip,
             status_override: None,
             error_page: entry != super::rules::Entry::Client,
-            intercepts: routed.policy.is_some_and(|p| {
-                let policy = config.router.policy(p);
-                policy.intercept_errors && !policy.error_pages.is_empty()
-            }),
+            intercepts: intercepts(config, routed),
             page_head: None,
             response_fields: decision.response_fields,
             satisfied: decision.satisfied,
@@ -252,6 +243,23 @@ impl Prepared {
             challenge: decision.challenge,
         }
     }
+}
+
+/// The codings the client accepts (its `Accept-Encoding` fields).
+fn accepted(head: &RequestHead<'_, '_>) -> Codings {
+    let values = head
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("accept-encoding"));
+    accepted_codings(values.map(|h| h.value))
+}
+
+/// Whether the upstream's answers of the codes the route's error pages list are replaced.
+fn intercepts(config: &Config, routed: Routed) -> bool {
+    routed.policy.is_some_and(|p| {
+        let policy = config.router.policy(p);
+        policy.intercept_errors && !policy.error_pages.is_empty()
+    })
 }
 
 /// What goes to the upstream: an HTTP/1.1 head (with the rules' request fields set), or, for

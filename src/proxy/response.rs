@@ -157,6 +157,18 @@ fn parse_head(
     }))
 }
 
+/// The final head's fields as the route wants them (hidden ones gone, configured ones
+/// added), or the answer replaced by an error page (`intercept_errors`: its body is never
+/// read, the connection closes when dropped).
+fn final_fields(cx: &Ctx<'_>, head: &mut FinalHead) -> Result<(), Error> {
+    if super::error_page::intercepts(cx, head.status) {
+        return Err(Error::new(Kind::Replaced(head.status)));
+    }
+    cx.hide_upstream_fields(&mut head.out.text);
+    cx.add_response_fields(&mut head.out.text, 0);
+    Ok(())
+}
+
 /// About the size of `head` as HTTP/1.1: its length in bytes, or for a head taken as a value
 /// (which has none) the sum of its fields'.
 fn written_size(head: &crate::message::ResponseHead<'_, '_>) -> usize {
@@ -213,12 +225,7 @@ pub(super) async fn respond(
                 return tunnel::switch(cx, group, client, pending, up, &out, early).await;
             }
             Parsed::Final(mut head) => {
-                if super::error_page::intercepts(cx, head.status) {
-                    // Its body is never read: the connection closes when dropped.
-                    return Err(Error::new(Kind::Replaced(head.status)));
-                }
-                cx.hide_upstream_fields(&mut head.out.text);
-                cx.add_response_fields(&mut head.out.text, 0);
+                final_fields(cx, &mut head)?;
                 break head;
             }
         }

@@ -173,27 +173,52 @@ pub(super) fn decide(
     if entry == Entry::Client && !limit_phase(router, policy, (&facts, &current), &mut d) {
         return d;
     }
-    match access_phase(policy, client.ip, head.header("authorization")) {
+    let authorization = head.header("authorization");
+    if !access(policy, (client.ip, authorization), &mut d) {
+        return d;
+    }
+    send_on(policy, (&facts, &current), (&path, args), &mut d);
+    d
+}
+
+/// nginx's access phase for the request: false when refused (a 401 with its challenge).
+fn access(
+    policy: &crate::routing::Policy,
+    (ip, authorization): (std::net::IpAddr, Option<&[u8]>),
+    d: &mut Decision,
+) -> bool {
+    match access_phase(policy, ip, authorization) {
         Ok(satisfied) => {
             d.satisfied = satisfied;
-            d.challenge = users_challenge(policy, satisfied, head.header("authorization"));
+            d.challenge = users_challenge(policy, satisfied, authorization);
+            true
         }
         Err(kind) => {
             if let (Kind::Unauthorized, Some(basic)) = (kind, &policy.auth_basic) {
                 d.response_fields.extend_from_slice(&basic.challenge());
             }
             d.refused = Some(kind);
-            return d;
+            false
         }
     }
+}
+
+/// What the request is sent on with: the request fields rendered, and the target when the
+/// rules changed the path or the query.
+fn send_on(
+    policy: &crate::routing::Policy,
+    (facts, current): (&Facts<'_>, &Current),
+    (path, args): (&str, &str),
+    d: &mut Decision,
+) {
     for (name, value) in &policy.request_fields {
-        let rendered = value.to_string(&facts, &current);
+        let rendered = value.to_string(facts, current);
         // A decoded path or a capture may hold control bytes: never into a field line.
         let safe = rendered.replace(|c: char| c.is_ascii_control() && c != '\t', " ");
         d.request_fields
             .push((name.clone(), safe.trim().to_string()));
     }
-    if current.uri != *path || current.args != args {
+    if current.uri != path || current.args != args {
         let mut target = String::with_capacity(current.uri.len() + current.args.len() + 1);
         uri::escape(&current.uri, &mut target);
         if !current.args.is_empty() {
@@ -202,7 +227,6 @@ pub(super) fn decide(
         }
         d.target = Some(target);
     }
-    d
 }
 
 /// nginx's preaccess phase: `limit_req`, then `limit_conn`. False when the request is
