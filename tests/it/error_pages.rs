@@ -35,8 +35,9 @@ routes = [
     )
 }
 
-fn start() -> (slipstream::server::Server, Upstream) {
-    let root = temp_path("error-pages-root");
+/// A proxy over its own root (`name`): tests run at once must not share one.
+fn start(name: &str) -> (slipstream::server::Server, Upstream) {
+    let root = temp_path(name);
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(root.join("files")).unwrap();
     std::fs::write(root.join("404.html"), "PAGE not found\n").unwrap();
@@ -57,7 +58,7 @@ fn start() -> (slipstream::server::Server, Upstream) {
 /// A page for a missing file keeps the connection: pipelined requests each get their answer.
 #[test]
 fn a_page_keeps_the_connection_in_step() {
-    let (server, _upstream) = start();
+    let (server, _upstream) = start("error-pages-keepalive");
     let s = connect(server.local_addrs()[0]);
     let mut w = s.try_clone().unwrap();
     let mut reader = BufReader::new(s);
@@ -87,7 +88,7 @@ fn a_page_keeps_the_connection_in_step() {
 /// is a GET of the page's path, answered under the original code.
 #[test]
 fn upstream_answers_are_replaced_and_pages_may_be_proxied() {
-    let (server, upstream) = start();
+    let (server, upstream) = start("error-pages-upstream");
     let addr = server.local_addrs()[0];
     let ask = |request: &[u8]| {
         let s = connect(addr);
@@ -125,7 +126,7 @@ fn upstream_answers_are_replaced_and_pages_may_be_proxied() {
 /// The same page over HTTP/2 (curl, prior knowledge).
 #[test]
 fn pages_answer_http2_requests_alike() {
-    let (server, _upstream) = start();
+    let (server, _upstream) = start("error-pages-http2");
     let addr = server.local_addrs()[0];
     let out = Command::new("curl")
         .args(["-s", "-i", "--http2-prior-knowledge"])
