@@ -137,6 +137,9 @@ pub(super) struct RouteSection {
     dotfiles: Option<bool>,
     symlinks_out_of_root: Option<bool>,
     list_directories: Option<bool>,
+    /// Routes nested in this one (nginx's nested `location`s), `[[sites.routes.routes]]`.
+    #[serde(default)]
+    pub(super) routes: Vec<RouteSection>,
 }
 
 impl RouteSection {

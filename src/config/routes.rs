@@ -116,19 +116,57 @@ impl Validator<'_> {
                 let message = "site has no hosts and is not the default: nothing can reach it";
                 self.error(site.routes.first().map_or(0, RouteSection::at), message);
             }
-            for route in &site.routes {
-                let spec =
-                    self.build_route_spec(route, (&site_policy, &host_names), upstreams, built);
-                if let Some(spec) = spec {
-                    if let Err(reason) = builder.add_location(index, spec) {
-                        self.error(route.at(), reason);
-                    }
-                }
-            }
+            let into = SiteRoutes {
+                builder: &mut builder,
+                site: index,
+                site_policy: &site_policy,
+                host_names: &host_names,
+            };
+            self.add_routes(&site.routes, None, into, upstreams, built);
             builder.set_policy(index, site_policy);
             self.check_named_pages(site);
         }
         builder.build()
+    }
+
+    /// Adds `routes` to the site, nested in `parent` (its index and own policy) if given, and
+    /// the routes nested in each after it.
+    fn add_routes(
+        &mut self,
+        routes: &[RouteSection],
+        parent: Option<(usize, Option<&Policy>)>,
+        into: SiteRoutes<'_, '_>,
+        upstreams: &[UpstreamGroup],
+        built: &mut Built<'_>,
+    ) {
+        let inherited = parent.and_then(|(_, p)| p);
+        let base = inherited.unwrap_or(into.site_policy);
+        for route in routes {
+            let spec = self.build_route_spec(route, (base, into.host_names), upstreams, built);
+            let Some(mut spec) = spec else { continue };
+            spec.parent = parent.map(|(i, _)| i);
+            if spec.policy.is_none() {
+                // A nested route takes its parent's policy but not its rules (nginx does not
+                // inherit rewrite rules).
+                spec.policy = inherited.map(|p| Policy {
+                    rules: Vec::new(),
+                    ..p.clone()
+                });
+            }
+            let own = spec.policy.clone();
+            match into.builder.add_location(into.site, spec) {
+                Ok(index) if !route.routes.is_empty() => {
+                    let again = SiteRoutes {
+                        builder: &mut *into.builder,
+                        ..into
+                    };
+                    let parent = Some((index, own.as_ref()));
+                    self.add_routes(&route.routes, parent, again, upstreams, built);
+                }
+                Ok(_) => {}
+                Err(reason) => self.error(route.at(), reason),
+            }
+        }
     }
 
     /// Every error page naming a location (`@name`) names one of its site.
@@ -139,10 +177,16 @@ impl Validator<'_> {
             .filter_map(|r| r.location.as_ref())
             .filter_map(|l| l.get_ref().trim().strip_prefix('@'))
             .collect();
+        let mut routes: Vec<&RouteSection> = site.routes.iter().collect();
+        let mut i = 0;
+        while let Some(r) = routes.get(i) {
+            routes.extend(r.routes.iter());
+            i += 1;
+        }
         let pages = site
             .error_pages
             .iter()
-            .chain(site.routes.iter().filter_map(|r| r.error_pages.as_ref()))
+            .chain(routes.iter().filter_map(|r| r.error_pages.as_ref()))
             .flatten();
         for page in pages {
             if let Some(name) = page.get_ref().named() {
@@ -203,7 +247,11 @@ impl Validator<'_> {
         let policy = keys
             .any()
             .then(|| self.build_policy(&keys, Some(site_policy), &names));
-        let answers_itself = route.rules.is_some() && route.upstream.is_none() && !route.any();
+        // Rules may answer on their own, and a route with nested routes may leave every path
+        // to them (the others get 404).
+        let answers_itself = (route.rules.is_some() || !route.routes.is_empty())
+            && route.upstream.is_none()
+            && !route.any();
         let target = if answers_itself {
             None
         } else {
@@ -250,6 +298,7 @@ impl Validator<'_> {
             internal: route.internal.unwrap_or(false),
             policy,
             nginx: route.location.is_some(),
+            parent: None,
         })
     }
 
@@ -310,6 +359,14 @@ impl Validator<'_> {
             }
         }
     }
+}
+
+/// The site routes are added to.
+struct SiteRoutes<'b, 'p> {
+    builder: &'b mut RouterBuilder,
+    site: usize,
+    site_policy: &'p Policy,
+    host_names: &'p [&'p str],
 }
 
 /// What routes add to the config besides the router.

@@ -558,3 +558,62 @@ routes = [{ path = "/", root = "/tmp", try_files = ["$uri", "@php"] }]
     let without_copy = text.replace(", copy = [\"X-User\"]", "");
     assert!(Config::parse(&without_copy, "t.toml").is_ok());
 }
+
+/// Nested routes load under their parent; nginx's refused nestings are refused with their
+/// line, and a nested route inherits its parent's policy without its rules.
+#[test]
+fn nested_routes_load_and_bad_nestings_are_refused() {
+    let text = r#"
+[[listen]]
+address = "127.0.0.1:8080"
+[upstreams.app]
+servers = ["127.0.0.1:9000"]
+[[sites]]
+[[sites.routes]]
+location = "/app/"
+upstream = "app"
+add_headers = { X-Level = "parent" }
+rules = [{ rewrite = "^", to = "/x" }]
+[[sites.routes.routes]]
+location = '~ \.css$'
+upstream = "app"
+[[sites.routes.routes]]
+location = "/app/own/"
+upstream = "app"
+add_headers = { X-Own = "own" }
+[[sites.routes]]
+location = "/bad/"
+upstream = "app"
+[[sites.routes.routes]]
+location = "/elsewhere/"
+upstream = "app"
+[[sites.routes]]
+location = "= /exact"
+upstream = "app"
+routes = [{ location = "~ x", upstream = "app" }]
+"#;
+    let e = Config::parse(text, "t.toml").unwrap_err();
+    assert_errors(
+        &e,
+        &[
+            (23, "location \"/elsewhere/\" is outside location \"/bad/\""),
+            (
+                28,
+                "location \"~ x\" cannot be inside location \"= /exact\"",
+            ),
+        ],
+    );
+    let good = text
+        .split("[[sites.routes]]\nlocation = \"/bad/\"")
+        .next()
+        .unwrap();
+    let c = Config::parse(good, "t.toml").unwrap();
+    let r = &c.router;
+    let css = r.choose(0, "/app/a.css").index.unwrap();
+    assert_eq!(css, 1);
+    let policy = r.route_policy(0, css);
+    assert!(policy.rules.is_empty());
+    assert_eq!(policy.headers, b"X-Level: parent\r\n");
+    assert_eq!(r.route_policy(0, 2).headers, b"X-Own: own\r\n");
+    assert_eq!(r.route_rules(0, 0).len(), 1);
+}

@@ -8,7 +8,7 @@ use crate::routing::location::{Locations, Match};
 use crate::rules::template::{Current, Facts};
 use crate::rules::{run, uri, Rule, RuleSpec, Step};
 
-/// Input lines: a location, a rewrite regex, its replacement, an `if` condition, a return
+/// Input lines: a location (or nested ones, `A | B`), a rewrite regex, its replacement, an `if` condition, a return
 /// text; the rest is the request target.
 pub fn request_rules(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
@@ -24,18 +24,23 @@ pub fn request_rules(data: &[u8]) {
         return;
     };
     assert_canonical(&path);
+    // `A | B | C`: B nested in A, C in B (where nginx allows it).
     let mut locations = Locations::default();
-    let names: Vec<String> = match Match::parse(location) {
-        Ok(m) => {
-            let names = match &m {
-                Match::Regex(p) => p.group_names().map(str::to_string).collect(),
-                _ => Vec::new(),
-            };
-            locations.push(m, true);
-            names
+    let mut names: Vec<String> = Vec::new();
+    let mut parent = None;
+    for written in location.split(" | ") {
+        let Ok(m) = Match::parse(written) else { break };
+        if let Match::Regex(p) = &m {
+            names.extend(p.group_names().map(str::to_string));
         }
-        Err(_) => Vec::new(),
-    };
+        parent = match parent {
+            None => Some(locations.push(m, true)),
+            Some(p) => match locations.push_within(p, m, true) {
+                Ok(i) => Some(i),
+                Err(_) => break,
+            },
+        };
+    }
     locations.finish();
     let chosen = locations.choose(&path);
     let names: Vec<&str> = names.iter().map(String::as_str).collect();

@@ -387,7 +387,7 @@ fn locate(
                 location: Some(location),
                 body: None,
             };
-            return answered(router.routed(Some(site), None), answer);
+            return answered(router.routed(Some(site), chosen.index), answer);
         }
         let Some(route) = chosen.index else {
             return routed(router.routed(Some(site), None));

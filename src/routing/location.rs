@@ -72,6 +72,14 @@ impl Match {
         }
     }
 
+    /// The path of a prefix or exact location (empty for the others).
+    pub fn path(&self) -> &str {
+        match self {
+            Match::Prefix(p) | Match::PrefixStop(p) | Match::Exact(p) => p,
+            _ => "",
+        }
+    }
+
     /// The prefix of a prefix location.
     pub fn prefix(&self) -> Option<&str> {
         match self {
@@ -84,18 +92,30 @@ impl Match {
 /// The locations of one site, indexed for choosing.
 #[derive(Debug, Clone, Default)]
 pub struct Locations {
-    /// Every location, in config order.
+    /// Every location, in config order (a nested one right after its parent's earlier
+    /// children).
     pub matches: Vec<Match>,
     /// Whether each may answer nginx's auto-redirect (a prefix ending in `/` that proxies).
     pub redirects: Vec<bool>,
+    /// The location each is nested in.
+    parents: Vec<Option<usize>>,
+    /// The level holding each location's nested locations.
+    nested: Vec<Option<usize>>,
+    /// The site's own locations first, then one level per location with nested ones.
+    levels: Vec<Level>,
+}
+
+/// Locations side by side: the site's own, or those nested in one location.
+#[derive(Debug, Clone, Default)]
+struct Level {
     /// Prefix locations, longest first.
     prefixes: Vec<usize>,
     /// Regex locations, in config order.
     regexes: Vec<usize>,
     /// Exact locations.
     exact: Vec<usize>,
-    /// Every regex location in one set, when the `regex` crate takes them all: one pass over
-    /// the path finds which match, and only the first is run for its groups.
+    /// Every regex location of the level in one set, when the `regex` crate takes them all:
+    /// one pass over the path finds which match, and only the first is run for its groups.
     set: Option<regex::RegexSet>,
 }
 
@@ -106,69 +126,146 @@ pub struct Chosen {
     pub index: Option<usize>,
     /// The groups of the regex location that matched.
     pub captures: Option<Captures>,
-    /// The path is a proxying prefix location's name without its final `/`: answer 301.
+    /// The path is the name of the proxying prefix location `index` without its final `/`:
+    /// answer 301.
     pub redirect_to_slash: bool,
     /// A backtracking regex ran past its step limit: refuse the request (500).
     pub failed: bool,
 }
 
-impl Chosen {
-    fn failed() -> Chosen {
-        Chosen {
-            failed: true,
-            ..Chosen::default()
-        }
-    }
+/// How the search of one level ended (nginx's `NGX_OK`/`NGX_DONE` against `NGX_AGAIN`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Search {
+    /// An exact or regex location, a redirect or a failure: nothing else is tried.
+    Done,
+    /// A prefix location or nothing: the enclosing level's regexes may still win.
+    Again,
 }
 
 impl Locations {
-    /// Adds a location; `redirects` when it may answer the auto-redirect.
-    pub fn push(&mut self, matcher: Match, redirects: bool) {
+    /// Adds a location of the site itself; returns its index.
+    pub fn push(&mut self, matcher: Match, redirects: bool) -> usize {
+        if self.levels.is_empty() {
+            self.levels.push(Level::default());
+        }
+        self.add(0, None, matcher, redirects)
+    }
+
+    /// Adds a location nested in `parent`, refused as nginx refuses it: nothing nests in an
+    /// exact or named location, a named location is never nested, and a nested prefix or
+    /// exact location must start with its parent's prefix.
+    pub fn push_within(
+        &mut self,
+        parent: usize,
+        matcher: Match,
+        redirects: bool,
+    ) -> Result<usize, String> {
+        let outer = &self.matches[parent];
+        let (inner, outer_label) = (matcher.label(), outer.label());
+        match (outer, &matcher) {
+            (Match::Exact(_) | Match::Named(_), _) => {
+                return Err(format!(
+                    "location {inner:?} cannot be inside location {outer_label:?}"
+                ))
+            }
+            (_, Match::Named(_)) => {
+                return Err(format!(
+                    "named location {inner:?} can be on the site's level only"
+                ))
+            }
+            (_, Match::Regex(_)) => {}
+            (Match::Prefix(p) | Match::PrefixStop(p), m) if m.path().starts_with(p.as_str()) => {}
+            _ => {
+                return Err(format!(
+                    "location {inner:?} is outside location {outer_label:?}"
+                ))
+            }
+        }
+        let level = match self.nested[parent] {
+            Some(level) => level,
+            None => {
+                self.levels.push(Level::default());
+                self.nested[parent] = Some(self.levels.len() - 1);
+                self.levels.len() - 1
+            }
+        };
+        Ok(self.add(level, Some(parent), matcher, redirects))
+    }
+
+    fn add(&mut self, level: usize, parent: Option<usize>, m: Match, redirects: bool) -> usize {
         let i = self.matches.len();
-        match &matcher {
-            Match::Prefix(_) | Match::PrefixStop(_) => self.prefixes.push(i),
-            Match::Regex(_) => self.regexes.push(i),
-            Match::Exact(_) => self.exact.push(i),
+        let l = &mut self.levels[level];
+        match &m {
+            Match::Prefix(_) | Match::PrefixStop(_) => l.prefixes.push(i),
+            Match::Regex(_) => l.regexes.push(i),
+            Match::Exact(_) => l.exact.push(i),
             Match::Named(_) => {}
         }
-        self.matches.push(matcher);
+        self.matches.push(m);
         self.redirects.push(redirects);
+        self.parents.push(parent);
+        self.nested.push(None);
+        i
     }
 
-    /// Sorts the prefixes longest first (stable: among equals, the first written wins), and
-    /// puts the regexes in one set when they are more than one and all linear.
+    /// The locations beside one nested in `parent` (the site's own for `None`).
+    pub fn siblings(&self, parent: Option<usize>) -> impl Iterator<Item = &Match> {
+        self.matches
+            .iter()
+            .zip(&self.parents)
+            .filter(move |(_, p)| **p == parent)
+            .map(|(m, _)| m)
+    }
+
+    /// Sorts each level's prefixes longest first (stable: among equals, the first written
+    /// wins), and puts its regexes in one set when they are more than one and all linear.
     pub fn finish(&mut self) {
         let matches = &self.matches;
-        self.prefixes
-            .sort_by_key(|&i| std::cmp::Reverse(matches[i].prefix().map_or(0, str::len)));
-        let sources: Option<Vec<String>> = self
-            .regexes
-            .iter()
-            .map(|&i| match &matches[i] {
-                Match::Regex(p) => p.linear_source(),
-                _ => None,
-            })
-            .collect();
-        self.set = sources.filter(|s| s.len() > 1).and_then(|s| {
-            regex::RegexSetBuilder::new(s)
-                .size_limit(1 << 24)
-                .build()
-                .ok()
-        });
+        for level in &mut self.levels {
+            level
+                .prefixes
+                .sort_by_key(|&i| std::cmp::Reverse(matches[i].prefix().map_or(0, str::len)));
+            let sources: Option<Vec<String>> = level
+                .regexes
+                .iter()
+                .map(|&i| match &matches[i] {
+                    Match::Regex(p) => p.linear_source(),
+                    _ => None,
+                })
+                .collect();
+            level.set = sources.filter(|s| s.len() > 1).and_then(|s| {
+                regex::RegexSetBuilder::new(s)
+                    .size_limit(1 << 24)
+                    .build()
+                    .ok()
+            });
+        }
     }
 
-    /// Whether only plain prefixes are configured (routing is then a prefix test).
+    /// Whether only plain prefixes are configured, none nested (routing is then a prefix
+    /// test).
     pub fn only_prefixes(&self) -> bool {
-        self.regexes.is_empty()
-            && self.exact.is_empty()
-            && self.prefixes.len() == self.matches.len()
+        let Some(top) = self.levels.first() else {
+            return true;
+        };
+        self.levels.len() == 1
+            && top.regexes.is_empty()
+            && top.exact.is_empty()
+            && top.prefixes.len() == self.matches.len()
             && self.redirects.iter().all(|r| !r)
             && self.matches.iter().all(|m| matches!(m, Match::Prefix(_)))
     }
 
-    /// The longest prefix location `path` starts with (plain prefixes only: the fast path).
+    /// The longest prefix location of the site's own that `path` starts with (plain
+    /// prefixes only: the fast path).
     pub fn longest_prefix(&self, path: &str) -> Option<usize> {
-        self.prefixes.iter().copied().find(|&i| {
+        self.levels
+            .first()
+            .and_then(|l| self.longest_prefix_in(l, path))
+    }
+
+    fn longest_prefix_in(&self, level: &Level, path: &str) -> Option<usize> {
+        level.prefixes.iter().copied().find(|&i| {
             self.matches[i]
                 .prefix()
                 .is_some_and(|p| path.starts_with(p))
@@ -177,82 +274,91 @@ impl Locations {
 
     /// Chooses the location for the normalised path `uri`, in nginx's order.
     pub fn choose(&self, uri: &str) -> Chosen {
-        if let Some(&i) = self
-            .exact
-            .iter()
-            .find(|&&i| matches!(&self.matches[i], Match::Exact(p) if p == uri))
-        {
-            return Chosen {
-                index: Some(i),
-                ..Chosen::default()
-            };
+        let mut chosen = Chosen::default();
+        if !self.levels.is_empty() {
+            self.search(0, uri, &mut chosen);
+        }
+        chosen
+    }
+
+    /// nginx's search of one level: an exact location ends it; the longest prefix is taken
+    /// and the locations nested in it searched; unless that prefix is `^~`, the level's
+    /// first matching regex then wins over both, and the locations nested in it are
+    /// searched in turn.
+    fn search(&self, level: usize, uri: &str, chosen: &mut Chosen) -> Search {
+        let l = &self.levels[level];
+        let exact = l.exact.iter().copied();
+        if let Some(i) = exact.clone().find(|&i| self.matches[i].path() == uri) {
+            *chosen = Chosen::at(i, None);
+            return Search::Done;
         }
         // A prefix location named exactly the path is found first (nginx's tree stops at
         // the equal node), so no redirect then.
-        let equal = self
+        let equal = l
             .prefixes
             .iter()
             .any(|&i| self.matches[i].prefix() == Some(uri));
-        let redirect_to_slash = !equal
-            && self.prefixes.iter().any(|&i| {
-                self.redirects[i]
-                    && self.matches[i]
-                        .prefix()
-                        .is_some_and(|p| p.len() == uri.len() + 1 && p.starts_with(uri))
-            });
-        if redirect_to_slash {
-            return Chosen {
-                redirect_to_slash,
-                ..Chosen::default()
+        let redirecting = l.prefixes.iter().copied().find(|&i| {
+            self.redirects[i]
+                && self.matches[i]
+                    .prefix()
+                    .is_some_and(|p| p.len() == uri.len() + 1 && p.starts_with(uri))
+        });
+        if let Some(i) = redirecting.filter(|_| !equal) {
+            // The redirect is that location's answer (its fields, its figures).
+            *chosen = Chosen {
+                redirect_to_slash: true,
+                ..Chosen::at(i, None)
             };
+            return Search::Done;
         }
-        let prefix = self.longest_prefix(uri);
+        let prefix = self.longest_prefix_in(l, uri);
         if let Some(i) = prefix {
+            *chosen = Chosen::at(i, None);
+            if let Some(inner) = self.nested[i] {
+                if self.search(inner, uri, chosen) == Search::Done {
+                    return Search::Done;
+                }
+            }
             if matches!(self.matches[i], Match::PrefixStop(_)) {
-                return Chosen {
-                    index: Some(i),
-                    ..Chosen::default()
-                };
+                return Search::Again;
             }
         }
-        // The first regex that matches: found by the set in one pass, else one by one.
+        match self.first_regex(l, uri) {
+            Err(()) => *chosen = Chosen::failed(),
+            Ok(None) => return Search::Again,
+            Ok(Some((i, captures))) => {
+                *chosen = Chosen::at(i, Some(captures));
+                if let Some(inner) = self.nested[i] {
+                    self.search(inner, uri, chosen);
+                }
+            }
+        }
+        Search::Done
+    }
+
+    /// The level's first regex location matching `uri`, with its groups: found by the set in
+    /// one pass, else one by one. `Err` when a backtracking regex ran past its step limit.
+    fn first_regex(&self, l: &Level, uri: &str) -> Result<Option<(usize, Captures)>, ()> {
         let mut first = None;
-        match &self.set {
-            Some(set) => first = set.matches(uri).iter().next().map(|n| self.regexes[n]),
+        match &l.set {
+            Some(set) => first = set.matches(uri).iter().next().map(|n| l.regexes[n]),
             None => {
-                for &i in &self.regexes {
+                for &i in &l.regexes {
                     if let Match::Regex(p) = &self.matches[i] {
-                        match p.try_is_match(uri) {
-                            Ok(true) => {
-                                first = Some(i);
-                                break;
-                            }
-                            Ok(false) => {}
-                            Err(_) => return Chosen::failed(),
+                        if p.try_is_match(uri).map_err(|_| ())? {
+                            first = Some(i);
+                            break;
                         }
                     }
                 }
             }
         }
-        if let Some(i) = first {
-            if let Match::Regex(pattern) = &self.matches[i] {
-                match pattern.try_captures(uri) {
-                    Ok(Some(captures)) => {
-                        return Chosen {
-                            index: Some(i),
-                            captures: Some(captures),
-                            ..Chosen::default()
-                        }
-                    }
-                    Ok(None) => {}
-                    Err(_) => return Chosen::failed(),
-                }
-            }
-        }
-        Chosen {
-            index: prefix,
-            ..Chosen::default()
-        }
+        let Some(i) = first else { return Ok(None) };
+        let Match::Regex(pattern) = &self.matches[i] else {
+            return Ok(None);
+        };
+        Ok(pattern.try_captures(uri).map_err(|_| ())?.map(|c| (i, c)))
     }
 
     /// The named location `name`.
@@ -260,6 +366,23 @@ impl Locations {
         self.matches
             .iter()
             .position(|m| matches!(m, Match::Named(n) if n == name))
+    }
+}
+
+impl Chosen {
+    fn at(index: usize, captures: Option<Captures>) -> Chosen {
+        Chosen {
+            index: Some(index),
+            captures,
+            ..Chosen::default()
+        }
+    }
+
+    fn failed() -> Chosen {
+        Chosen {
+            failed: true,
+            ..Chosen::default()
+        }
     }
 }
 
@@ -322,9 +445,9 @@ mod tests {
     #[test]
     fn regex_order_holds_with_and_without_the_set() {
         let linear = locations(&["/", "~ ^/a", "~* ^/A/b", "~ b$"], &[]);
-        assert!(linear.set.is_some());
+        assert!(linear.levels[0].set.is_some());
         let mixed = locations(&["/", "~ ^/a(?!z)", "~* ^/A/b", "~ b$"], &[]);
-        assert!(mixed.set.is_none());
+        assert!(mixed.levels[0].set.is_none());
         for l in [&linear, &mixed] {
             assert_eq!(l.choose("/a/b").index, Some(1));
             assert_eq!(l.choose("/x/b").index, Some(3));
@@ -346,7 +469,7 @@ mod tests {
         let l = locations(&["/", "/api/", "~ ^/api"], &[false, true, false]);
         let c = l.choose("/api");
         assert!(c.redirect_to_slash);
-        assert_eq!(c.index, None);
+        assert_eq!(c.index, Some(1));
         assert_eq!(l.choose("/api/x").index, Some(2));
         let l = locations(&["= /api", "/api/"], &[false, true]);
         assert_eq!(l.choose("/api").index, Some(0));
@@ -354,6 +477,50 @@ mod tests {
         let l = locations(&["/api", "/api/"], &[false, true]);
         assert_eq!(l.choose("/api").index, Some(0));
         assert!(!l.choose("/api").redirect_to_slash);
+    }
+
+    /// nginx's nested search (ngx_http_core_find_location): the longest prefix's nested
+    /// locations are searched first, and a nested exact or regex location wins outright; a
+    /// nested prefix only stands until the enclosing level's regexes are tried; a regex
+    /// location's nested regexes override it.
+    #[test]
+    fn nested_locations_are_searched_as_nginx_does() {
+        let mut l = Locations::default();
+        let m = |t: &str| Match::parse(t).unwrap();
+        let root = l.push(m("/"), false); // 0
+        let app = l.push(m("/app/"), false); // 1
+        let php = l.push(m("~ \\.php$"), false); // 2
+        let app_exact = l.push_within(app, m("= /app/x"), false).unwrap(); // 3
+        let app_static = l.push_within(app, m("/app/static/"), false).unwrap(); // 4
+        let app_css = l.push_within(app, m("~ \\.css$"), false).unwrap(); // 5
+        let stop = l.push(m("^~ /stop/"), false); // 6
+        let stop_js = l.push_within(stop, m("~ \\.js$"), false).unwrap(); // 7
+        let php_admin = l.push_within(php, m("~ ^/admin/"), false).unwrap(); // 8
+        l.finish();
+        let pick = |uri: &str| l.choose(uri).index;
+        assert_eq!(pick("/x"), Some(root));
+        assert_eq!(pick("/app/y"), Some(app));
+        assert_eq!(pick("/app/x"), Some(app_exact));
+        assert_eq!(pick("/app/static/a.png"), Some(app_static));
+        // A nested regex wins over the nested prefix and over the site's regexes.
+        assert_eq!(pick("/app/static/a.css"), Some(app_css));
+        // The site's regex wins over a nested prefix when no nested regex matches.
+        assert_eq!(pick("/app/static/a.php"), Some(php));
+        assert_eq!(pick("/app/a.php"), Some(php));
+        // `^~` stops the site's regexes, not its own nested ones.
+        assert_eq!(pick("/stop/a.js"), Some(stop_js));
+        assert_eq!(pick("/stop/a.php"), Some(stop));
+        // A regex location's nested regexes override it; others leave it chosen.
+        assert_eq!(pick("/admin/a.php"), Some(php_admin));
+        assert_eq!(pick("/b/a.php"), Some(php));
+        assert!(!l.only_prefixes());
+        // nginx's refusals.
+        let exact = l.push(m("= /e"), false);
+        assert!(l.push_within(exact, m("~ x"), false).is_err());
+        assert!(l.push_within(app, m("/other/"), false).is_err());
+        assert!(l.push_within(app, m("@named"), false).is_err());
+        assert!(l.push_within(php, m("/app/z"), false).is_err());
+        assert_eq!(l.siblings(Some(app)).count(), 3);
     }
 
     #[test]

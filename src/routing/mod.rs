@@ -161,6 +161,8 @@ pub struct RouteSpec {
     /// (normalised paths, the auto-redirect); a site of `path` routes alone keeps the plain
     /// prefix test on the path as received.
     pub nginx: bool,
+    /// The route it is nested in (nginx's nested `location`), by its index in the site.
+    pub parent: Option<usize>,
 }
 /// What a route leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -519,14 +521,16 @@ impl RouterBuilder {
             internal: false,
             policy: None,
             nginx: false,
+            parent: None,
         };
         // A plain prefix twice is the config's to refuse; here the first keeps it.
         let _ = self.add_location(site, spec);
     }
 
-    /// Adds a route to a site; refuses a location the site has already (nginx's "duplicate
-    /// location").
-    pub fn add_location(&mut self, site: usize, spec: RouteSpec) -> Result<(), String> {
+    /// Adds a route to a site, nested in `spec.parent` if given; returns its index in the
+    /// site. Refuses a location written twice side by side (nginx's "duplicate location")
+    /// and a nesting nginx refuses.
+    pub fn add_location(&mut self, site: usize, spec: RouteSpec) -> Result<usize, String> {
         let locations = &self.router.sites[site].locations;
         let same = |m: &Match| match (m, &spec.matcher) {
             (Match::Prefix(a) | Match::PrefixStop(a), Match::Prefix(b) | Match::PrefixStop(b)) => {
@@ -537,16 +541,9 @@ impl RouterBuilder {
         };
         // nginx refuses a location written twice; two equal `path` routes load as before
         // (the first one wins).
-        if spec.nginx && locations.matches.iter().any(same) {
+        if spec.nginx && locations.siblings(spec.parent).any(same) {
             return Err(format!("duplicate location {:?}", spec.matcher.label()));
         }
-        let slot = self.router.labels.len() as u16;
-        let name = self.router.sites[site].name.clone();
-        self.router.labels.push((name, spec.matcher.label()));
-        let policy = spec.policy.map(|p| {
-            self.router.policies.push(p);
-            (self.router.policies.len() - 1) as u16
-        });
         // nginx's auto-redirect: a prefix ending in `/` whose content is proxied.
         let redirects = spec.nginx
             && spec
@@ -554,9 +551,20 @@ impl RouterBuilder {
                 .prefix()
                 .is_some_and(|p| p.len() > 1 && p.ends_with('/'))
             && matches!(spec.target, Some(Target::Upstream(_)));
+        let label = spec.matcher.label();
+        let s = &mut self.router.sites[site];
+        let index = match spec.parent {
+            Some(parent) => s.locations.push_within(parent, spec.matcher, redirects)?,
+            None => s.locations.push(spec.matcher, redirects),
+        };
+        let slot = self.router.labels.len() as u16;
+        self.router.labels.push((s.name.clone(), label));
+        let policy = spec.policy.map(|p| {
+            self.router.policies.push(p);
+            (self.router.policies.len() - 1) as u16
+        });
         let s = &mut self.router.sites[site];
         s.nginx |= spec.nginx;
-        s.locations.push(spec.matcher, redirects);
         s.routes.push(Route {
             target: spec.target,
             slot,
@@ -564,7 +572,7 @@ impl RouterBuilder {
             policy,
             internal: spec.internal,
         });
-        Ok(())
+        Ok(index)
     }
 
     /// Sets whether the route last added to a site compresses its responses.

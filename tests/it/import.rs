@@ -515,7 +515,7 @@ fn what_is_not_translated_is_listed_with_its_file_and_line() {
         proxy_pass http://127.0.0.1:8000;
         proxy_set_header X-Request-Id $request_id;
         error_page 502 /$uri.html;
-        location /nested/ { return 404; }
+        location @nested { return 404; }
     }
     location /x/ {
         return 301 https://$hostname$request_uri;
@@ -543,7 +543,10 @@ fn what_is_not_translated_is_listed_with_its_file_and_line() {
             format!("{f}:9: not translated: if (file tests are not supported)"),
             format!("{f}:14: not translated: proxy_set_header ($request_id is not supported yet)"),
             format!("{f}:15: not translated: error_page (variables in error pages are not supported yet)"),
-            format!("{f}:16: not translated: location (nested locations are not supported yet)"),
+            format!(
+                "{f}:16: not translated: location \
+                 (named location \"@nested\" can be on the site's level only)"
+            ),
             format!("{f}:19: not translated: return ($hostname is not supported yet)"),
         ]
     );

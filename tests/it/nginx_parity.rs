@@ -20,15 +20,15 @@ use crate::support::{
 };
 
 /// One request of a case.
-struct Ask {
-    method: &'static str,
-    path: &'static str,
+pub(crate) struct Ask {
+    pub(crate) method: &'static str,
+    pub(crate) path: &'static str,
     /// Extra request fields, as lines ending in `\r\n`.
-    fields: &'static str,
-    body: &'static str,
+    pub(crate) fields: &'static str,
+    pub(crate) body: &'static str,
 }
 
-const fn get(path: &'static str) -> Ask {
+pub(crate) const fn get(path: &'static str) -> Ask {
     Ask {
         method: "GET",
         path,
@@ -184,7 +184,7 @@ fn start_slipstream_with(
 }
 
 /// Runs `site` under both and compares every request's answer.
-fn compare(name: &str, site: &str, asks: &[Ask], compared: &[&str]) {
+pub(crate) fn compare(name: &str, site: &str, asks: &[Ask], compared: &[&str]) {
     let backend = Upstream::start(|seen| {
         let body = format!(
             "path={} real-ip={:?} custom={:?} dropped={:?}",

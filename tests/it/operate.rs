@@ -107,7 +107,7 @@ fn a_misspelt_route_key_suggests_the_route_key_and_says_it_once() {
          internal, rules, access, add_headers, add_headers_on_success, client_max_body_size, \
          proxy_set_headers, error_pages, intercept_errors, expires, hide_headers, cors, \
          auth_request, auth_basic, satisfy, limit_req, limit_conn, limit_status, upstream, buffer_response, params, compress, root, alias, index, try_files, cache_control, \
-         precompressed, dotfiles, symlinks_out_of_root, list_directories)\n  |\n\
+         precompressed, dotfiles, symlinks_out_of_root, list_directories, routes)\n  |\n\
          6 | routes = [{{ prefix = \"/\", upstream = \"app\" }}]\n  |             ^",
         path.display()
     );
@@ -187,10 +187,8 @@ fn every_address_form_people_type_works_on_the_command_line_and_in_the_config() 
     ];
     for (upstream, expect) in &upstreams {
         let running = Running::proxy(&["--upstream", upstream]);
-        assert!(
-            fetch(running.addr).contains(expect),
-            "--upstream {upstream}"
-        );
+        let answer = fetch(running.addr);
+        assert!(answer.contains(expect), "--upstream {upstream}: {answer}");
     }
     // Listener forms: a name, the unspecified addresses of both families.
     for (listen, connect) in [

@@ -572,12 +572,24 @@ pub(crate) fn temp_path(name: &str) -> PathBuf {
 
 /// A free local port: bound, then released for the proxy to take. The port comes from the
 /// harness, so no test reads addresses out of the proxy's log.
+///
+/// Never the same port twice in one run: the kernel may hand a just-released port to the next
+/// caller, and two instances started on one port would share it through `SO_REUSEPORT` and
+/// answer each other's tests.
 pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut given = GIVEN.lock().unwrap();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// The binary running in the background, with its stderr collected.

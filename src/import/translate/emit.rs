@@ -84,8 +84,37 @@ pub(super) struct GroupOut {
 pub(super) struct SiteOut {
     /// The site's keys.
     pub(super) keys: Keys,
-    /// Each route's keys.
-    pub(super) routes: Vec<Keys>,
+    /// Each route.
+    pub(super) routes: Vec<RouteOut>,
+}
+
+/// One `[[sites.routes]]` table and the routes nested in it (`[[sites.routes.routes]]`).
+#[derive(Debug, Clone, Default)]
+pub(super) struct RouteOut {
+    /// The route's keys.
+    pub(super) keys: Keys,
+    /// Its nested routes.
+    pub(super) routes: Vec<RouteOut>,
+}
+
+impl RouteOut {
+    /// A route with no nested routes.
+    pub(super) fn of(keys: Keys) -> RouteOut {
+        RouteOut {
+            keys,
+            routes: Vec::new(),
+        }
+    }
+
+    /// Its table and its nested routes' tables, under `table` (`sites.routes`).
+    fn render(&self, out: &mut String, table: &str) {
+        out.push_str(&format!("\n[[{table}]]\n"));
+        write_keys(out, &self.keys);
+        let inner = format!("{table}.routes");
+        for r in &self.routes {
+            r.render(out, &inner);
+        }
+    }
 }
 
 /// The whole translated config.
@@ -163,8 +192,7 @@ impl Output {
             out.push_str("\n[[sites]]\n");
             write_keys(&mut out, &s.keys);
             for r in &s.routes {
-                out.push_str("\n[[sites.routes]]\n");
-                write_keys(&mut out, r);
+                r.render(&mut out, "sites.routes");
             }
         }
         out
@@ -286,7 +314,13 @@ mod tests {
                 ("rules".into(), Val::List(vec![rule, body])),
                 ("add_headers".into(), Val::Table(Keys::new())),
             ],
-            routes: vec![vec![("location".into(), Val::str("~* \\.php$"))]],
+            routes: vec![RouteOut {
+                keys: vec![("location".into(), Val::str("/app/"))],
+                routes: vec![RouteOut::of(vec![(
+                    "location".into(),
+                    Val::str("~* \\.php$"),
+                )])],
+            }],
         });
         let text = o.render("nginx.conf");
         let t: toml::Table = text.parse().unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -302,7 +336,9 @@ mod tests {
         assert_eq!(site["rules"][0]["return"].as_integer(), Some(301));
         assert_eq!(site["rules"][1]["body"].as_str(), Some("ok\n\"q\"\\\u{1}"));
         assert!(!text.contains("\"\"\""), "{text}");
-        assert_eq!(site["routes"][0]["location"].as_str(), Some("~* \\.php$"));
+        assert_eq!(site["routes"][0]["location"].as_str(), Some("/app/"));
+        let nested = &site["routes"][0]["routes"][0];
+        assert_eq!(nested["location"].as_str(), Some("~* \\.php$"));
         assert!(site["add_headers"].as_table().unwrap().is_empty());
     }
 }

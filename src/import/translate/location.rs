@@ -4,7 +4,7 @@
 //! to a named location or to a PHP front controller is resolved once the server's locations
 //! are all read.
 
-use super::emit::{set, Keys, Val};
+use super::emit::{set, Keys, RouteOut, Val};
 use super::rules::{always_answers, uri_rule, Modifier};
 use super::settings::{Header, Level, Own, Scope};
 use super::{Directive, Translator};
@@ -27,6 +27,22 @@ pub(super) struct RouteDraft {
     pub(super) pending: Option<Pending>,
     /// `location /` or `location ^~ /`: files of the server's root need no route of their own.
     pub(super) catch_all: bool,
+    /// The locations nested in it.
+    pub(super) children: Vec<RouteDraft>,
+}
+
+impl RouteDraft {
+    /// The route as it is written out, its nested routes inside it.
+    pub(super) fn into_out(self) -> RouteOut {
+        RouteOut {
+            keys: self.keys,
+            routes: self
+                .children
+                .into_iter()
+                .map(RouteDraft::into_out)
+                .collect(),
+        }
+    }
 }
 
 /// A `try_files` fallback resolved once every location of the server is read.
@@ -68,13 +84,14 @@ impl Translator {
         let mut scope = server.clone();
         let mut own = Own::default();
         let mut content = Content::default();
+        let mut nested = Vec::new();
         self.location_groups = match modifier {
             Modifier::Regex | Modifier::RegexCaseless => super::rules::group_names(&pattern),
             _ => Vec::new(),
         };
         for inner in d.block.as_deref().unwrap_or_default() {
             match inner.name.as_str() {
-                "location" => self.not_translated(inner, "nested locations are not supported yet"),
+                "location" => nested.push(inner),
                 "proxy_pass" | "fastcgi_pass" | "grpc_pass" if content.pass.is_some() => {
                     self.not_translated(inner, "a second pass in one location");
                 }
@@ -95,6 +112,7 @@ impl Translator {
             pending: None,
             catch_all: pattern == "/"
                 && matches!(modifier, Modifier::Prefix | Modifier::PrefixNoRegex),
+            children: Vec::new(),
         };
         if content.internal {
             draft.keys.push(("internal".into(), Val::Bool(true)));
@@ -112,7 +130,18 @@ impl Translator {
             }
             None => false,
         };
-        if !answers && rules.is_empty() {
+        // Nested locations inherit what this one sets; a file route under an alias would
+        // need the alias, which slipstream's routes do not pass on.
+        let mut inner_scope = scope.clone();
+        if content.alias.is_some() {
+            inner_scope.root = None;
+        }
+        for inner in nested {
+            if let Some(child) = self.nested_location(d, inner, &inner_scope) {
+                draft.children.push(child);
+            }
+        }
+        if !answers && rules.is_empty() && draft.children.is_empty() {
             // A pass, an alias or rules that could not be translated were noted already.
             let block = d.block.as_deref().unwrap_or_default();
             let noted = content.pass.is_some()
@@ -145,6 +174,28 @@ impl Translator {
             draft.keys.push(("rules".into(), Val::List(rules)));
         }
         Some(draft)
+    }
+
+    /// A location nested in `parent`, unless nginx would refuse it there.
+    fn nested_location(
+        &mut self,
+        parent: &Directive,
+        inner: &Directive,
+        scope: &Scope,
+    ) -> Option<RouteDraft> {
+        let written = |d: &Directive| {
+            crate::routing::location::Match::parse(&d.args.join(" ")).map_err(|e| e.to_string())
+        };
+        let checked = written(parent).and_then(|outer| {
+            let mut l = crate::routing::location::Locations::default();
+            let at = l.push(outer, false);
+            l.push_within(at, written(inner)?, false)
+        });
+        if let Err(reason) = checked {
+            self.not_translated(inner, reason);
+            return None;
+        }
+        self.location(inner, scope)
     }
 
     /// A location that passes to a group: `upstream`, FastCGI `params`, and the rule a
@@ -261,24 +312,34 @@ impl Translator {
     /// Resolves the `try_files` fallbacks of a server's routes to named locations and front
     /// controllers.
     pub(super) fn resolve_fallbacks(&mut self, routes: &mut [RouteDraft]) {
-        let fastcgi: Vec<String> = routes.iter().filter_map(|r| r.fastcgi.clone()).collect();
-        for i in 0..routes.len() {
-            let Some(p) = routes[i].pending.take() else {
+        let mut fastcgi = Vec::new();
+        fastcgi_groups(routes, &mut fastcgi);
+        let named: Vec<(String, Option<String>)> = routes
+            .iter()
+            .filter_map(|r| Some((r.named.clone()?, r.passes_to.clone())))
+            .collect();
+        self.resolve_in(routes, &named, &fastcgi);
+    }
+
+    /// [`Self::resolve_fallbacks`] of `routes` and the routes nested in them.
+    fn resolve_in(
+        &mut self,
+        routes: &mut [RouteDraft],
+        named: &[(String, Option<String>)],
+        fastcgi: &[String],
+    ) {
+        for route in routes.iter_mut() {
+            self.resolve_in(&mut route.children, named, fastcgi);
+            let Some(p) = route.pending.take() else {
                 continue;
             };
             let group = match &p.fallback {
-                Fallback::Named(name) => {
-                    match routes
-                        .iter()
-                        .find(|r| r.named.as_deref() == Some(name.as_str()))
-                    {
-                        Some(r) => r
-                            .passes_to
-                            .clone()
-                            .ok_or("its named location does more than pass to a group"),
-                        None => Err("no such named location"),
-                    }
-                }
+                Fallback::Named(name) => match named.iter().find(|(n, _)| n == name) {
+                    Some((_, passes_to)) => passes_to
+                        .clone()
+                        .ok_or("its named location does more than pass to a group"),
+                    None => Err("no such named location"),
+                },
                 Fallback::FrontController(script) => match fastcgi.first() {
                     Some(g) if fastcgi.iter().all(|x| x == g) => {
                         if self.set_front_controller(g, script) {
@@ -295,14 +356,22 @@ impl Translator {
                 Ok(g) => {
                     let mut items = p.candidates.clone();
                     items.push(format!("@{g}"));
-                    set(&mut routes[i].keys, "try_files", Val::strs(&items));
+                    set(&mut route.keys, "try_files", Val::strs(&items));
                 }
                 Err(reason) => {
-                    routes[i].keys.retain(|(k, _)| k != "try_files");
+                    route.keys.retain(|(k, _)| k != "try_files");
                     self.not_translated(&p.directive, reason);
                 }
             }
         }
+    }
+}
+
+/// The FastCGI groups of `routes` and of the routes nested in them.
+fn fastcgi_groups(routes: &[RouteDraft], out: &mut Vec<String>) {
+    for r in routes {
+        out.extend(r.fastcgi.clone());
+        fastcgi_groups(&r.children, out);
     }
 }
 

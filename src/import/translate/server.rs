@@ -4,8 +4,8 @@
 //! `redirect_https` (or a rule of the TLS site with the same names); one default site; a name
 //! only once.
 
-use super::emit::{Keys, Listen, SiteOut, Val};
-use super::location::header_pairs;
+use super::emit::{Keys, Listen, RouteOut, SiteOut, Val};
+use super::location::{header_pairs, RouteDraft};
 use super::rules::always_answers;
 use super::settings::{Level, Own, Scope};
 use super::{Directive, NoteKind, Translator};
@@ -55,7 +55,7 @@ pub(super) struct SiteDraft {
     /// Its server-level rules.
     rules: Vec<Val>,
     /// Its routes.
-    routes: Vec<Keys>,
+    routes: Vec<RouteOut>,
     /// When all it does is send its names to https: the code, and the `return`.
     upgrade: Option<(i64, At)>,
 }
@@ -108,11 +108,12 @@ impl Translator {
         }
         self.resolve_fallbacks(&mut routes);
         let catch_all = routes.iter().any(|r| r.catch_all);
-        draft.routes = routes.into_iter().map(|r| r.keys).collect();
+        draft.routes = routes.into_iter().map(RouteDraft::into_out).collect();
         draft.rules = std::mem::take(&mut own.rules);
         // `location / { return ...; }` alone answers every request as server rules would.
         if let ([], [only]) = (draft.rules.as_slice(), draft.routes.as_slice()) {
-            if let [(p, Val::Str(path)), (r, Val::List(rules))] = only.as_slice() {
+            let only = (only.routes.is_empty()).then_some(only.keys.as_slice());
+            if let Some([(p, Val::Str(path)), (r, Val::List(rules))]) = only {
                 if p == "location" && path == "/" && r == "rules" && always_answers(rules) {
                     draft.rules = rules.clone();
                     draft.routes.clear();
@@ -120,7 +121,7 @@ impl Translator {
             }
         }
         if let (Some(root), false) = (&scope.root, catch_all || always_answers(&draft.rules)) {
-            draft.routes.push(root_route(root, &scope));
+            draft.routes.push(RouteOut::of(root_route(root, &scope)));
         }
         draft.keys = site_keys(&draft, &scope, &own, !self.out.zones.is_empty());
         draft.upgrade = upgrade(&draft, block);
