@@ -84,6 +84,9 @@ pub enum Fallback {
     Status(u16),
     /// `"@app"`: the request goes to this upstream group.
     Upstream(UpstreamTarget),
+    /// `"@name"` naming a location of the site: the request goes on there, by its route
+    /// index (nginx's internal redirect to a named location).
+    Location(usize),
 }
 
 /// A `[files]` section.
@@ -305,10 +308,13 @@ impl Validator<'_> {
                 }
             }
         } else if let Some(name) = last.strip_prefix('@') {
-            match upstream_named(name) {
-                Some(group) => Fallback::Upstream(UpstreamTarget::to(group)),
-                None => {
-                    self.error(at, format!("try_files names unknown upstream {name:?}"));
+            let location = self.named_locations.iter().find(|(n, _)| n == name);
+            match (location, upstream_named(name)) {
+                (Some((_, route)), _) => Fallback::Location(*route),
+                (None, Some(group)) => Fallback::Upstream(UpstreamTarget::to(group)),
+                (None, None) => {
+                    let message = format!("try_files names no location or upstream group {name:?}");
+                    self.error(at, message);
                     return None;
                 }
             }

@@ -337,6 +337,7 @@ impl Config {
             groups: Vec::new(),
             rate_zone_names: Vec::new(),
             conn_zone_names: Vec::new(),
+            named_locations: Vec::new(),
         };
         let Some(raw) = read::read(&mut v) else {
             return Err(ConfigErrors(v.errors));
@@ -503,6 +504,8 @@ struct Validator<'a> {
     /// The names of the `[rate_zones.NAME]` and `[conn_zones.NAME]`, by index.
     rate_zone_names: Vec<String>,
     conn_zone_names: Vec<String>,
+    /// The named locations (`@name`) of the site being read, with their route indexes.
+    named_locations: Vec<(String, usize)>,
 }
 
 /// Resolves `HOST:PORT` with the system resolver to every address it has (a literal address

@@ -116,6 +116,7 @@ impl Validator<'_> {
                 let message = "site has no hosts and is not the default: nothing can reach it";
                 self.error(site.routes.first().map_or(0, RouteSection::at), message);
             }
+            self.named_locations = named_locations(&site.routes);
             let into = SiteRoutes {
                 builder: &mut builder,
                 site: index,
@@ -359,6 +360,24 @@ impl Validator<'_> {
             }
         }
     }
+}
+
+/// The named locations of a site's routes, with the index each will have (routes are
+/// numbered in config order, a nested route after its parent).
+fn named_locations(routes: &[RouteSection]) -> Vec<(String, usize)> {
+    fn walk(routes: &[RouteSection], next: &mut usize, out: &mut Vec<(String, usize)>) {
+        for r in routes {
+            let written = r.location.as_ref().map(|l| l.get_ref().trim());
+            if let Some(name) = written.and_then(|l| l.strip_prefix('@')) {
+                out.push((name.to_string(), *next));
+            }
+            *next += 1;
+            walk(&r.routes, next, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(routes, &mut 0, &mut out);
+    out
 }
 
 /// The site routes are added to.

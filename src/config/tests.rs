@@ -165,7 +165,7 @@ routes = [
     let expect = [
         (9, "cannot use \"/nonexistent-slipstream-dir\""),
         (10, "either upstream or root/alias"),
-        (11, "unknown upstream \"nope\""),
+        (11, "try_files names no location or upstream group \"nope\""),
         (12, "either root or alias"),
         (13, "need root or alias"),
         (14, "buffer_response applies to upstream routes"),

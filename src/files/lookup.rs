@@ -34,6 +34,8 @@ pub enum Resolution {
     Status(u16),
     /// The request goes to an upstream group (`try_files` ending in `"@name"`).
     Upstream(UpstreamTarget),
+    /// The request goes on at the site's named location with this route index.
+    Location(usize),
     /// The request is refused.
     Refused(Refusal),
 }
@@ -112,6 +114,7 @@ impl Lookup<'_> {
         match &try_files.fallback {
             Fallback::Status(s) => Resolution::Status(*s),
             Fallback::Upstream(u) => Resolution::Upstream(*u),
+            Fallback::Location(route) => Resolution::Location(*route),
             Fallback::Uri(u) => match normalize(u.replace("$uri", &uri).as_bytes()) {
                 Ok(c) => match self.serve(&c, &uri_of(&c), target) {
                     Resolution::Redirect(_) => Resolution::Refused(Refusal::NotFound),

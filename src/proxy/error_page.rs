@@ -13,8 +13,6 @@
 //! read. After an upstream was tried the read buffer no longer holds the head, so a route
 //! with error pages that may go upstream keeps a copy of it ([`keep_head`]).
 
-use std::cell::Cell;
-
 use super::request::{head_again, Prepared};
 use super::rules::{Answered, Entry};
 use super::{Client, Ctx, Outcome, Tried};
@@ -60,8 +58,9 @@ pub(super) fn failure_code(e: &Error) -> Option<u16> {
 pub(super) fn keep_head(cx: &Ctx<'_>, client: &Client, buf: &[u8]) -> Option<Vec<u8>> {
     let p = cx.request;
     let policy = cx.snapshot.config.router.policy(p.routed.policy?);
+    let config = &cx.snapshot.config;
     let needed = !policy.error_pages.is_empty()
-        && p.upstream.is_some()
+        && (p.upstream.is_some() || super::request::may_go_to_named(config, p.route))
         && !p.error_page
         && client.stream.carried_request().is_none();
     needed.then(|| buf[..p.head_len.min(buf.len())].to_vec())
@@ -93,15 +92,8 @@ pub(super) async fn serve(
     page_request.response_fields = crate::http1::response::distinct_fields(&fields);
     if let Some(auth) = super::serve::auth_request(cx.snapshot, &page_request) {
         // An internal redirect passes the access phase again, as nginx's does.
-        let acx = Ctx {
-            worker: cx.worker,
-            snapshot: cx.snapshot,
-            request: &page_request,
-            started: cx.started,
-            try_started: Cell::new(None),
-            try_times: Cell::default(),
-        };
-        let verdict = super::auth::authorize(&acx, client, buf, auth).await;
+        let verdict =
+            super::auth::authorize(&cx.for_request(&page_request), client, buf, auth).await;
         verdict.apply(&mut page_request, auth);
     }
     page_request.status_override = match (&page.target, page.status) {
@@ -110,14 +102,7 @@ pub(super) async fn serve(
         (_, ErrorStatus::Keep) => Some(code),
         (_, ErrorStatus::Set(s)) => Some(s),
     };
-    let pcx = Ctx {
-        worker: cx.worker,
-        snapshot: cx.snapshot,
-        request: &page_request,
-        started: cx.started,
-        try_started: Cell::new(None),
-        try_times: Cell::default(),
-    };
+    let pcx = cx.for_request(&page_request);
     // The page may go to a server the request tried: its tries are its own.
     let mut page_tried = Tried::default();
     let result = match (

@@ -1,7 +1,8 @@
 //! The static-file phase: a request on a static-file route is resolved on its route
 //! (`files::lookup`), its response decided (`files::respond`), and sent: a file kept in memory
 //! with one `writev`, a larger one as the head plus sendfile(2), multipart ranges part by part.
-//! A `try_files` fallback to an upstream group continues in [`super::exchange`].
+//! A `try_files` fallback to an upstream group continues in [`super::exchange`], one to a
+//! named location in [`super::named`].
 
 use std::time::Instant;
 
@@ -76,6 +77,9 @@ pub(super) async fn serve_files(
             }
         }
         Resolution::Upstream(u) => return exchange::exchange(cx, u, client, buf, tried).await,
+        Resolution::Location(route) => {
+            return Box::pin(super::named::serve(cx, route, client, buf, tried)).await
+        }
         Resolution::Refused(r) => return Err(Error::new(refusal_kind(r))),
         Resolution::Status(404) => return Err(Error::new(Kind::FileNotFound)),
         Resolution::Status(status) => {

@@ -33,6 +33,7 @@ mod exchange;
 mod fastcgi;
 mod files;
 mod http2;
+mod named;
 mod relay;
 mod request;
 mod response;
@@ -130,6 +131,19 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     fn config(&self) -> &crate::config::Config {
         &self.snapshot.config
+    }
+
+    /// The context of another request made for this one (an error page, a named location):
+    /// the same worker, config and start, its own tries.
+    fn for_request<'b>(&'b self, request: &'b Prepared) -> Ctx<'b> {
+        Ctx {
+            worker: self.worker,
+            snapshot: self.snapshot,
+            request,
+            started: self.started,
+            try_started: Cell::new(None),
+            try_times: Cell::default(),
+        }
     }
 
     /// Adds the fields configured for the response to the head at `start` in `out`: the

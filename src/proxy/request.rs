@@ -73,6 +73,8 @@ pub(super) struct Prepared {
     /// The request serves an error page: no other error page replaces its answer (nginx
     /// without `recursive_error_pages`).
     pub(super) error_page: bool,
+    /// Fallbacks to named locations this request has taken (a cycle ends after 10).
+    pub(super) named_hops: u8,
     /// The upstream's answers of codes its error pages list are replaced (`intercept_errors`).
     pub(super) intercepts: bool,
     /// An error page's request head as HTTP/1.1 text (FastCGI reads it again from here).
@@ -234,6 +236,7 @@ impl Prepared {
             real_ip,
             status_override: None,
             error_page: entry != super::rules::Entry::Client,
+            named_hops: 0,
             intercepts: intercepts(config, routed),
             page_head: None,
             response_fields: decision.response_fields,
@@ -296,6 +299,19 @@ fn upstream_fallback(config: &Config, route: usize) -> Option<UpstreamTarget> {
         Fallback::Upstream(u) => Some(u),
         _ => None,
     }
+}
+
+/// Whether the request's route serves files that may fall back to a named location (whose
+/// content may go upstream and free the read buffer).
+pub(super) fn may_go_to_named(config: &Config, route: Option<Target>) -> bool {
+    let Some(Target::Files(i)) = route else {
+        return false;
+    };
+    let fallback = config.file_routes[i]
+        .try_files
+        .as_ref()
+        .map(|t| &t.fallback);
+    matches!(fallback, Some(Fallback::Location(_)))
 }
 
 /// Reads until `buf` holds a whole, valid request head. `Ok(None)`: the client closed (or went

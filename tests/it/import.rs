@@ -713,7 +713,7 @@ fn named_fallbacks_internal_locations_listings_and_grpc_translate() {
     let front = route(site, "/");
     assert_eq!(
         strings(&front["try_files"]),
-        ["$uri", "$uri/index.html", "@127.0.0.1:3000"]
+        ["$uri", "$uri/index.html", "@app"]
     );
     assert_eq!(
         route(site, "@app")["upstream"].as_str(),

@@ -69,3 +69,45 @@ fn nested_locations_as_nginx() {
     ];
     compare("parity-nested", NESTED, &asks, &["x-level", "x-own"]);
 }
+
+const NAMED: &str = r#"
+upstream app { server {backend}; }
+server {
+    listen {listen};
+    root {www};
+    location / { try_files $uri $uri/index.html @app; }
+    location /guarded/ { try_files $uri @guarded; }
+    location /post/ { try_files $uri @app; }
+    location /rw/ { try_files $uri @rewritten; }
+    location @app { add_header X-Named app always; proxy_pass http://app; }
+    location @guarded { deny all; proxy_pass http://app; }
+    location @rewritten { rewrite ^/rw/(.*)$ /api/$1 break; proxy_pass http://app; }
+}
+"#;
+
+/// `try_files` falling back to a named location: the request goes on there with its method
+/// and body, under that location's fields, access and rules.
+#[test]
+fn try_files_reaches_named_locations_as_nginx() {
+    let www = crate::support::temp_path("named-www");
+    let _ = std::fs::remove_dir_all(&www);
+    std::fs::create_dir_all(www.join("dir")).unwrap();
+    std::fs::write(www.join("here.txt"), "a file\n").unwrap();
+    std::fs::write(www.join("dir/index.html"), "an index\n").unwrap();
+    let site = NAMED.replace("{www}", www.to_str().unwrap());
+    let post = crate::nginx_parity::Ask {
+        method: "POST",
+        path: "/post/form?x=1",
+        fields: "Content-Type: text/plain\r\n",
+        body: "a body",
+    };
+    let asks = [
+        get("/here.txt"),
+        get("/dir/"),
+        get("/missing?q=1"),
+        get("/guarded/x"),
+        post,
+        get("/rw/thing"),
+    ];
+    compare("parity-named", &site, &asks, &["x-named"]);
+}

@@ -19,8 +19,6 @@ pub(super) struct RouteDraft {
     pub(super) keys: Keys,
     /// The name of a named location (`@app`).
     pub(super) named: Option<String>,
-    /// The group a location passes to when that is all it does.
-    pub(super) passes_to: Option<String>,
     /// The FastCGI group it reaches.
     pub(super) fastcgi: Option<String>,
     /// A `try_files` whose fallback is resolved with the server's other locations.
@@ -107,7 +105,6 @@ impl Translator {
         let mut draft = RouteDraft {
             keys: match_keys(modifier, &pattern),
             named: (modifier == Modifier::Named).then(|| pattern.clone()),
-            passes_to: None,
             fastcgi: None,
             pending: None,
             catch_all: pattern == "/"
@@ -209,7 +206,6 @@ impl Translator {
         draft: &mut RouteDraft,
         rules: &mut Vec<Val>,
     ) -> bool {
-        let own_rules = rules.is_empty();
         let group = match pass.name.as_str() {
             "proxy_pass" => self.proxy_target(pass, scope).map(|t| {
                 if let Some(uri) = &t.uri {
@@ -236,9 +232,6 @@ impl Translator {
                 draft.keys.push(("params".into(), Val::str_table(&params)));
             }
             draft.fastcgi = Some(group.clone());
-        }
-        if own_rules && rules.is_empty() {
-            draft.passes_to = Some(group);
         }
         if let Some(t) = content.try_files {
             let script_check = pass.name == "fastcgi_pass"
@@ -314,32 +307,21 @@ impl Translator {
     pub(super) fn resolve_fallbacks(&mut self, routes: &mut [RouteDraft]) {
         let mut fastcgi = Vec::new();
         fastcgi_groups(routes, &mut fastcgi);
-        let named: Vec<(String, Option<String>)> = routes
-            .iter()
-            .filter_map(|r| Some((r.named.clone()?, r.passes_to.clone())))
-            .collect();
+        let named: Vec<String> = routes.iter().filter_map(|r| r.named.clone()).collect();
         self.resolve_in(routes, &named, &fastcgi);
     }
 
     /// [`Self::resolve_fallbacks`] of `routes` and the routes nested in them.
-    fn resolve_in(
-        &mut self,
-        routes: &mut [RouteDraft],
-        named: &[(String, Option<String>)],
-        fastcgi: &[String],
-    ) {
+    fn resolve_in(&mut self, routes: &mut [RouteDraft], named: &[String], fastcgi: &[String]) {
         for route in routes.iter_mut() {
             self.resolve_in(&mut route.children, named, fastcgi);
             let Some(p) = route.pending.take() else {
                 continue;
             };
             let group = match &p.fallback {
-                Fallback::Named(name) => match named.iter().find(|(n, _)| n == name) {
-                    Some((_, passes_to)) => passes_to
-                        .clone()
-                        .ok_or("its named location does more than pass to a group"),
-                    None => Err("no such named location"),
-                },
+                // The named location is a route of the site: `@name` reaches it.
+                Fallback::Named(name) if named.contains(name) => Ok(name.clone()),
+                Fallback::Named(_) => Err("no such named location"),
                 Fallback::FrontController(script) => match fastcgi.first() {
                     Some(g) if fastcgi.iter().all(|x| x == g) => {
                         if self.set_front_controller(g, script) {
