@@ -2,6 +2,7 @@
 //! and connection limits, every problem reported with its line.
 
 use std::collections::HashSet;
+use std::net::SocketAddr;
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -20,11 +21,25 @@ pub(super) struct FileListener {
     pub(super) shared: Option<bool>,
     pub(super) backlog: Option<u32>,
     pub(super) max_connections: Option<usize>,
+    pub(super) ipv6only: Option<Spanned<bool>>,
 }
 
 impl Validator<'_> {
+    /// A listener's `ipv6only` (true unless said), refused on an IPv4 address.
+    fn ipv6only(&mut self, l: &FileListener, address: SocketAddr) -> bool {
+        let Some(v6only) = &l.ipv6only else {
+            return true;
+        };
+        if address.is_ipv4() {
+            let message = "ipv6only applies to IPv6 addresses ([::]:PORT)";
+            self.error(v6only.span().start, message);
+        }
+        *v6only.get_ref()
+    }
+
     pub(super) fn build_listeners(&mut self, listen: &[FileListener]) -> Vec<ListenerConfig> {
         let mut listeners = Vec::new();
+        let mut spans = Vec::new();
         let mut seen = HashSet::new();
         if listen.is_empty() {
             self.error(
@@ -40,6 +55,7 @@ impl Validator<'_> {
                         format!("duplicate listener {address}"),
                     );
                 }
+                spans.push(l.address.span().start);
                 listeners.push(ListenerConfig {
                     address,
                     backlog: l.backlog.unwrap_or(DEFAULT_BACKLOG),
@@ -49,9 +65,33 @@ impl Validator<'_> {
                     h2c: l.h2c.unwrap_or(false),
                     shared: l.shared.unwrap_or(false),
                     proxy_protocol: l.proxy_protocol.unwrap_or(false),
+                    ipv6only: self.ipv6only(l, address),
                 });
             }
         }
+        self.refuse_dual_stack_clashes(&listeners, &spans);
         listeners
+    }
+
+    /// A dual-stack listener (`[::]:PORT`, `ipv6only = false`) takes that port's IPv4
+    /// connections: another listener on an IPv4 address of that port is refused, as nginx's
+    /// bind would fail.
+    fn refuse_dual_stack_clashes(&mut self, listeners: &[ListenerConfig], spans: &[usize]) {
+        let dual: Vec<u16> = listeners
+            .iter()
+            .filter(|l| l.address.is_ipv6() && !l.ipv6only && l.address.ip().is_unspecified())
+            .map(|l| l.address.port())
+            .collect();
+        for (l, &at) in listeners.iter().zip(spans) {
+            if l.address.is_ipv4() && dual.contains(&l.address.port()) {
+                let message = format!(
+                    "{} clashes with the listener on [::]:{} with ipv6only = false, which takes \
+                     IPv4 connections on that port too",
+                    l.address,
+                    l.address.port()
+                );
+                self.error(at, message);
+            }
+        }
     }
 }

@@ -113,6 +113,9 @@ pub struct ListenerConfig {
     /// load balancer in front (HAProxy's `send-proxy`, AWS NLB, ...). Required here, refused
     /// elsewhere.
     pub proxy_protocol: bool,
+    /// An IPv6 address takes IPv6 connections only (nginx's `ipv6only=on`, its default);
+    /// when false, `[::]:PORT` takes IPv4 ones too, as `::ffff:a.b.c.d`.
+    pub ipv6only: bool,
 }
 
 /// Client-side limits.
@@ -278,6 +281,7 @@ impl Config {
                 h2c: false,
                 shared: false,
                 proxy_protocol: false,
+                ipv6only: true,
             }],
             upstreams: Vec::new(),
             router: Router::default(),

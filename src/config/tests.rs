@@ -617,3 +617,30 @@ routes = [{ location = "~ x", upstream = "app" }]
     assert_eq!(r.route_policy(0, 2).headers, b"X-Own: own\r\n");
     assert_eq!(r.route_rules(0, 0).len(), 1);
 }
+
+/// `ipv6only` applies to IPv6 addresses, and a dual-stack `[::]:PORT` cannot sit beside an
+/// IPv4 listener of that port.
+#[test]
+fn ipv6only_is_checked() {
+    let text = "[[listen]]\naddress = \"[::]:8080\"\nipv6only = false\n\
+                [[listen]]\naddress = \"127.0.0.1:8080\"\n\
+                [[listen]]\naddress = \"127.0.0.1:8081\"\nipv6only = true\n\
+                [[listen]]\naddress = \"[::]:8082\"\n\
+                [upstreams.app]\nservers = [\"127.0.0.1:9000\"]\n\
+                [[sites]]\nroutes = [{ path = \"/\", upstream = \"app\" }]\n";
+    let e = Config::parse(text, "t.toml").unwrap_err();
+    let clash = "127.0.0.1:8080 clashes with the listener on [::]:8080 with ipv6only = false, \
+                 which takes IPv4 connections on that port too";
+    assert_errors(
+        &e,
+        &[
+            (5, clash),
+            (8, "ipv6only applies to IPv6 addresses ([::]:PORT)"),
+        ],
+    );
+    let good = text.replace("127.0.0.1:8080", "127.0.0.1:8083");
+    let good = good.replace("ipv6only = true\n", "");
+    let c = Config::parse(&good, "t.toml").unwrap();
+    assert!(!c.listeners[0].ipv6only);
+    assert!(c.listeners[3].ipv6only);
+}

@@ -6,8 +6,9 @@ use std::net::{SocketAddr, TcpListener};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-/// Binds a non-blocking listener with SO_REUSEPORT and the given accept backlog.
-pub fn bind(address: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
+/// Binds a non-blocking listener with SO_REUSEPORT and the given accept backlog; an IPv6
+/// one takes IPv4 connections too unless `v6only`.
+pub fn bind(address: SocketAddr, backlog: u32, v6only: bool) -> io::Result<TcpListener> {
     let socket = Socket::new(
         Domain::for_address(address),
         Type::STREAM,
@@ -16,7 +17,7 @@ pub fn bind(address: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
     if address.is_ipv6() {
-        socket.set_only_v6(true)?;
+        socket.set_only_v6(v6only)?;
     }
     socket.set_nonblocking(true)?;
     // Accepted sockets inherit it; no connection sets it for itself.
@@ -31,18 +32,18 @@ pub fn bind(address: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
 /// SO_REUSEPORT would otherwise let both listen and split the traffic between them silently.
 pub fn bind_group(
     address: SocketAddr,
-    backlog: u32,
+    (backlog, v6only): (u32, bool),
     workers: usize,
     shared: bool,
 ) -> io::Result<Vec<TcpListener>> {
     if !shared && address.port() != 0 {
-        refuse_if_taken(address)?;
+        refuse_if_taken(address, v6only)?;
     }
-    let first = bind(address, backlog)?;
+    let first = bind(address, backlog, v6only)?;
     let actual = first.local_addr()?;
     let mut all = vec![first];
     for _ in 1..workers {
-        all.push(bind(actual, backlog)?);
+        all.push(bind(actual, backlog, v6only)?);
     }
     Ok(all)
 }
@@ -64,7 +65,7 @@ pub fn share(socket: TcpListener, workers: usize) -> io::Result<Vec<TcpListener>
 
 /// Fails when another socket listens on `address`: a probe bound without SO_REUSEPORT
 /// cannot share it. The error names the process holding it when /proc shows it.
-fn refuse_if_taken(address: SocketAddr) -> io::Result<()> {
+fn refuse_if_taken(address: SocketAddr, v6only: bool) -> io::Result<()> {
     let probe = Socket::new(
         Domain::for_address(address),
         Type::STREAM,
@@ -72,7 +73,7 @@ fn refuse_if_taken(address: SocketAddr) -> io::Result<()> {
     )?;
     probe.set_reuse_address(true)?;
     if address.is_ipv6() {
-        probe.set_only_v6(true)?;
+        probe.set_only_v6(v6only)?;
     }
     match probe.bind(&address.into()) {
         Err(e) if e.kind() == io::ErrorKind::AddrInUse => {

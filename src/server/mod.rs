@@ -307,7 +307,7 @@ fn bind_listeners(
     for l in &config.listeners {
         let group = match systemd::take_inherited(l.address) {
             Some(passed) => listener::share(passed, workers),
-            None => listener::bind_group(l.address, l.backlog, workers, l.shared),
+            None => listener::bind_group(l.address, (l.backlog, l.ipv6only), workers, l.shared),
         };
         let group = group.map_err(|e| {
             let hint = if e.kind() == io::ErrorKind::PermissionDenied && l.address.port() < 1024 {

@@ -120,13 +120,21 @@ impl Acceptor {
         TcpListener::from_std(socket).map(Acceptor::Epoll)
     }
 
+    /// The next connection and its client. An IPv4 client of a dual-stack listener
+    /// (`ipv6only = false`) is named by its IPv4 address, not `::ffff:a.b.c.d`: logs,
+    /// access rules, limits and X-Forwarded-For see one form.
     async fn accept(&mut self) -> std::io::Result<(NewConnection, std::net::SocketAddr)> {
+        let canonical =
+            |p: std::net::SocketAddr| std::net::SocketAddr::new(p.ip().to_canonical(), p.port());
         match self {
-            Acceptor::Epoll(l) => l.accept().await.map(|(s, p)| (NewConnection::Epoll(s), p)),
+            Acceptor::Epoll(l) => l
+                .accept()
+                .await
+                .map(|(s, p)| (NewConnection::Epoll(s), canonical(p))),
             Acceptor::Ring(l) => l
                 .accept()
                 .await
-                .map(|(s, p)| (NewConnection::Ring(s.into()), p)),
+                .map(|(s, p)| (NewConnection::Ring(s.into()), canonical(p))),
         }
     }
 

@@ -736,3 +736,16 @@ fn named_fallbacks_internal_locations_listings_and_grpc_translate() {
     );
     assert_eq!(t["listen"][0]["tls"].as_bool(), Some(true));
 }
+
+/// `listen [::]:PORT ipv6only=off` becomes a dual-stack listener.
+#[test]
+fn ipv6only_off_becomes_a_dual_stack_listener() {
+    let site = "server {\n    listen [::]:8080 ipv6only=off;\n    return 200 \"ok\";\n}\n";
+    let (t, notes, _) = translate("dual-stack", &[("dual.conf", site)]);
+    assert!(
+        notes.iter().all(|n| !n.contains("not translated")),
+        "{notes:?}"
+    );
+    assert_eq!(t["listen"][0]["address"].as_str(), Some("[::]:8080"));
+    assert_eq!(t["listen"][0]["ipv6only"].as_bool(), Some(false));
+}

@@ -360,3 +360,25 @@ fn config_defaults_to_etc_slipstream() {
         "{said}"
     );
 }
+
+/// `ipv6only = false` on `[::]:PORT` takes IPv4 clients too, named by their IPv4 address
+/// (not `::ffff:127.0.0.1`) in what the upstream is told; IPv6 clients still connect.
+#[test]
+fn a_dual_stack_listener_takes_ipv4_clients_by_their_ipv4_address() {
+    let backend = Upstream::start(|seen| {
+        let body = format!("xff={}", seen.header("x-forwarded-for").unwrap_or_default());
+        Reply::Bytes(response(200, body.as_bytes()))
+    });
+    let port = free_port();
+    let toml = format!(
+        "[[listen]]\naddress = \"[::]:{port}\"\nipv6only = false\n\
+         [upstreams.app]\nservers = [\"{}\"]\n\
+         [[sites]]\nroutes = [{{ path = \"/\", upstream = \"app\" }}]\n",
+        backend.addr
+    );
+    let v4: SocketAddr = ([127, 0, 0, 1], port).into();
+    let _running = Running::config_on("dual-stack.toml", &toml, v4);
+    assert!(fetch(v4).ends_with("xff=127.0.0.1"), "{}", fetch(v4));
+    let v6: SocketAddr = format!("[::1]:{port}").parse().unwrap();
+    assert!(fetch(v6).ends_with("xff=::1"), "{}", fetch(v6));
+}

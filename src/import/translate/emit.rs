@@ -68,6 +68,8 @@ pub(super) struct Listen {
     pub(super) backlog: Option<i64>,
     /// Connections start with a PROXY protocol header.
     pub(super) proxy_protocol: bool,
+    /// `ipv6only=off`.
+    pub(super) dual_stack: bool,
 }
 
 /// One `[upstreams.NAME]` table.
@@ -173,6 +175,9 @@ impl Output {
             }
             if l.proxy_protocol {
                 keys.push(("proxy_protocol".into(), Val::Bool(true)));
+            }
+            if l.dual_stack {
+                keys.push(("ipv6only".into(), Val::Bool(false)));
             }
             write_keys(&mut out, &keys);
         }
@@ -297,6 +302,7 @@ mod tests {
             redirect_https: false,
             backlog: Some(511),
             proxy_protocol: false,
+            dual_stack: false,
         });
         o.groups.push(GroupOut {
             name: "127.0.0.1:8080".into(),

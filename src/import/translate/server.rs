@@ -33,6 +33,8 @@ struct ListenSpec {
     tls: bool,
     backlog: Option<i64>,
     proxy_protocol: bool,
+    /// `ipv6only=off`: the IPv6 address takes IPv4 connections too.
+    dual_stack: bool,
 }
 
 /// A site being translated: decided as a whole once every server is read.
@@ -97,6 +99,7 @@ impl Translator {
                 tls: false,
                 backlog: None,
                 proxy_protocol: false,
+                dual_stack: false,
             });
         }
         own.apply(&mut scope);
@@ -141,6 +144,7 @@ impl Translator {
             tls: false,
             backlog: None,
             proxy_protocol: false,
+            dual_stack: false,
         };
         for p in params {
             match p.split_once('=').unwrap_or((p, "")) {
@@ -158,6 +162,7 @@ impl Translator {
                     self.ignore(d, "slipstream listens with SO_REUSEPORT per worker");
                 }
                 ("ipv6only", "on") => self.ignore(d, "slipstream's IPv6 listeners are IPv6 only"),
+                ("ipv6only", "off") => spec.dual_stack = true,
                 ("deferred" | "bind", _) => self.ignore(d, "slipstream sets its sockets up itself"),
                 ("proxy_protocol", _) => spec.proxy_protocol = true,
                 ("quic", _) => self.not_translated(d, "HTTP/3 is not supported yet"),
@@ -217,6 +222,7 @@ impl Translator {
                     l.tls |= spec.tls;
                     l.backlog = l.backlog.or(spec.backlog);
                     l.proxy_protocol |= spec.proxy_protocol;
+                    l.dual_stack |= spec.dual_stack;
                 }
                 None => listens.push(Listen {
                     address: spec.address.clone(),
@@ -224,6 +230,7 @@ impl Translator {
                     redirect_https: false,
                     backlog: spec.backlog,
                     proxy_protocol: spec.proxy_protocol,
+                    dual_stack: spec.dual_stack,
                 }),
             }
         }
