@@ -64,7 +64,8 @@ pub(super) struct FileCors {
 }
 
 /// `auth_request = { upstream = "auth", path = "/check", copy = ["X-User"] }`, or `false`
-/// (a route without its site's).
+/// (a route without its site's); `copy_as = { X-User = "X-Auth-Request-User" }` copies a
+/// field of the answer under another name.
 #[derive(Deserialize, Clone)]
 #[serde(untagged)]
 pub(super) enum FileAuthRequest {
@@ -74,6 +75,8 @@ pub(super) enum FileAuthRequest {
         path: String,
         #[serde(default)]
         copy: Vec<String>,
+        #[serde(default)]
+        copy_as: std::collections::BTreeMap<String, String>,
     },
 }
 
@@ -295,7 +298,7 @@ impl Validator<'_> {
         value: &Spanned<FileAuthRequest>,
     ) -> Option<Box<crate::rules::auth::AuthRequest>> {
         let at = value.span().start;
-        let (upstream, path, copy) = match value.get_ref() {
+        let (upstream, path, copy, copy_as) = match value.get_ref() {
             FileAuthRequest::Off(false) => return None,
             FileAuthRequest::Off(true) => {
                 self.error(at, "auth_request: a table { upstream, path }, or false");
@@ -305,7 +308,8 @@ impl Validator<'_> {
                 upstream,
                 path,
                 copy,
-            } => (upstream, path, copy),
+                copy_as,
+            } => (upstream, path, copy, copy_as),
         };
         let Some(index) = self.groups.iter().position(|(n, _)| n == upstream) else {
             self.error(at, format!("auth_request: no upstream group {upstream:?}"));
@@ -322,14 +326,30 @@ impl Validator<'_> {
             return None;
         }
         let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-        if let Some(bad) = copy.iter().find(|n| n.is_empty() || !n.bytes().all(token)) {
+        let pairs: Vec<(&String, &String)> = copy
+            .iter()
+            .map(|c| (c, c))
+            .chain(copy_as.iter().map(|(to, from)| (from, to)))
+            .collect();
+        let names = pairs.iter().flat_map(|(from, to)| [from, to]);
+        if let Some(bad) = names
+            .into_iter()
+            .find(|n| n.is_empty() || !n.bytes().all(token))
+        {
             self.error(at, format!("auth_request: {bad:?} is not a header name"));
             return None;
         }
+        let copy = pairs
+            .into_iter()
+            .map(|(from, to)| crate::rules::auth::Copied {
+                from: from.to_ascii_lowercase(),
+                to: to.clone(),
+            })
+            .collect();
         Some(Box::new(crate::rules::auth::AuthRequest {
             upstream: index,
             path: path.clone(),
-            copy: copy.iter().map(|c| c.to_ascii_lowercase()).collect(),
+            copy,
         }))
     }
 

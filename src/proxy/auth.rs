@@ -64,7 +64,7 @@ impl Verdict {
         match self {
             Verdict::Pass(lines) => {
                 // The client never sets what the service vouches for.
-                let names: Vec<&str> = auth.copy.iter().map(String::as_str).collect();
+                let names: Vec<&str> = auth.copy.iter().map(|c| c.to.as_str()).collect();
                 let head = &mut request.upstream_head;
                 if !head.is_empty() {
                     crate::http1::response::remove_fields(head, 0, &names);
@@ -129,14 +129,23 @@ async fn ask(
                 "auth response head too large",
             )));
         };
+        // The name each wanted field goes on under.
         let wanted = |name: &str| match head.status {
-            200..=299 => auth.copy.iter().any(|c| name.eq_ignore_ascii_case(c)),
-            401 => name.eq_ignore_ascii_case("www-authenticate"),
-            _ => false,
+            200..=299 => auth
+                .copy
+                .iter()
+                .find(|c| name.eq_ignore_ascii_case(&c.from))
+                .map(|c| c.to.as_str()),
+            401 if name.eq_ignore_ascii_case("www-authenticate") => Some("WWW-Authenticate"),
+            _ => None,
         };
         let mut lines = Vec::new();
-        for f in head.headers.iter().filter(|f| wanted(f.name)) {
-            lines.extend_from_slice(f.name.as_bytes());
+        for (f, name) in head
+            .headers
+            .iter()
+            .filter_map(|f| Some((f, wanted(f.name)?)))
+        {
+            lines.extend_from_slice(name.as_bytes());
             lines.extend_from_slice(b": ");
             lines.extend_from_slice(f.value);
             lines.extend_from_slice(b"\r\n");

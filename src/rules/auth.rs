@@ -48,8 +48,17 @@ pub struct AuthRequest {
     pub upstream: usize,
     /// The path asked (with its query, if any).
     pub path: String,
-    /// Fields of the service's 2xx answer set on the request sent on (lower case; the
-    /// client's own fields of these names are always removed): nginx's `auth_request_set`
-    /// with `proxy_set_header`.
-    pub copy: Vec<String>,
+    /// Fields of the service's 2xx answer set on the request sent on (the client's own
+    /// fields of those names are always removed): nginx's `auth_request_set` with
+    /// `proxy_set_header`.
+    pub copy: Vec<Copied>,
+}
+
+/// One field `auth_request` copies from the service's answer onto the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Copied {
+    /// The answer's field, lower case.
+    pub from: String,
+    /// The request's field, as written.
+    pub to: String,
 }

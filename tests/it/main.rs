@@ -25,6 +25,7 @@ mod io_paths;
 mod large_bodies;
 mod lifecycle;
 mod limits;
+mod nginx_forward_auth;
 mod nginx_nested;
 mod nginx_parity;
 mod observe;

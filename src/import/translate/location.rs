@@ -441,6 +441,10 @@ fn differences(keys: &mut Keys, server: &Scope, scope: &Scope, own: &Own) {
     if let Some(fields) = &own.request_fields {
         keys.push(("proxy_set_headers".into(), Val::str_table(fields)));
     }
+    let auth = super::auth::auth_request(scope);
+    if auth != super::auth::auth_request(server) {
+        keys.push(("auth_request".into(), auth.unwrap_or(Val::Bool(false))));
+    }
     let basic = super::settings::auth_basic(scope);
     if basic != super::settings::auth_basic(server) {
         keys.push(("auth_basic".into(), basic.unwrap_or(Val::Bool(false))));

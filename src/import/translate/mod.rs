@@ -4,6 +4,7 @@
 //! note), or reported as not translated with the reason. nginx's inheritance (http, server,
 //! location) is resolved here: each site and route gets the values in effect for it.
 
+mod auth;
 mod emit;
 mod limits;
 mod location;
@@ -132,6 +133,8 @@ struct Translator {
     location_groups: Vec<String>,
     /// The named groups of the regex names of the server being read (all its rules may).
     server_groups: Vec<String>,
+    /// The `location` blocks of the server being read (`auth_request` names one).
+    server_locations: Vec<Directive>,
 }
 
 /// `map $http_upgrade $connection_upgrade { ... }`: what slipstream does by itself.

@@ -69,6 +69,11 @@ impl Translator {
         let mut scope = http.clone();
         let mut own = Own::default();
         self.server_groups.clear();
+        self.server_locations = block
+            .iter()
+            .filter(|d| d.name == "location")
+            .cloned()
+            .collect();
         let mut draft = SiteDraft {
             at: At::of(d),
             names_at: At::of(d),
@@ -463,6 +468,9 @@ fn site_keys(draft: &SiteDraft, scope: &Scope, own: &Own, zones: bool) -> Keys {
     }
     if let Some(names) = scope.hide_headers.as_ref().filter(|n| !n.is_empty()) {
         keys.push(("hide_headers".into(), Val::strs(names)));
+    }
+    if let Some(auth @ Val::Table(_)) = super::auth::auth_request(scope) {
+        keys.push(("auth_request".into(), auth));
     }
     if let Some(basic @ Val::Table(_)) = super::settings::auth_basic(scope) {
         keys.push(("auth_basic".into(), basic));

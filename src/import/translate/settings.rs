@@ -106,6 +106,14 @@ pub(super) struct Scope {
     pub(super) intercept_proxy: bool,
     /// `fastcgi_intercept_errors on`.
     pub(super) intercept_fastcgi: bool,
+    /// `auth_request`.
+    pub(super) auth_request: Option<super::auth::AuthTarget>,
+    /// The `auth_request_set` variables of the nearest level that has any: (name, the
+    /// service's field).
+    pub(super) auth_sets: Option<Vec<(String, String)>>,
+    /// The fields `proxy_set_header` sets from those variables: (field, the service's field),
+    /// of the nearest level with any `proxy_set_header`.
+    pub(super) auth_copies: Option<Vec<(String, String)>>,
 }
 
 /// An `access_log` of a level: the file (or `"off"`) and its format.
@@ -142,6 +150,10 @@ pub(super) struct Own {
     pub(super) limit_req: Option<Vec<Val>>,
     /// Its `limit_conn` entries, when it has any.
     pub(super) limit_conn: Option<Vec<Val>>,
+    /// Its `auth_request_set` variables, when it has any.
+    pub(super) auth_sets: Option<Vec<(String, String)>>,
+    /// Its copies of the auth service's fields, when it has any `proxy_set_header`.
+    pub(super) auth_copies: Option<Vec<(String, String)>>,
 }
 
 impl Own {
@@ -155,6 +167,10 @@ impl Own {
         }
         if let Some(f) = &self.request_fields {
             scope.request_fields = Some(f.clone());
+            scope.auth_copies = Some(self.auth_copies.clone().unwrap_or_default());
+        }
+        if let Some(s) = &self.auth_sets {
+            scope.auth_sets = Some(s.clone());
         }
         if let Some(p) = &self.fastcgi_params {
             scope.fastcgi_params = Some(p.clone());
@@ -260,6 +276,7 @@ impl Translator {
         level: Level,
     ) {
         if self.inherited(d, scope, own, level)
+            || self.auth(d, scope, own)
             || self.listed(d, own)
             || self.global(d, level)
             || self.group_setting(d, scope)

@@ -168,8 +168,6 @@ const UNSUPPORTED: &[&str] = &[
     "map",
     "set",
     "break",
-    "auth_request",
-    "auth_request_set",
     "limit_except",
     "limit_rate",
     "limit_rate_after",
