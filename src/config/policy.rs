@@ -243,6 +243,17 @@ impl Validator<'_> {
             None => parent.is_some_and(|p| p.satisfy_any),
         };
         let (limit_req, limit_conn, limit_status) = self.limits(keys, parent);
+        let mut request_fields = request_fields;
+        for copied in auth_request.iter().flat_map(|a| &a.copy) {
+            // The client never sets what the service vouches for, even when the service is
+            // not asked (`satisfy any` let the request through first).
+            if !request_fields
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case(&copied.to))
+            {
+                request_fields.push((copied.to.clone(), Template::default()));
+            }
+        }
         Policy {
             rules,
             access,
@@ -326,6 +337,12 @@ impl Validator<'_> {
             return None;
         }
         let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        // A copy may not set what frames the request toward the upstream.
+        if let Some(bad) = copy.iter().chain(copy_as.keys()).find(|n| framing_field(n)) {
+            let message = format!("auth_request: {bad} is written by the proxy itself");
+            self.error(at, message);
+            return None;
+        }
         let pairs: Vec<(&String, &String)> = copy
             .iter()
             .map(|c| (c, c))
@@ -496,10 +513,7 @@ impl Validator<'_> {
                 );
                 continue;
             }
-            let framing = crate::message::is_hop_by_hop(name)
-                || name.eq_ignore_ascii_case("expect")
-                || name.eq_ignore_ascii_case("x-forwarded-for");
-            if framing {
+            if framing_field(name) {
                 let message = format!("proxy_set_headers: {name} is written by the proxy itself");
                 self.error(at, message);
                 continue;
@@ -606,4 +620,12 @@ impl Validator<'_> {
             }
         }
     }
+}
+
+/// Fields the proxy writes itself toward the upstream (framing, the connection,
+/// `X-Forwarded-For`): neither `proxy_set_headers` nor an `auth_request` copy may set them.
+fn framing_field(name: &str) -> bool {
+    crate::message::is_hop_by_hop(name)
+        || name.eq_ignore_ascii_case("expect")
+        || name.eq_ignore_ascii_case("x-forwarded-for")
 }

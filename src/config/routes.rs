@@ -130,22 +130,25 @@ impl Validator<'_> {
         builder.build()
     }
 
-    /// Adds `routes` to the site, nested in `parent` (its index and own policy) if given, and
-    /// the routes nested in each after it.
+    /// Adds `routes` to the site, nested in `parent` (its index, own policy and whether it is
+    /// `internal`) if given, and the routes nested in each after it.
     fn add_routes(
         &mut self,
         routes: &[RouteSection],
-        parent: Option<(usize, Option<&Policy>)>,
+        parent: Option<(usize, Option<&Policy>, bool)>,
         into: SiteRoutes<'_, '_>,
         upstreams: &[UpstreamGroup],
         built: &mut Built<'_>,
     ) {
-        let inherited = parent.and_then(|(_, p)| p);
+        let inherited = parent.and_then(|(_, p, _)| p);
         let base = inherited.unwrap_or(into.site_policy);
         for route in routes {
             let spec = self.build_route_spec(route, (base, into.host_names), upstreams, built);
             let Some(mut spec) = spec else { continue };
-            spec.parent = parent.map(|(i, _)| i);
+            spec.parent = parent.map(|(i, _, _)| i);
+            // nginx inherits `internal`: what is inside an internal location is internal.
+            spec.internal |= parent.is_some_and(|(_, _, internal)| internal);
+            let internal = spec.internal;
             if spec.policy.is_none() {
                 // A nested route takes its parent's policy but not its rules (nginx does not
                 // inherit rewrite rules).
@@ -161,7 +164,7 @@ impl Validator<'_> {
                         builder: &mut *into.builder,
                         ..into
                     };
-                    let parent = Some((index, own.as_ref()));
+                    let parent = Some((index, own.as_ref(), internal));
                     self.add_routes(&route.routes, parent, again, upstreams, built);
                 }
                 Ok(_) => {}

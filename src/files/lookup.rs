@@ -75,6 +75,9 @@ pub struct Lookup<'a> {
     pub now: Instant,
     /// The worker's counters.
     pub counters: &'a Shard,
+    /// The rules changed the path: a `root` route serves it wherever it leads, as nginx does
+    /// (only an `alias` route needs it under its prefix).
+    pub rewritten: bool,
 }
 
 impl Lookup<'_> {
@@ -86,7 +89,7 @@ impl Lookup<'_> {
         let uri = uri_of(&rel);
         // A target like `/static/../app.php` routed by its raw prefix must not be served from
         // this route once normalized.
-        if !uri.starts_with(&self.route.prefix) {
+        if !uri.starts_with(&self.route.prefix) && (self.route.alias || !self.rewritten) {
             return Resolution::Refused(Refusal::BadPath);
         }
         if rel.hidden && !self.route.dotfiles {

@@ -86,6 +86,35 @@ impl Verdict {
     }
 }
 
+/// The field lines the service's answer passes on: a 2xx's copies, under the names they go
+/// on under (one field may be copied twice), or a 401's challenge.
+fn answer_fields(head: &crate::message::ResponseHead<'_, '_>, auth: &AuthRequest) -> Vec<u8> {
+    let wanted = |name: &str| -> Vec<&str> {
+        match head.status {
+            200..=299 => auth
+                .copy
+                .iter()
+                .filter(|c| name.eq_ignore_ascii_case(&c.from))
+                .map(|c| c.to.as_str())
+                .collect(),
+            401 if name.eq_ignore_ascii_case("www-authenticate") => vec!["WWW-Authenticate"],
+            _ => Vec::new(),
+        }
+    };
+    let mut lines = Vec::new();
+    let copies = head
+        .headers
+        .iter()
+        .flat_map(|f| wanted(f.name).into_iter().map(move |name| (f, name)));
+    for (f, name) in copies {
+        lines.extend_from_slice(name.as_bytes());
+        lines.extend_from_slice(b": ");
+        lines.extend_from_slice(f.value);
+        lines.extend_from_slice(b"\r\n");
+    }
+    lines
+}
+
 async fn ask(
     cx: &Ctx<'_>,
     client: &mut Client,
@@ -129,27 +158,7 @@ async fn ask(
                 "auth response head too large",
             )));
         };
-        // The name each wanted field goes on under.
-        let wanted = |name: &str| match head.status {
-            200..=299 => auth
-                .copy
-                .iter()
-                .find(|c| name.eq_ignore_ascii_case(&c.from))
-                .map(|c| c.to.as_str()),
-            401 if name.eq_ignore_ascii_case("www-authenticate") => Some("WWW-Authenticate"),
-            _ => None,
-        };
-        let mut lines = Vec::new();
-        for (f, name) in head
-            .headers
-            .iter()
-            .filter_map(|f| Some((f, wanted(f.name)?)))
-        {
-            lines.extend_from_slice(name.as_bytes());
-            lines.extend_from_slice(b": ");
-            lines.extend_from_slice(f.value);
-            lines.extend_from_slice(b"\r\n");
-        }
+        let lines = answer_fields(&head, auth);
         // An interim answer's connection is never kept: its final answer would be the next
         // question's.
         let body = match head.framing {

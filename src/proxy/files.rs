@@ -44,6 +44,7 @@ pub(super) async fn serve_files(
         settings: &cx.config().files,
         now: Instant::now(),
         counters: &cx.worker.counters,
+        rewritten: p.rewritten.is_some(),
     };
     // A request body is never read here: the connection then closes after the response.
     let framing = KeepAlive {

@@ -2,18 +2,16 @@
 //! `slipstream import`, under slipstream (see `nginx_parity` for what is compared). The test
 //! backend is the service too: `/status/NNN` answers NNN, every answer carries `X-Up: up`.
 
-use crate::nginx_parity::{compare, get};
+use crate::nginx_parity::{compare, get, Ask};
 
 const FORWARD_AUTH: &str = r#"
 upstream app { server {backend}; }
 server {
     listen {listen};
-    location / {
-        auth_request /auth-ok;
-        auth_request_set $up $upstream_http_x_up;
-        proxy_set_header X-Custom $up;
-        proxy_pass http://app;
-    }
+    auth_request_set $up $upstream_http_x_up;
+    proxy_set_header X-Custom $up;
+    location / { auth_request /auth-ok; proxy_pass http://app; }
+    location /unasked/ { auth_request off; proxy_pass http://app; }
     location /denied/ { auth_request /auth-no; proxy_pass http://app; }
     location /forbidden/ { auth_request /auth-forbidden; proxy_pass http://app; }
     location /open/ { proxy_pass http://app; }
@@ -32,11 +30,21 @@ server {
 
 /// The service's 2xx lets the request through with the copied field, 401 and 403 are
 /// answered as they are, a route without `auth_request` is not asked, and the asked path
-/// follows the auth location's `proxy_pass` URI (exact and prefix locations).
+/// follows the auth location's `proxy_pass` URI (exact and prefix locations). A client's
+/// own field of a copied name never reaches the upstream, asked or not.
 #[test]
 fn forward_auth_as_nginx() {
+    let forged = |path| Ask {
+        method: "GET",
+        path,
+        fields: "X-Custom: forged\r\n",
+        body: "",
+    };
     let asks = [
         get("/x?q=1"),
+        forged("/x"),
+        forged("/unasked/x"),
+        forged("/open/x"),
         get("/denied/x"),
         get("/forbidden/x"),
         get("/open/x"),

@@ -31,6 +31,11 @@ server {
         location /private/open/ { allow all; proxy_pass http://app; }
         location /private/closed/ { proxy_pass http://app; }
     }
+    location /hidden/ {
+        internal;
+        location ~ \.json$ { return 200 "json"; }
+        return 200 "hidden";
+    }
     location /rw/ {
         rewrite ^ /elsewhere;
         location /rw/inner/ { return 200 "inner $uri"; }
@@ -66,6 +71,8 @@ fn nested_locations_as_nginx() {
         get("/rw/x"),
         get("/rw/inner/x"),
         get("/other"),
+        get("/hidden/x.json"),
+        get("/hidden/x"),
     ];
     compare("parity-nested", NESTED, &asks, &["x-level", "x-own"]);
 }
@@ -82,6 +89,15 @@ server {
     location @app { add_header X-Named app always; proxy_pass http://app; }
     location @guarded { deny all; proxy_pass http://app; }
     location @rewritten { rewrite ^/rw/(.*)$ /api/$1 break; proxy_pass http://app; }
+    location /alt/ { rewrite ^/alt/(.*)$ /$1 break; }
+    location /gone/ { error_page 404 = /404.html; return 404; }
+    location /moved/ { rewrite ^/moved/(.*)$ /m/$1 break; try_files $uri @app; }
+    location /inter/ { try_files $uri @inter; }
+    location @inter {
+        proxy_intercept_errors on;
+        error_page 503 =200 /here.txt;
+        proxy_pass http://app;
+    }
 }
 "#;
 
@@ -108,6 +124,15 @@ fn try_files_reaches_named_locations_as_nginx() {
         get("/guarded/x"),
         post,
         get("/rw/thing"),
+        // An error page's request falling back to a named location.
+        get("/gone/x"),
+        // The path the rules rewrote is the one the named location gets.
+        get("/moved/x?q=1"),
+        // The named location's error pages answer its failures.
+        get("/inter/status/503"),
+        get("/inter/status/502"),
+        // A root route serves the rewritten path wherever it leads.
+        get("/alt/here.txt"),
     ];
     compare("parity-named", &site, &asks, &["x-named"]);
 }

@@ -42,7 +42,8 @@ impl Translator {
                 self.ignore(d, "slipstream asks an auth service without the body");
             }
             ("proxy_set_header", [name, value]) => {
-                let set = own.auth_sets.as_ref().and_then(|sets| {
+                let sets = own.auth_sets.as_ref().or(scope.auth_sets.as_ref());
+                let set = sets.and_then(|sets| {
                     let var = value.strip_prefix('$')?;
                     sets.iter().find(|(v, _)| v == var).map(|(_, f)| f.clone())
                 });
@@ -112,7 +113,23 @@ impl Translator {
     }
 }
 
-/// The `auth_request` key a level's scope stands for: a table, `false` for `off`, or nothing.
+/// The fields a level's `proxy_set_header`s set from the auth service's answer when no
+/// service is asked there (none, or `auth_request off`): nginx then sets them empty, which
+/// hides the client's own, so they are removed (`proxy_set_headers = { X-User = "" }`).
+pub(super) fn unasked_copies(scope: &Scope) -> Vec<(String, String)> {
+    if matches!(scope.auth_request, Some(AuthTarget::Ask { .. })) {
+        return Vec::new();
+    }
+    let copies = scope.auth_copies.as_deref().unwrap_or_default();
+    copies
+        .iter()
+        .map(|(to, _)| (to.clone(), String::new()))
+        .collect()
+}
+
+/// The `auth_request` key a level's scope stands for: a table, `false` for `off`, or nothing
+/// (also when it could not be translated: the level then keeps what it inherits rather than
+/// turning the service off).
 pub(super) fn auth_request(scope: &Scope) -> Option<Val> {
     match scope.auth_request.as_ref()? {
         AuthTarget::Off => Some(Val::Bool(false)),

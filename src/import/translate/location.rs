@@ -438,11 +438,17 @@ fn differences(keys: &mut Keys, server: &Scope, scope: &Scope, own: &Own) {
     if let Some(access) = &own.access {
         keys.push(("access".into(), Val::strs(access)));
     }
-    if let Some(fields) = &own.request_fields {
-        keys.push(("proxy_set_headers".into(), Val::str_table(fields)));
+    // The copies of an auth answer are removed where no service is asked; a level whose
+    // asking differs from its server's writes its whole list.
+    let unasked = super::auth::unasked_copies(scope);
+    if own.request_fields.is_some() || unasked != super::auth::unasked_copies(server) {
+        let mut fields = scope.request_fields.clone().unwrap_or_default();
+        fields.extend(unasked);
+        keys.push(("proxy_set_headers".into(), Val::str_table(&fields)));
     }
     let auth = super::auth::auth_request(scope);
-    if auth != super::auth::auth_request(server) {
+    let failed = matches!(scope.auth_request, Some(super::auth::AuthTarget::Failed));
+    if auth != super::auth::auth_request(server) && !failed {
         keys.push(("auth_request".into(), auth.unwrap_or(Val::Bool(false))));
     }
     let basic = super::settings::auth_basic(scope);

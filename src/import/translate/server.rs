@@ -457,8 +457,10 @@ fn site_keys(draft: &SiteDraft, scope: &Scope, own: &Own, zones: bool) -> Keys {
     if let Some(access) = &scope.access {
         keys.push(("access".into(), Val::strs(access)));
     }
-    if let Some(fields) = scope.request_fields.as_ref().filter(|f| !f.is_empty()) {
-        keys.push(("proxy_set_headers".into(), Val::str_table(fields)));
+    let mut fields = scope.request_fields.clone().unwrap_or_default();
+    fields.extend(super::auth::unasked_copies(scope));
+    if !fields.is_empty() {
+        keys.push(("proxy_set_headers".into(), Val::str_table(&fields)));
     }
     if let Some(pages) = &scope.error_pages {
         keys.push(("error_pages".into(), Val::List(pages.clone())));
