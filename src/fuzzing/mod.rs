@@ -408,7 +408,8 @@ pub fn compress_head(data: &[u8]) {
 }
 
 /// Any bytes as an nginx config (for `slipstream import`): reading never panics, and a config
-/// that reads, written back ([`crate::import::syntax::write`]), reads as the same directives.
+/// that reads, written back ([`crate::import::syntax::write`]), reads as the same directives;
+/// and its translation ([`crate::import::translate`]) never panics and is TOML.
 pub fn nginx_conf(data: &[u8]) {
     use crate::import::syntax::{parse, write, Directive};
     fn shape(d: &[Directive]) -> Vec<(String, Vec<String>, Option<Vec<u8>>)> {
@@ -429,6 +430,16 @@ pub fn nginx_conf(data: &[u8]) {
     write(&first, 0, &mut text);
     let again = parse(text.as_bytes(), 0).expect("what was written reads");
     assert_eq!(shape(&first), shape(&again), "{text}");
+    // Whatever the directives, the translation never panics and is TOML.
+    let config = crate::import::read::Config {
+        files: vec!["fuzz.conf".into()],
+        directives: first,
+        skipped: Vec::new(),
+    };
+    let translation = crate::import::translate::translate(&config);
+    if let Err(e) = translation.toml.parse::<toml::Table>() {
+        panic!("{e}\n{}", translation.toml);
+    }
 }
 
 /// Bytes from a FastCGI server: reading records one after another never panics, and every

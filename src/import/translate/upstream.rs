@@ -38,6 +38,9 @@ impl Translator {
             match (d.name.as_str(), &d.block) {
                 ("http", Some(block)) => self.declare_upstreams(block),
                 ("upstream", Some(block)) => match d.args.as_slice() {
+                    [name] if self.groups.iter().any(|g| g.declared && g.name == *name) => {
+                        self.not_translated(d, format!("duplicate upstream {name:?}"));
+                    }
                     [name] => self.upstream_block(d, name, block),
                     _ => self.not_translated(d, "upstream takes one name"),
                 },
