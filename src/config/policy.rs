@@ -182,13 +182,8 @@ impl Validator<'_> {
             Some(list) => self.access(list),
             None => parent.map_or(Vec::new(), |p| p.access.clone()),
         };
-        let (headers, headers_on_success) = match parent {
-            Some(p) if !keys.has_headers() => (p.headers.clone(), p.headers_on_success.clone()),
-            _ => (
-                self.field_lines("add_headers", keys.add_headers),
-                self.field_lines("add_headers_on_success", keys.add_headers_on_success),
-            ),
-        };
+        let (headers, headers_on_success, dynamic_headers) =
+            self.response_headers(keys, parent, names);
         let max_body = match keys.client_max_body_size {
             Some(size) => self.body_limit(size),
             None => parent.and_then(|p| p.max_body),
@@ -244,21 +239,13 @@ impl Validator<'_> {
         };
         let (limit_req, limit_conn, limit_status) = self.limits(keys, parent);
         let mut request_fields = request_fields;
-        for copied in auth_request.iter().flat_map(|a| &a.copy) {
-            // The client never sets what the service vouches for, even when the service is
-            // not asked (`satisfy any` let the request through first).
-            if !request_fields
-                .iter()
-                .any(|(n, _)| n.eq_ignore_ascii_case(&copied.to))
-            {
-                request_fields.push((copied.to.clone(), Template::default()));
-            }
-        }
+        remove_copies(&mut request_fields, auth_request.as_deref());
         Policy {
             rules,
             access,
             headers,
             headers_on_success,
+            dynamic_headers,
             max_body,
             request_fields,
             error_pages,
@@ -471,16 +458,49 @@ impl Validator<'_> {
     }
 
     /// `Name: value\r\n` lines of an `add_headers`-style table.
+    /// `add_headers` and `add_headers_on_success` (all-or-nothing, as nginx inherits
+    /// them): the fixed lines of each, and the fields whose values have variables.
+    fn response_headers(
+        &mut self,
+        keys: &PolicyKeys<'_>,
+        parent: Option<&Policy>,
+        names: &[&str],
+    ) -> (Vec<u8>, Vec<u8>, crate::routing::DynamicHeaders) {
+        if let Some(p) = parent.filter(|_| !keys.has_headers()) {
+            let inherited = p.dynamic_headers.clone();
+            return (p.headers.clone(), p.headers_on_success.clone(), inherited);
+        }
+        let mut dynamic = Vec::new();
+        let always = self.field_lines("add_headers", keys.add_headers, names, &mut dynamic);
+        let key = "add_headers_on_success";
+        let table = keys.add_headers_on_success;
+        let on_success = self.field_lines(key, table, names, &mut dynamic);
+        (always, on_success, dynamic)
+    }
+
     pub(super) fn field_lines(
         &mut self,
         key: &str,
         table: Option<&Spanned<BTreeMap<String, String>>>,
+        names: &[&str],
+        dynamic: &mut crate::routing::DynamicHeaders,
     ) -> Vec<u8> {
         let mut lines = Vec::new();
         let Some(table) = table else {
             return lines;
         };
         for (name, value) in table.get_ref() {
+            if value.contains('$') {
+                // Checked as a line with the variables' names in place of their values.
+                let checked = crate::http1::response::field_line(name, &value.replace('$', ""));
+                let template = Template::parse_with(value, names, &self.map_names);
+                match (checked, template) {
+                    (Ok(_), Ok(t)) => dynamic.push((name.clone(), t, key == "add_headers")),
+                    (Err(e), _) => self.error(table.span().start, format!("{key}: {e}")),
+                    (_, Err(e)) => self.error(table.span().start, format!("{key}: {name}: {e}")),
+                }
+                continue;
+            }
             match crate::http1::response::field_line(name, value) {
                 Ok(line) => lines.extend_from_slice(&line),
                 Err(e) => self.error(table.span().start, format!("{key}: {e}")),
@@ -628,4 +648,21 @@ fn framing_field(name: &str) -> bool {
     crate::message::is_hop_by_hop(name)
         || name.eq_ignore_ascii_case("expect")
         || name.eq_ignore_ascii_case("x-forwarded-for")
+}
+
+/// Adds to `request_fields` the removal of each field `auth_request` copies: the client
+/// never sets what the service vouches for, even when the service is not asked (`satisfy
+/// any` let the request through first).
+fn remove_copies(
+    request_fields: &mut Vec<(String, Template)>,
+    auth_request: Option<&crate::rules::auth::AuthRequest>,
+) {
+    for copied in auth_request.iter().flat_map(|a| &a.copy) {
+        if !request_fields
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(&copied.to))
+        {
+            request_fields.push((copied.to.clone(), Template::default()));
+        }
+    }
 }

@@ -644,3 +644,21 @@ fn ipv6only_is_checked() {
     assert!(!c.listeners[0].ipv6only);
     assert!(c.listeners[3].ipv6only);
 }
+
+/// An `add_headers` value with variables is rendered per request (the site leaves the plain
+/// fast path); an unknown variable is refused with its line.
+#[test]
+fn header_values_with_variables() {
+    let text = "[[listen]]\naddress = \"127.0.0.1:8080\"\n\
+                [upstreams.app]\nservers = [\"127.0.0.1:9000\"]\n\
+                [[sites]]\nadd_headers = { X-Host = \"$host\", X-Fixed = \"a$\" }\n\
+                routes = [{ path = \"/\", upstream = \"app\" }]\n";
+    let e = Config::parse(text, "t.toml").unwrap_err();
+    assert_eq!(e.0[0].line, 6, "{e}");
+    let good = text.replace(", X-Fixed = \"a$\"", ", X-Fixed = \"a\"");
+    let c = Config::parse(&good, "t.toml").unwrap();
+    let policy = c.router.site_policy(0);
+    assert_eq!(policy.headers, b"X-Fixed: a\r\n");
+    assert_eq!(policy.dynamic_headers.len(), 1);
+    assert!(!c.router.is_plain(0));
+}

@@ -152,6 +152,10 @@ impl Ctx<'_> {
         let (policy, https) = (self.request.routed.policy, self.request.https);
         add_configured_fields(self.config(), policy, https, out, start);
         crate::http1::response::add_fields(out, start, &self.request.response_fields);
+        let on_success = &self.request.fields_on_success;
+        if !on_success.is_empty() && crate::routing::is_success(status_of(out, start)) {
+            crate::http1::response::add_fields(out, start, on_success);
+        }
     }
 
     /// Removes the upstream response fields the policy hides (`hide_headers`) from the head
@@ -212,6 +216,14 @@ impl Ctx<'_> {
 /// Adds the fields configured for a response to the head at `start` in `out`: those of
 /// `policy` (the route's or site's `add_headers`, and `add_headers_on_success` when its status
 /// is one nginx's `add_header` applies to) and, over TLS, `Strict-Transport-Security`.
+/// The status of the response head at `start` of `out` (0 when it cannot be read).
+fn status_of(out: &[u8], start: usize) -> u16 {
+    out.get(start + 9..start + 12)
+        .and_then(|d| std::str::from_utf8(d).ok())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0)
+}
+
 fn add_configured_fields(
     config: &crate::config::Config,
     policy: Option<u16>,
@@ -220,11 +232,7 @@ fn add_configured_fields(
     start: usize,
 ) {
     if policy.is_some() {
-        let status = out
-            .get(start + 9..start + 12)
-            .and_then(|d| std::str::from_utf8(d).ok())
-            .and_then(|d| d.parse().ok())
-            .unwrap_or(0);
+        let status = status_of(out, start);
         let (always, on_success) = config.router.headers(policy, status);
         crate::http1::response::add_fields(out, start, always);
         crate::http1::response::add_fields(out, start, on_success);

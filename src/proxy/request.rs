@@ -79,8 +79,11 @@ pub(super) struct Prepared {
     pub(super) intercepts: bool,
     /// An error page's request head as HTTP/1.1 text (FastCGI reads it again from here).
     pub(super) page_head: Option<Vec<u8>>,
-    /// Field lines its answers get besides the policy's (`cors`, a 401's challenge).
+    /// Field lines its answers get besides the policy's (`cors`, a 401's challenge,
+    /// `add_headers` values with variables).
     pub(super) response_fields: Vec<u8>,
+    /// Field lines its successful answers get (`add_headers_on_success` with variables).
+    pub(super) fields_on_success: Vec<u8>,
     /// `satisfy any` is met before the authorization service is asked.
     pub(super) satisfied: bool,
     /// `limit_req` serves the request after this wait.
@@ -240,6 +243,7 @@ impl Prepared {
             intercepts: intercepts(config, routed),
             page_head: None,
             response_fields: decision.response_fields,
+            fields_on_success: decision.fields_on_success,
             satisfied: decision.satisfied,
             delay: decision.delay,
             _places: decision.guards,

@@ -29,8 +29,10 @@ pub(super) struct Decision {
     /// empty value removes the field.
     pub(super) request_fields: Vec<(String, String)>,
     /// Field lines this request's answers get besides the policy's (`cors`, a 401's
-    /// challenge).
+    /// challenge, `add_headers` values with variables).
     pub(super) response_fields: Vec<u8>,
+    /// Field lines its successful answers get (`add_headers_on_success` with variables).
+    pub(super) fields_on_success: Vec<u8>,
     /// Under `satisfy any`, the address rules or the users let the request through: the
     /// authorization service is not asked.
     pub(super) satisfied: bool,
@@ -84,6 +86,7 @@ impl Decision {
             refused: None,
             request_fields: Vec::new(),
             response_fields: Vec::new(),
+            fields_on_success: Vec::new(),
             satisfied: false,
             delay: None,
             guards: Vec::new(),
@@ -143,7 +146,43 @@ pub(super) fn decide(
         captures: None,
         rewrites: 0,
     };
-    let (mut d, mut answer) = locate(router, (site, entry), head, &facts, &mut current);
+    let asked = (site, head, client, entry);
+    let mut d = phases(router, asked, (&facts, &mut current), (&path, args));
+    dynamic_fields(router, (&facts, &current), &mut d);
+    d
+}
+
+/// `add_headers` values with variables, rendered for the request's policy once its route
+/// is settled (for its answer, refusal or content alike).
+fn dynamic_fields(router: &Router, (facts, current): (&Facts<'_>, &Current), d: &mut Decision) {
+    let Some(policy) = d.routed.policy.map(|p| router.policy(p)) else {
+        return;
+    };
+    for (name, value, always) in &policy.dynamic_headers {
+        let rendered = value.to_string(facts, current);
+        // A decoded path or a capture may hold control bytes: never into a field line.
+        let safe = rendered.replace(|c: char| c.is_ascii_control() && c != '\t', " ");
+        let out = if *always {
+            &mut d.response_fields
+        } else {
+            &mut d.fields_on_success
+        };
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(safe.trim().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// nginx's phases over the request once its site is known: the location and its rules,
+/// CORS, the limits, access, and what it is sent on with.
+fn phases(
+    router: &Router,
+    (site, head, client, entry): (usize, &RequestHead<'_, '_>, &Client<'_>, Entry),
+    (facts, current): (&Facts<'_>, &mut Current),
+    (path, args): (&str, &str),
+) -> Decision {
+    let (mut d, mut answer) = locate(router, (site, entry), head, facts, current);
     cors(router, head, &mut d, &mut answer);
     if let Some(mut answer) = answer {
         // A Location carries decoded path bytes and captures: never a control byte or space.
@@ -154,15 +193,15 @@ pub(super) fn decide(
         }
         d.answer = Some(Box::new(Answered {
             answer,
-            host: host.to_string(),
-            path: current.uri,
+            host: facts.host.to_string(),
+            path: current.uri.clone(),
         }));
         return d;
     }
     if d.refused.is_some() {
         return d;
     }
-    if !current.uri.starts_with('/') && current.uri != *path {
+    if !current.uri.starts_with('/') && current.uri != path {
         // nginx answers an empty rewritten path with 500; one without a leading `/` cannot
         // be sent on either.
         d.refused = Some(Kind::RewriteFailed);
@@ -170,14 +209,14 @@ pub(super) fn decide(
     }
     let policy = router.policy(d.routed.policy.unwrap_or_default());
     // Limits count a request once: not again for its error page (nginx's main request).
-    if entry == Entry::Client && !limit_phase(router, policy, (&facts, &current), &mut d) {
+    if entry == Entry::Client && !limit_phase(router, policy, (facts, current), &mut d) {
         return d;
     }
     let authorization = head.header("authorization");
     if !access(policy, (client.ip, authorization), &mut d) {
         return d;
     }
-    send_on(policy, (&facts, &current), (&path, args), &mut d);
+    send_on(policy, (facts, current), (path, args), &mut d);
     d
 }
 

@@ -52,6 +52,9 @@ pub struct Policy {
     /// Field lines added to successful and redirect responses only (200, 201, 204, 206, 301,
     /// 302, 303, 304, 307, 308: nginx's `add_header` without `always`).
     pub headers_on_success: Vec<u8>,
+    /// Fields whose values have variables (`$host`, `$http_origin`), rendered per request:
+    /// (name, value, added to every response rather than successful ones only).
+    pub dynamic_headers: DynamicHeaders,
     /// Largest request body accepted by its Content-Length (`client_max_body_size`).
     pub max_body: Option<u64>,
     /// Request fields set toward the upstream (nginx's `proxy_set_header`): each replaces the
@@ -84,10 +87,15 @@ pub struct Policy {
     pub limit_status: u16,
 }
 
+/// Response fields whose values have variables: (name, value, added to every response
+/// rather than successful ones only).
+pub type DynamicHeaders = Vec<(String, crate::rules::template::Template, bool)>;
+
 impl Policy {
     /// Whether the policy needs nothing of the request before its content phase.
     fn is_passive(&self) -> bool {
         self.rules.is_empty()
+            && self.dynamic_headers.is_empty()
             && self.access.is_empty()
             && self.max_body.is_none()
             && self.request_fields.is_empty()
@@ -424,7 +432,7 @@ impl Router {
 }
 
 /// The statuses nginx's `add_header` (without `always`) and `expires` apply to.
-fn is_success(status: u16) -> bool {
+pub fn is_success(status: u16) -> bool {
     matches!(
         status,
         200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308

@@ -26,6 +26,7 @@ mod large_bodies;
 mod lifecycle;
 mod limits;
 mod nginx_forward_auth;
+mod nginx_headers;
 mod nginx_nested;
 mod nginx_parity;
 mod observe;

@@ -354,6 +354,27 @@ impl Translator {
         true
     }
 
+    /// The variable of `value` slipstream does not have, if any (the location's and server's
+    /// regex groups and the maps are known).
+    fn unknown_variable(&self, value: &str) -> Option<String> {
+        if !value.contains('$') {
+            return None;
+        }
+        let groups: Vec<&str> = self
+            .location_groups
+            .iter()
+            .chain(&self.server_groups)
+            .map(String::as_str)
+            .collect();
+        let maps: Vec<String> = self.out.maps.iter().map(|(n, _)| n.clone()).collect();
+        let e = crate::rules::template::Template::parse_with(value, &groups, &maps).err()?;
+        Some(
+            e.strip_prefix("unknown variable ")
+                .unwrap_or(&e)
+                .to_string(),
+        )
+    }
+
     /// The all-or-nothing lists (`add_header`, allow/deny, `fastcgi_param`) and
     /// `proxy_set_header`; true when `d` is one of them.
     fn listed(&mut self, d: &Directive, own: &mut Own) -> bool {
@@ -363,9 +384,10 @@ impl Translator {
         match (d.name.as_str(), d.args.as_slice()) {
             ("add_header", [name, value, rest @ ..]) if rest.is_empty() || rest == ["always"] => {
                 let always = !rest.is_empty();
+                let unknown = self.unknown_variable(value);
                 let list = own.headers.get_or_insert_with(Vec::new);
-                if value.contains('$') {
-                    self.not_translated(d, "variables in header values are not supported yet");
+                if let Some(var) = unknown {
+                    self.not_translated(d, format!("{var} is not supported yet"));
                 } else if list
                     .iter()
                     .any(|h| h.name.eq_ignore_ascii_case(name) && h.always == always)
@@ -417,27 +439,16 @@ impl Translator {
             }
             ("proxy_set_header", [name, value]) => {
                 // Any proxy_set_header makes the level's list its own (nginx).
-                let list = own.request_fields.get_or_insert_with(Vec::new);
+                own.request_fields.get_or_insert_with(Vec::new);
                 match forwarded_idiom(name, value) {
                     Some(reason) => self.ignore(d, reason),
                     None if request_field_refused(name) => {
                         self.not_translated(d, "slipstream writes this field itself");
                     }
-                    None => match crate::rules::template::Template::parse_with(
-                        value,
-                        &[],
-                        &self
-                            .out
-                            .maps
-                            .iter()
-                            .map(|(n, _)| n.clone())
-                            .collect::<Vec<_>>(),
-                    ) {
-                        Err(e) => {
-                            let var = e.strip_prefix("unknown variable ").unwrap_or(&e);
-                            self.not_translated(d, format!("{var} is not supported yet"));
-                        }
-                        Ok(_) => {
+                    None => match self.unknown_variable(value) {
+                        Some(var) => self.not_translated(d, format!("{var} is not supported yet")),
+                        None => {
+                            let list = own.request_fields.get_or_insert_with(Vec::new);
                             list.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
                             list.push((name.clone(), value.clone()));
                         }
