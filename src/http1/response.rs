@@ -242,11 +242,19 @@ pub fn field_line(name: &str, value: &str) -> Result<Vec<u8>, String> {
 }
 
 /// Adds field lines (each `Name: value\r\n`) to the response head that starts at `start` in
-/// `out`, before the blank line that ends it; a field the head already has is not added twice.
-/// The lines have distinct names ([`distinct_fields`]).
+/// `out`, before the blank line that ends it; a field the head already has is not added twice,
+/// but a `Vary` is merged into the head's (`Vary: Cookie` and `Vary: Origin` make
+/// `Vary: Cookie, Origin`: a cache must tell both apart). The lines have distinct names
+/// ([`distinct_fields`]).
 pub fn add_fields(out: &mut Vec<u8>, start: usize, lines: &[u8]) {
     if lines.is_empty() {
         return;
+    }
+    if let Some(vary) = lines
+        .split_inclusive(|&b| b == b'\n')
+        .find(|l| l.len() > 5 && l[..5].eq_ignore_ascii_case(b"vary:"))
+    {
+        merge_vary(out, start, vary);
     }
     let Some(end) = out[start..].windows(4).position(|w| w == b"\r\n\r\n") else {
         return;
@@ -271,6 +279,44 @@ pub fn add_fields(out: &mut Vec<u8>, start: usize, lines: &[u8]) {
         }
     }
     out.splice(at..at, insert);
+}
+
+/// Appends to the head's first `Vary` field the elements of the `Vary` line `line` it lacks
+/// (none when it has `*`); a head without one is left alone (the line is then added whole).
+fn merge_vary(out: &mut Vec<u8>, start: usize, line: &[u8]) {
+    let Some(end) = out[start..].windows(4).position(|w| w == b"\r\n\r\n") else {
+        return;
+    };
+    let head = &out[start..start + end + 2];
+    let mut at = 0;
+    let found = head.split_inclusive(|&b| b == b'\n').find_map(|l| {
+        let here = at;
+        at += l.len();
+        (l.len() > 5 && l[..5].eq_ignore_ascii_case(b"vary:")).then_some((here, l))
+    });
+    let Some((offset, existing)) = found else {
+        return;
+    };
+    let value = |l: &[u8]| {
+        let l = &l[5..];
+        l.strip_suffix(b"\r\n").unwrap_or(l).to_vec()
+    };
+    let have = value(existing);
+    if crate::message::list_elements(&have).any(|e| e == b"*") {
+        return;
+    }
+    let mut added = Vec::new();
+    for e in crate::message::list_elements(&value(line)) {
+        let known = crate::message::list_elements(&have).any(|h| h.eq_ignore_ascii_case(e));
+        if !known {
+            added.extend_from_slice(b", ");
+            added.extend_from_slice(e);
+        }
+    }
+    let trimmed = existing.strip_suffix(b"\n").unwrap_or(existing);
+    let trimmed = trimmed.strip_suffix(b"\r").unwrap_or(trimmed);
+    let line_end = start + offset + trimmed.len();
+    out.splice(line_end..line_end, added);
 }
 
 /// Removes the fields named `names` (lower case) from the head that starts at `start` in
@@ -519,5 +565,26 @@ mod tests {
         let mut other = b"HTTP/1.1 200 OK\r\nStrict-Transport-Security-X: 1\r\n\r\n".to_vec();
         add_fields(&mut other, 0, hsts);
         assert_eq!(other.windows(7).filter(|w| w == b"max-age").count(), 1);
+    }
+
+    /// A `Vary` the head has is merged with the one added, never doubled; `*` covers all.
+    #[test]
+    fn vary_is_merged_into_the_heads() {
+        let lines = b"Vary: Origin\r\nX-A: 1\r\n";
+        let mut out = b"x HTTP/1.1 200 OK\r\nvary: Cookie\r\n\r\nbody".to_vec();
+        add_fields(&mut out, 2, lines);
+        assert_eq!(
+            out,
+            b"x HTTP/1.1 200 OK\r\nvary: Cookie, Origin\r\nX-A: 1\r\n\r\nbody"
+        );
+        let again = out.clone();
+        add_fields(&mut out, 2, b"Vary: origin\r\n");
+        assert_eq!(out, again);
+        let mut star = b"HTTP/1.1 200 OK\r\nVary: *\r\n\r\n".to_vec();
+        add_fields(&mut star, 0, lines);
+        assert_eq!(star, b"HTTP/1.1 200 OK\r\nVary: *\r\nX-A: 1\r\n\r\n");
+        let mut none = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
+        add_fields(&mut none, 0, lines);
+        assert_eq!(none, b"HTTP/1.1 200 OK\r\nVary: Origin\r\nX-A: 1\r\n\r\n");
     }
 }

@@ -492,7 +492,10 @@ impl RouterBuilder {
     /// Adds a host name (`example.com` or `*.example.com`) to a site.
     pub fn add_host(&mut self, site: usize, name: &str) -> Result<(), String> {
         if let Some(source) = name.strip_prefix('~') {
-            let pattern = crate::rules::pattern::Pattern::new(source, false)
+            // nginx compiles a name with a capital letter caseless (hosts are matched lower
+            // case, so it could never match otherwise).
+            let caseless = source.bytes().any(|b| b.is_ascii_uppercase());
+            let pattern = crate::rules::pattern::Pattern::new(source, caseless)
                 .map_err(|e| format!("host {name:?}: {e}"))?;
             self.router.regex_hosts.push((pattern, site));
             return Ok(());

@@ -27,6 +27,7 @@ mod lifecycle;
 mod limits;
 mod nginx_forward_auth;
 mod nginx_headers;
+mod nginx_names;
 mod nginx_nested;
 mod nginx_parity;
 mod observe;

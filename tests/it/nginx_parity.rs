@@ -65,12 +65,14 @@ fn ask(addr: SocketAddr, a: &Ask, compared: &[&str]) -> Seen {
     } else {
         "Host: example.com\r\n"
     };
-    write!(
-        w,
+    // One write: nginx answers a bad request line at once and closes, and a head written in
+    // pieces would then meet a reset.
+    let text = format!(
         "{} {} HTTP/1.1\r\n{host}{}{length}Connection: close\r\n\r\n",
         a.method, a.path, a.fields
-    )
-    .unwrap();
+    );
+    w.write_all(text.as_bytes())
+        .unwrap_or_else(|e| panic!("{} {} to {addr}: {e}", a.method, a.path));
     // With `Expect: 100-continue` the body waits for the interim answer (or for the final
     // one, when the server refuses it unread); the 100 counts as one of the things compared.
     let mut continued = false;
@@ -697,48 +699,6 @@ fn expires_and_hidden_fields_as_nginx() {
     // Times from now: Cache-Control compared, Expires present.
     let asks = [get("/site"), get("/zero"), get("/past"), get("/up")];
     compare("parity-expires-now", EXPIRES, &asks, &["cache-control"]);
-}
-
-const NAMES: &str = r#"
-server {
-    listen {listen} default_server;
-    server_name example.com;
-    location / { return 200 "default $host"; }
-}
-server {
-    listen {listen};
-    server_name ~^(?<sub>[a-z]+)\.apps\.example$ ~^www\.(?<rest>.+)$;
-    location / { return 200 "regex sub=$sub rest=$rest host=$host"; }
-    location ~ ^/(?<sub>x)/ { return 200 "location sub=$sub"; }
-}
-server {
-    listen {listen};
-    server_name exact.apps.example *.wild.example;
-    location / { return 200 "exact $host"; }
-}
-"#;
-
-/// Regex server names with named captures as variables, after exact and wildcard names,
-/// and a location's group of the same name taking over.
-#[test]
-fn regex_server_names_as_nginx() {
-    let on = |host: &'static str, path: &'static str| Ask {
-        method: "GET",
-        path,
-        fields: host,
-        body: "",
-    };
-    let asks = [
-        on("Host: shop.apps.example\r\n", "/"),
-        on("Host: SHOP.Apps.Example\r\n", "/"),
-        on("Host: exact.apps.example\r\n", "/"),
-        on("Host: a.wild.example\r\n", "/"),
-        on("Host: www.other.test\r\n", "/"),
-        on("Host: shop.apps.example\r\n", "/x/y"),
-        on("Host: 9.apps.example\r\n", "/"),
-        on("Host: nothing.test\r\n", "/"),
-    ];
-    compare("parity-names", NAMES, &asks, &[]);
 }
 
 const AUTH_BASIC: &str = r#"
