@@ -157,12 +157,7 @@ impl Prepared {
         local_port: &dyn Fn() -> u16,
         entry: super::rules::Entry,
     ) -> Prepared {
-        // Behind trusted proxies the client is who they say (`[real_ip]`): its address is
-        // `$remote_addr` for the rules, access, X-Forwarded-For, hashing, FastCGI and logs.
-        let real_ip = config
-            .real_ip
-            .as_ref()
-            .and_then(|r| r.client(peer.ip(), head.headers));
+        let real_ip = real_client(config, head, peer);
         let real_text = real_ip.map(crate::net::IpText::new);
         let (peer, ip_text) = match (real_ip, &real_text) {
             (Some(ip), Some(text)) => (SocketAddr::new(ip, peer.port()), text.as_bytes()),
@@ -250,6 +245,19 @@ impl Prepared {
             challenge: decision.challenge,
         }
     }
+}
+
+/// Behind trusted proxies the client is who they say (`[real_ip]`): its address is
+/// `$remote_addr` for the rules, access, X-Forwarded-For, hashing, FastCGI and logs.
+fn real_client(
+    config: &Config,
+    head: &RequestHead<'_, '_>,
+    peer: SocketAddr,
+) -> Option<std::net::IpAddr> {
+    config
+        .real_ip
+        .as_ref()
+        .and_then(|r| r.client(peer.ip(), head.headers))
 }
 
 /// The codings the client accepts (its `Accept-Encoding` fields).

@@ -2,7 +2,7 @@
 //! `slipstream import`, under slipstream (see `nginx_parity` for what is compared). The test
 //! backend is the service too: `/status/NNN` answers NNN, every answer carries `X-Up: up`.
 
-use crate::nginx_parity::{compare, get, Ask};
+use crate::nginx_parity::{compare, get, get_with};
 
 const FORWARD_AUTH: &str = r#"
 upstream app { server {backend}; }
@@ -34,12 +34,7 @@ server {
 /// own field of a copied name never reaches the upstream, asked or not.
 #[test]
 fn forward_auth_as_nginx() {
-    let forged = |path| Ask {
-        method: "GET",
-        path,
-        fields: "X-Custom: forged\r\n",
-        body: "",
-    };
+    let forged = |path| get_with("X-Custom: forged\r\n", path);
     let asks = [
         get("/x?q=1"),
         forged("/x"),

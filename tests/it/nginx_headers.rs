@@ -1,7 +1,7 @@
 //! `add_header` values with variables, differentially: the same site under nginx and,
 //! through `slipstream import`, under slipstream (see `nginx_parity` for what is compared).
 
-use crate::nginx_parity::{compare, get, Ask};
+use crate::nginx_parity::{compare, get, get_with};
 
 const HEADERS: &str = r#"
 upstream app { server {backend}; }
@@ -27,11 +27,11 @@ server {
 /// proxied answers and the proxy's own; without `always` only on successful ones.
 #[test]
 fn header_values_with_variables_as_nginx() {
-    let from = |path| Ask {
-        method: "GET",
-        path,
-        fields: "Origin: https://a.example\r\nUser-Agent: somebot/1\r\n",
-        body: "",
+    let from = |path| {
+        get_with(
+            "Origin: https://a.example\r\nUser-Agent: somebot/1\r\n",
+            path,
+        )
     };
     let asks = [
         get("/x?a=1"),

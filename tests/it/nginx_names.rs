@@ -1,7 +1,7 @@
 //! Server names, differentially: the same site under nginx and, through `slipstream
 //! import`, under slipstream (see `nginx_parity` for what is compared).
 
-use crate::nginx_parity::{compare, Ask};
+use crate::nginx_parity::{compare, get_with};
 
 const NAMES: &str = r#"
 server {
@@ -31,12 +31,7 @@ server {
 /// and a location's group of the same name taking over.
 #[test]
 fn regex_server_names_as_nginx() {
-    let on = |host: &'static str, path: &'static str| Ask {
-        method: "GET",
-        path,
-        fields: host,
-        body: "",
-    };
+    let on = get_with;
     let asks = [
         on("Host: shop.apps.example\r\n", "/"),
         on("Host: SHOP.Apps.Example\r\n", "/"),

@@ -37,6 +37,16 @@ pub(crate) const fn get(path: &'static str) -> Ask {
     }
 }
 
+/// A GET of `path` with extra request `fields`.
+pub(crate) const fn get_with(fields: &'static str, path: &'static str) -> Ask {
+    Ask {
+        method: "GET",
+        path,
+        fields,
+        body: "",
+    }
+}
+
 /// What is compared of one answer.
 #[derive(Debug, PartialEq, Eq)]
 struct Seen {
@@ -497,12 +507,7 @@ server {
 
 #[test]
 fn the_real_client_address_behind_trusted_proxies_as_nginx() {
-    let from = |xff: &'static str, path: &'static str| Ask {
-        method: "GET",
-        path,
-        fields: xff,
-        body: "",
-    };
+    let from = get_with;
     let asks = [
         from("", "/whoami"),
         from("X-Forwarded-For: 10.1.2.3\r\n", "/whoami"),
