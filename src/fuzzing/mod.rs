@@ -114,14 +114,16 @@ pub fn response_head(data: &[u8]) {
     head.write_client_head(&mut out, relay, flags & 4 == 4, client_minor);
     assert_clean_head(&out);
     if flags & 8 == 8 {
-        // HSTS over TLS: added once, before the blank line, whatever the upstream sent.
-        let hsts = b"Strict-Transport-Security: max-age=1\r\n";
-        crate::http1::response::add_fields(&mut out, 0, hsts);
+        // HSTS over TLS: added once, before the blank line, whatever the upstream sent; a
+        // CORS `Vary: Origin` merged into the upstream's own `Vary`.
+        let added = b"Strict-Transport-Security: max-age=1\r\nVary: Origin\r\n";
+        crate::http1::response::add_fields(&mut out, 0, added);
         assert_clean_head(&out);
         let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
         assert!(text.contains("\nstrict-transport-security:"));
+        assert!(text.contains("\nvary:"));
     }
-    if head.headers.len() + ADDED_FIELDS + 1 > MAX_HEADERS {
+    if head.headers.len() + ADDED_FIELDS + 2 > MAX_HEADERS {
         return;
     }
     let mut again = header_storage();
