@@ -114,6 +114,9 @@ pub enum Kind {
     /// An answer of this code that an error page replaces: a rule's `return`, or an
     /// upstream's under `intercept_errors` (its response is discarded).
     Replaced(u16),
+    /// The request said `only-if-cached` and its route's cache holds nothing that answers it
+    /// (504, RFC 9111 section 5.2.1.7).
+    NotCached,
 }
 
 impl Kind {
@@ -135,6 +138,7 @@ impl Kind {
             | Kind::AuthFailed
             | Kind::Limited(_)
             | Kind::RewriteFailed
+            | Kind::NotCached
             | Kind::RegexLimit
             | Kind::FileNotFound
             | Kind::FileForbidden
@@ -170,6 +174,7 @@ impl Kind {
             Kind::Unauthorized => "credentials required",
             Kind::AuthFailed => "authorization service failed",
             Kind::Limited(_) => "over a request rate or concurrency limit",
+            Kind::NotCached => "only-if-cached and nothing stored answers it",
             Kind::RewriteFailed => {
                 "rules changed the path more than 10 times, or to one not starting with '/'"
             }
@@ -385,7 +390,9 @@ impl Error {
             Kind::FileFailed => (500, Counter::FilesErrors),
             Kind::FileTruncated => (500, Counter::FilesTruncated),
             Kind::CompressFailed => (500, Counter::CompressFailures),
-            Kind::ConnectTimeout | Kind::UpstreamTimeout => (504, Counter::GatewayTimeout),
+            Kind::ConnectTimeout | Kind::UpstreamTimeout | Kind::NotCached => {
+                (504, Counter::GatewayTimeout)
+            }
             Kind::NoLiveServers => (503, Counter::UpstreamNoLiveServers),
             Kind::QueueTimeout => (503, Counter::UpstreamQueueTimeouts),
             Kind::BodyTooLarge => (413, Counter::BadRequests),
@@ -436,6 +443,7 @@ impl Kind {
             | Kind::Limited(_)
             | Kind::QueueTimeout => RESOURCE_EXHAUSTED,
             Kind::ClientTimeout | Kind::ConnectTimeout | Kind::UpstreamTimeout => DEADLINE_EXCEEDED,
+            Kind::NotCached => UNAVAILABLE,
             Kind::ClientClosed => CANCELLED,
             Kind::FileForbidden | Kind::AccessDenied => PERMISSION_DENIED,
             Kind::Unauthorized => UNAUTHENTICATED,

@@ -20,6 +20,7 @@
 #![deny(unsafe_code)]
 
 pub mod buffers;
+pub mod cache;
 pub mod compress;
 pub mod config;
 pub mod demo;

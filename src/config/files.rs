@@ -127,6 +127,7 @@ pub(super) struct RouteSection {
     pub(super) limit_req: Option<Spanned<Vec<super::zones::FileLimitReq>>>,
     pub(super) limit_conn: Option<Spanned<Vec<super::zones::FileLimitConn>>>,
     pub(super) limit_status: Option<Spanned<u16>>,
+    pub(super) cache: Option<Spanned<super::cache::FileCache>>,
     pub(super) upstream: Option<Spanned<String>>,
     pub(super) buffer_response: Option<Spanned<Size>>,
     pub(super) params: Option<std::collections::BTreeMap<String, String>>,
@@ -177,6 +178,7 @@ impl RouteSection {
             limit_req: self.limit_req.as_ref(),
             limit_conn: self.limit_conn.as_ref(),
             limit_status: self.limit_status.as_ref(),
+            cache: self.cache.as_ref(),
         }
     }
 

@@ -16,6 +16,7 @@ pub use crate::observe::error_log::ErrorLog;
 use crate::routing::{Router, RouterBuilder, Target, UpstreamTarget};
 use logs::SiteAccessLog;
 
+mod cache;
 mod compression;
 pub mod fastcgi;
 pub mod files;
@@ -90,6 +91,8 @@ pub struct Config {
     /// Where `run` writes its process id for `slipstream reload` and `stop` (`None`: the
     /// default of [`crate::server::pid_file::default_path`]).
     pub pid_file: Option<PathBuf>,
+    /// The response caches (`[cache_zones.NAME]`), for the admin listener's purge and metrics.
+    pub cache_zones: Vec<std::sync::Arc<crate::cache::zone::Zone>>,
 }
 
 /// One listening address.
@@ -298,6 +301,7 @@ impl Config {
             http2: http2::Http2Settings::defaults(Limits::default().max_request_head),
             compression: crate::compress::Settings::default(),
             pid_file: None,
+            cache_zones: Vec::new(),
         }
     }
 
@@ -341,6 +345,7 @@ impl Config {
             groups: Vec::new(),
             rate_zone_names: Vec::new(),
             conn_zone_names: Vec::new(),
+            cache_zones: Vec::new(),
             named_locations: Vec::new(),
         };
         let Some(raw) = read::read(&mut v) else {
@@ -450,6 +455,8 @@ struct FileConfig {
     rate_zones: BTreeMap<Spanned<String>, zones::FileRateZone>,
     #[serde(default)]
     conn_zones: BTreeMap<Spanned<String>, zones::FileConnZone>,
+    #[serde(default)]
+    cache_zones: BTreeMap<Spanned<String>, cache::FileCacheZone>,
     real_ip: Option<Spanned<policy::FileRealIp>>,
     #[serde(default)]
     sites: Vec<FileSite>,
@@ -508,6 +515,8 @@ struct Validator<'a> {
     /// The names of the `[rate_zones.NAME]` and `[conn_zones.NAME]`, by index.
     rate_zone_names: Vec<String>,
     conn_zone_names: Vec<String>,
+    /// The `[cache_zones.NAME]`.
+    cache_zones: Vec<std::sync::Arc<crate::cache::zone::Zone>>,
     /// The named locations (`@name`) of the site being read, with their route indexes.
     named_locations: Vec<(String, usize)>,
 }
@@ -708,6 +717,7 @@ impl Validator<'_> {
         let maps = self.build_maps(&raw.maps);
         let zones = self.build_zones(&raw.rate_zones, &raw.conn_zones);
         let real_ip = raw.real_ip.as_ref().and_then(|r| self.build_real_ip(r));
+        self.cache_zones = self.build_cache_zones(&raw.cache_zones);
         let mut router = self.build_router(
             &raw.sites,
             &upstreams,
@@ -751,6 +761,7 @@ impl Validator<'_> {
             compression,
             pid_file,
             real_ip,
+            cache_zones: std::mem::take(&mut self.cache_zones),
         }
     }
 

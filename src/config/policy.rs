@@ -137,6 +137,7 @@ pub(super) struct PolicyKeys<'a> {
     pub(super) limit_req: Option<&'a Spanned<Vec<super::zones::FileLimitReq>>>,
     pub(super) limit_conn: Option<&'a Spanned<Vec<super::zones::FileLimitConn>>>,
     pub(super) limit_status: Option<&'a Spanned<u16>>,
+    pub(super) cache: Option<&'a Spanned<super::cache::FileCache>>,
 }
 
 impl PolicyKeys<'_> {
@@ -159,6 +160,7 @@ impl PolicyKeys<'_> {
             || self.limit_req.is_some()
             || self.limit_conn.is_some()
             || self.limit_status.is_some()
+            || self.cache.is_some()
     }
 
     fn has_headers(&self) -> bool {
@@ -238,6 +240,7 @@ impl Validator<'_> {
             None => parent.is_some_and(|p| p.satisfy_any),
         };
         let (limit_req, limit_conn, limit_status) = self.limits(keys, parent);
+        let cache = self.cache_rule(keys.cache, parent);
         let mut request_fields = request_fields;
         remove_copies(&mut request_fields, auth_request.as_deref());
         Policy {
@@ -259,6 +262,7 @@ impl Validator<'_> {
             limit_req,
             limit_conn,
             limit_status,
+            cache,
         }
     }
 

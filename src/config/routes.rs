@@ -38,6 +38,7 @@ pub(super) struct FileSite {
     pub(super) limit_req: Option<Spanned<Vec<super::zones::FileLimitReq>>>,
     pub(super) limit_conn: Option<Spanned<Vec<super::zones::FileLimitConn>>>,
     pub(super) limit_status: Option<Spanned<u16>>,
+    pub(super) cache: Option<Spanned<super::cache::FileCache>>,
     #[serde(default)]
     pub(super) hosts: Vec<Spanned<String>>,
     #[serde(default)]
@@ -94,6 +95,7 @@ impl Validator<'_> {
                 limit_req: site.limit_req.as_ref(),
                 limit_conn: site.limit_conn.as_ref(),
                 limit_status: site.limit_status.as_ref(),
+                cache: site.cache.as_ref(),
             };
             // The named groups of regex host names are variables of every rule of the site.
             let host_groups: Vec<String> = site

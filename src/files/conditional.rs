@@ -89,7 +89,7 @@ pub fn if_range_allows(value: &[u8], v: &Validators) -> bool {
 
 /// Whether a list of entity-tags (or `*`) names `etag`: strongly (both strong and equal) or
 /// weakly (equal once any `W/` is dropped).
-fn matches_any(list: &[u8], etag: &str, strong: bool) -> bool {
+pub(crate) fn matches_any(list: &[u8], etag: &str, strong: bool) -> bool {
     let list = list.trim_ascii();
     if list == b"*" {
         return true;

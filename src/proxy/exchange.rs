@@ -432,14 +432,29 @@ impl Attempt<'_> {
         let group = self.group;
         let limits = &cx.config().limits;
         let started = self.timed.then(Instant::now);
+        // A stored response's validators, when the cache validates it.
+        let validators = p.cache.as_ref().map(|c| c.validators.borrow().clone());
+        let validators = validators.unwrap_or_default();
         if let Some(request) = &p.upstream_request {
             // An HTTP/2 server takes the request as a value, then the body in hand.
-            let send = conn.stream.send_request(request.copy());
+            let mut request = request.copy();
+            add_validators(&mut request.request, &validators);
+            let send = conn.stream.send_request(request);
             within(group.send_timeout, send)
                 .await
                 .map_err(|e| Error::no_response(&e))?;
         }
-        let parts = [p.upstream_head.as_slice(), &buf[self.body.clone()]];
+        let head = p.upstream_head.as_slice();
+        let (head, end): (&[u8], &[u8]) = match head.len() {
+            n if n >= 2 && !validators.is_empty() => (&head[..n - 2], b"\r\n"),
+            _ => (head, b""),
+        };
+        let validators = if end.is_empty() {
+            &[][..]
+        } else {
+            &validators[..]
+        };
+        let parts = [head, validators, end, &buf[self.body.clone()]];
         write_all(&mut conn.stream, &parts, group.send_timeout)
             .await
             .map_err(|e| Error::no_response(&e))?;
@@ -509,6 +524,17 @@ impl Attempt<'_> {
                 cx.worker.buffers.give(ubuf, limits.max_buffer);
                 Err(e)
             }
+        }
+    }
+}
+
+/// Adds a stored response's validators (field lines) to a request for an HTTP/2 server.
+fn add_validators(request: &mut http::Request<()>, lines: &[u8]) {
+    for (name, value) in crate::cache::entry::fields_of_lines(lines) {
+        let name = http::HeaderName::from_bytes(name);
+        let value = http::HeaderValue::from_bytes(value);
+        if let (Ok(name), Ok(value)) = (name, value) {
+            request.headers_mut().insert(name, value);
         }
     }
 }

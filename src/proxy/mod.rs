@@ -17,7 +17,9 @@
 //! 7. [`compress`]: on routes that compress, whether a response benefits and with which
 //!    coding; the proxied body compressed on the way (FastCGI and static files use the same
 //!    decision in their own phases).
-//! 8. [`error_page`]: an answer whose code the route's `error_pages` list (the proxy's own,
+//! 8. [`cache`]: on routes with `cache`, a stored response answers, or the upstream's answer
+//!    is stored on its way (phases 3 to 5 run inside it).
+//! 9. [`error_page`]: an answer whose code the route's `error_pages` list (the proxy's own,
 //!    a rule's, or with `intercept_errors` the upstream's) is replaced by its page.
 //!
 //! A static-file route takes [`files`] instead of phases 3 to 6; a route to a FastCGI group
@@ -26,6 +28,7 @@
 //! Nothing here panics on input, and no status code is chosen here for a failure.
 
 mod auth;
+mod cache;
 mod compress;
 mod duplex;
 mod error_page;

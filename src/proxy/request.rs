@@ -93,6 +93,8 @@ pub(super) struct Prepared {
     pub(super) _places: Vec<crate::rules::limit::ConnGuard>,
     /// The users' challenge, when `satisfy any` leaves the last word to the service.
     pub(super) challenge: Vec<u8>,
+    /// Its route's response cache and what the request brings to it (`cache`).
+    pub(super) cache: Option<Box<crate::cache::CacheRequest>>,
 }
 
 /// The request fields an access-log line shows, copied into one allocation.
@@ -173,6 +175,7 @@ impl Prepared {
         let routed = decision.routed;
         let answered = decision.answer.is_some() || decision.refused.is_some();
         let route = if answered { None } else { routed.target };
+        let cache = cached(head, config, (routed, route), &client);
         // The access log shows the request as the client sent it.
         let log =
             (log && config.access_log_for(routed.site).is_some()).then(|| LogFields::new(head));
@@ -195,8 +198,14 @@ impl Prepared {
             client: ip_text,
             proto: if https { "https" } else { "http" },
         };
-        let (upstream_head, upstream_request) =
+        let (mut upstream_head, mut upstream_request) =
             upstream_request(head, config, upstream, fwd, &decision.request_fields);
+        if cache.is_some() {
+            super::cache::upstream_head_for_cache(&mut upstream_head);
+            if let Some(r) = upstream_request.as_deref_mut() {
+                super::cache::upstream_request_for_cache(&mut r.request);
+            }
+        }
         Prepared {
             upstream_head,
             upstream_request,
@@ -243,8 +252,36 @@ impl Prepared {
             delay: decision.delay,
             _places: decision.guards,
             challenge: decision.challenge,
+            cache,
         }
     }
+}
+
+/// The request's side of its route's cache, when the route proxies to an HTTP group and has
+/// one.
+fn cached(
+    head: &RequestHead<'_, '_>,
+    config: &Config,
+    (routed, route): (Routed, Option<Target>),
+    client: &super::rules::Client<'_>,
+) -> Option<Box<crate::cache::CacheRequest>> {
+    let Some(Target::Upstream(u)) = route else {
+        return None;
+    };
+    if config.upstreams[u.upstream].fastcgi.is_some() {
+        return None;
+    }
+    let rule = config.router.policy(routed.policy?).cache.as_ref()?;
+    let asker = super::cache::Asker {
+        https: client.https,
+        ip_text: client.ip_text,
+        server_name: routed
+            .site
+            .map_or("", |s| config.router.server_name(usize::from(s))),
+        local_port: client.local_port,
+        maps: config.router.maps(),
+    };
+    Some(super::cache::cache_request(head, rule, &asker))
 }
 
 /// Behind trusted proxies the client is who they say (`[real_ip]`): its address is

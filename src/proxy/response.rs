@@ -37,6 +37,8 @@ struct FinalHead {
     keep_alive: bool,
     /// The head the client gets.
     out: ClientHead,
+    /// The head as the cache stores it, when the cache takes this response.
+    cache_text: Option<Vec<u8>>,
 }
 
 /// What the start of the upstream read buffer holds.
@@ -108,7 +110,8 @@ fn parse_head(
     let mut storage = header_storage();
     let head = match &carried {
         Some(response) => response.head(&mut storage, max_head)?,
-        None => match parse_response(ubuf, &mut storage, max_head, p.is_head)? {
+        // A HEAD the cache asked as a GET has a GET's body.
+        None => match parse_response(ubuf, &mut storage, max_head, p.is_head && !as_get(p))? {
             Some(head) => head,
             None => return Ok(Parsed::Incomplete),
         },
@@ -146,6 +149,12 @@ fn parse_head(
         }
     }
     let out = ClientHead::new(status, framing, text);
+    let capturing = p.cache.as_ref().is_some_and(|c| c.capture.get());
+    let cache_text = capturing.then(|| {
+        let mut text = Vec::with_capacity(written_size(&head) + 64);
+        head.write_client_head(&mut text, Relay::Pass, true, 1);
+        text
+    });
     Ok(Parsed::Final(FinalHead {
         status,
         head_len: head.head_len,
@@ -154,7 +163,15 @@ fn parse_head(
         relay,
         keep_alive,
         out,
+        cache_text,
     }))
+}
+
+/// Whether the request is a HEAD its cache sent upstream as a GET.
+fn as_get(p: &Prepared) -> bool {
+    p.cache
+        .as_ref()
+        .is_some_and(|c| c.method == crate::cache::Method::Head)
 }
 
 /// The final head's fields as the route wants them (hidden ones gone, configured ones
@@ -230,6 +247,10 @@ pub(super) async fn respond(
             }
         }
     };
+    match cache_turn(cx, group, client, (up, &mut *ubuf), &mut head).await {
+        super::cache::Taken::Answered(result) => return result,
+        super::cache::Taken::Pass(conn) => up = conn,
+    }
     let decision = compress::decide(cx, &head.out);
     let buffer_limit = cx.request.upstream.and_then(|r| r.buffer_response);
     if !request.is_done() {
@@ -276,6 +297,57 @@ pub(super) async fn respond(
         // Larger than the limit: it streams.
     }
     relay_body(cx, group, client, up, ubuf, head).await
+}
+
+/// The cache's turn at a final response it fetched: it answers (stored, validated, stale),
+/// or passes the response on to be relayed (a HEAD asked as a GET is answered here, without
+/// the body).
+async fn cache_turn(
+    cx: &Ctx<'_>,
+    group: &UpstreamGroup,
+    client: &mut Client,
+    (up, ubuf): (Conn, &mut Vec<u8>),
+    head: &mut FinalHead,
+) -> super::cache::Taken {
+    let Some(text) = head.cache_text.take() else {
+        return super::cache::Taken::Pass(up);
+    };
+    let fetched = super::cache::Fetched {
+        status: head.status,
+        head_len: head.head_len,
+        framing: head.framing,
+        reusable: head.reusable,
+        text,
+    };
+    let up = match super::cache::capture(cx, group, client, up, ubuf, fetched).await {
+        super::cache::Taken::Pass(conn) => conn,
+        answered => return answered,
+    };
+    passed_by_cache(cx, head);
+    if as_get(cx.request) {
+        let sent = send_whole(cx, client, &ubuf[..head.head_len], head).await;
+        return super::cache::Taken::Answered(sent);
+    }
+    super::cache::Taken::Pass(up)
+}
+
+/// A response the cache did not store goes on as it came, with this cache's `Cache-Status`;
+/// a HEAD's (asked as a GET) without its body.
+fn passed_by_cache(cx: &Ctx<'_>, head: &mut FinalHead) {
+    let Some(c) = cx.request.cache.as_deref() else {
+        return;
+    };
+    c.committed.set(true);
+    if c.rule.status_field && c.method != crate::cache::Method::Unsafe {
+        let bypass = c.status.get() == Some(crate::cache::CacheStatus::Bypass);
+        let kind = if bypass { "bypass" } else { "uri-miss" };
+        let member = format!("slipstream; fwd={kind}; fwd-status={}", head.status);
+        super::cache::put_cache_status(&mut head.out.text, &member);
+    }
+    if as_get(cx.request) {
+        head.out.framing = Framing::Empty;
+        head.reusable = false;
+    }
 }
 
 /// What reading more of a response head needs while the request body may still be going.

@@ -359,7 +359,10 @@ pub(super) async fn route_content(
 ) -> Result<Outcome, Error> {
     match route {
         None => Err(Error::new(Kind::NoRoute)),
-        Some(Target::Upstream(route)) => exchange::exchange(cx, route, client, buf, tried).await,
+        Some(Target::Upstream(route)) => match cx.request.cache.as_deref() {
+            Some(c) => super::cache::serve(cx, route, client, buf, tried, c).await,
+            None => exchange::exchange(cx, route, client, buf, tried).await,
+        },
         Some(Target::Files(index)) => files::serve_files(cx, index, client, buf, tried).await,
     }
 }

@@ -85,6 +85,8 @@ pub struct Policy {
     pub limit_conn: Vec<crate::rules::zones::LimitConn>,
     /// The status a limited request gets (429 unless said; nginx's default is 503).
     pub limit_status: u16,
+    /// The response cache it answers from and fills (`cache`).
+    pub cache: Option<std::sync::Arc<crate::cache::CacheRule>>,
 }
 
 /// Response fields whose values have variables: (name, value, added to every response

@@ -4,6 +4,7 @@
 mod added_fields;
 mod auth;
 mod balancing;
+mod cache;
 mod codec;
 mod compression;
 mod control;

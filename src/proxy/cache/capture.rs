@@ -1,0 +1,218 @@
+//! An upstream's final response to a request the cache fetched: stored whole and answered
+//! from the stored entry; a 304 that freshens the stale entry it validated; a failure status
+//! answered with the stale entry when that is allowed; anything else handed back to be relayed
+//! as it is (HEAD asked as GET answered with the head alone).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::hit::send_entry;
+use crate::cache::entry::{self, freshen_head, response_facts, Entry, Stored};
+use crate::cache::freshness::lifetime;
+use crate::cache::freshness::{storable, RequestFacts};
+use crate::cache::{stale_on_error, unix_now, CacheRequest, CacheStatus};
+use crate::config::UpstreamGroup;
+use crate::error::{Error, Kind};
+use crate::http1::{ChunkedReader, Framing};
+use crate::proxy::relay::read_whole;
+use crate::proxy::{Client, Conn, Ctx};
+
+/// The final response head as the cache needs it.
+pub(in crate::proxy) struct Fetched {
+    pub(in crate::proxy) status: u16,
+    pub(in crate::proxy) head_len: usize,
+    pub(in crate::proxy) framing: Framing,
+    pub(in crate::proxy) reusable: bool,
+    /// The head as HTTP/1.1 text without hop-by-hop fields, framing fields included.
+    pub(in crate::proxy) text: Vec<u8>,
+}
+
+/// What became of the response.
+pub(in crate::proxy) enum Taken {
+    /// The client has its answer (or the failure to answer).
+    Answered(Result<crate::proxy::Outcome, Error>),
+    /// Not the cache's: relay it as usual.
+    Pass(Conn),
+}
+
+/// Takes the response for the cache (see the module's comment).
+pub(in crate::proxy) async fn capture(
+    cx: &Ctx<'_>,
+    group: &UpstreamGroup,
+    client: &mut Client,
+    up: Conn,
+    ubuf: &mut Vec<u8>,
+    fetched: Fetched,
+) -> Taken {
+    let Some(c) = cx.request.cache.as_deref() else {
+        return Taken::Pass(up);
+    };
+    let zone = &c.rule.zone;
+    if c.method == crate::cache::Method::Unsafe {
+        // What its answer names is invalidated with its target, if it succeeds.
+        let named = ["location", "content-location"]
+            .iter()
+            .filter_map(|name| entry::values(&fetched.text, name).next())
+            .filter_map(|url| c.key_of(url));
+        c.invalidates.borrow_mut().extend(named);
+        return Taken::Pass(up);
+    }
+    let stale = c.stale.borrow().clone();
+    let now = unix_now();
+    if let Some(stale) = stale {
+        if fetched.status == 304 {
+            let fresh = freshened(c, &stale, &fetched.text, now);
+            if fetched.reusable && ubuf.len() == fetched.head_len {
+                up.reuse(cx.worker, group);
+            }
+            zone.stats.revalidated.fetch_add(1, Relaxed);
+            let fresh = Arc::new(fresh);
+            zone.store(c.hash, fresh.clone());
+            return Taken::Answered(
+                send_entry(cx, client, (&fresh, CacheStatus::Revalidated), now, true).await,
+            );
+        }
+        let allowed = c.rule.use_stale.statuses.contains(&fetched.status);
+        if fetched.status >= 500 && stale_on_error(&stale, &c.directives, allowed, now) {
+            zone.stats.stale.fetch_add(1, Relaxed);
+            return Taken::Answered(
+                send_entry(cx, client, (&stale, CacheStatus::Stale), now, true).await,
+            );
+        }
+    }
+    store_and_send(cx, group, client, (up, ubuf), fetched, c).await
+}
+
+/// Stores a fetched response that may be stored (read whole, within `max_object`) and answers
+/// from it; passes on one that may not.
+async fn store_and_send(
+    cx: &Ctx<'_>,
+    group: &UpstreamGroup,
+    client: &mut Client,
+    (mut up, ubuf): (Conn, &mut Vec<u8>),
+    fetched: Fetched,
+    c: &CacheRequest,
+) -> Taken {
+    let (zone, now) = (&c.rule.zone, unix_now());
+    let facts = response_facts(fetched.status, &fetched.text, c.rule.ignore);
+    let request = RequestFacts {
+        authorization: c.authorization,
+        no_store: c.directives.no_store || c.no_store,
+    };
+    let decided = storable(&facts, request, &c.rule.fallbacks, now);
+    let Ok(lifetime) = decided else {
+        zone.stats.not_stored.fetch_add(1, Relaxed);
+        if c.stale.borrow().is_some() {
+            zone.remove(&c.key);
+        }
+        return Taken::Pass(up);
+    };
+    let limit = fetched.head_len + zone.settings.max_object;
+    let framing = fetched.framing;
+    let timeout = group.read_timeout;
+    let whole = match framing {
+        Framing::UntilClose => read_to_close(&mut up.stream, ubuf, limit, timeout).await,
+        _ => {
+            read_whole(
+                &mut up.stream,
+                ubuf,
+                fetched.head_len,
+                framing,
+                limit,
+                timeout,
+            )
+            .await
+        }
+    };
+    let end = match whole {
+        Ok(Some(end)) => end,
+        Ok(None) => {
+            zone.stats.too_large.fetch_add(1, Relaxed);
+            return Taken::Pass(up);
+        }
+        Err(e) => return Taken::Answered(Err(e)),
+    };
+    let Some(body) = decoded(&ubuf[fetched.head_len..end], framing) else {
+        return Taken::Answered(Err(Error::new(Kind::BadResponse(
+            "invalid chunked framing",
+        ))));
+    };
+    if fetched.reusable && end == ubuf.len() {
+        up.reuse(cx.worker, group);
+    }
+    let stored = Stored {
+        key: &c.key,
+        request_fields: &c.fields,
+        request_time: c.request_time.get(),
+        response_time: now,
+        lifetime,
+        ignore: c.rule.ignore,
+    };
+    let entry = Arc::new(entry::build(
+        &fetched.text,
+        fetched.status,
+        body,
+        &facts,
+        stored,
+    ));
+    if zone.used_enough(c.hash, c.rule.min_uses) {
+        zone.store(c.hash, entry.clone());
+    }
+    let status = if c.stale.borrow().is_some() {
+        CacheStatus::Expired
+    } else {
+        CacheStatus::Miss
+    };
+    Taken::Answered(send_entry(cx, client, (&entry, status), now, true).await)
+}
+
+/// The stale entry `stale` brought up to date by a 304's head (RFC 9111 section 4.3.4).
+fn freshened(c: &CacheRequest, stale: &Entry, not_modified: &[u8], now: u64) -> Entry {
+    let head = freshen_head(&stale.head, not_modified);
+    let facts = response_facts(stale.status, &head, c.rule.ignore);
+    let stored = Stored {
+        key: &c.key,
+        request_fields: &c.fields,
+        request_time: c.request_time.get(),
+        response_time: now,
+        lifetime: lifetime(&facts, &c.rule.fallbacks, now).unwrap_or(0),
+        ignore: c.rule.ignore,
+    };
+    entry::build(&head, stale.status, stale.body.clone(), &facts, stored)
+}
+
+/// The body's bytes without their framing; `None` for chunked framing that does not parse.
+fn decoded(framed: &[u8], framing: Framing) -> Option<Bytes> {
+    match framing {
+        Framing::Chunked => {
+            let mut out = Vec::with_capacity(framed.len());
+            ChunkedReader::lenient()
+                .feed(framed, |d| out.extend_from_slice(d))
+                .ok()?;
+            Some(Bytes::from(out))
+        }
+        _ => Some(Bytes::copy_from_slice(framed)),
+    }
+}
+
+/// Reads a body that ends when the upstream closes, up to `limit` bytes in all: `Some(end)`
+/// once it closed within the limit, `None` when it is larger (what was read stays in `buf`).
+async fn read_to_close(
+    up: &mut crate::net::Stream,
+    buf: &mut Vec<u8>,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<Option<usize>, Error> {
+    loop {
+        if buf.len() > limit {
+            return Ok(None);
+        }
+        match crate::net::io::read_some(up, buf, limit + 1, timeout).await {
+            Ok(0) => return Ok(Some(buf.len())),
+            Ok(_) => {}
+            Err(e) => return Err(Error::upstream_io(&e)),
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! A stored response sent as an answer: to a hit, or just after it was stored. Its head goes
+//! through the same writing as an upstream's (hop-by-hop fields, the client's protocol and
+//! keep-alive, the route's fields), with its `Age` and `Cache-Status`; the client's
+//! conditionals and Range are answered from it (304, 206, 416).
+
+use crate::cache::entry::Entry;
+use crate::cache::{CacheRequest, CacheStatus};
+use crate::error::Error;
+use crate::files::range::{parse_range, Ranges};
+use crate::http1::request::header_storage;
+use crate::http1::response::{add_fields, parse_response, remove_fields, Relay};
+use crate::message::ClientHead;
+use crate::net::io::write_head;
+use crate::proxy::{Client, Ctx, Outcome};
+
+/// What part of the stored response answers.
+enum Form {
+    Whole,
+    NotModified,
+    Part(u64, u64),
+    Unsatisfiable,
+}
+
+/// Sends `entry` to the client as the answer, `status` saying how it was found; the
+/// connection is kept only if `may_keep` (the request was read whole and is out of the read
+/// buffer, or will be taken out of it by the caller).
+pub(in crate::proxy) async fn send_entry(
+    cx: &Ctx<'_>,
+    client: &mut Client,
+    (entry, status): (&Entry, CacheStatus),
+    now: u64,
+    may_keep: bool,
+) -> Result<Outcome, Error> {
+    let p = cx.request;
+    let Some(c) = p.cache.as_deref() else {
+        return Err(Error::new(crate::error::Kind::NoRoute));
+    };
+    c.status.set(Some(status));
+    let form = form(entry, c);
+    let raw = stored_head(entry, &form, status, now);
+    let mut storage = header_storage();
+    let max = raw.len() + 1;
+    let head = parse_response(&raw, &mut storage, max, p.is_head)
+        .ok()
+        .flatten()
+        .ok_or(Error::new(crate::error::Kind::BadResponse("stored head")))?;
+    let keep_alive = may_keep && p.keep_alive && !cx.worker.shutting_down();
+    let mut text = Vec::with_capacity(raw.len() + 128);
+    let framing = head.write_client_head(&mut text, Relay::Pass, keep_alive, p.minor_version);
+    cx.hide_upstream_fields(&mut text);
+    cx.add_response_fields(&mut text, 0);
+    if c.rule.status_field {
+        put_cache_status(&mut text, &status_value(status, entry.ttl(now), None));
+    }
+    let code = head.status;
+    let out = ClientHead::new(code, framing, text);
+    let body: &[u8] = match form {
+        _ if p.is_head => &[],
+        Form::Whole => &entry.body,
+        Form::Part(start, end) => &entry.body[start as usize..=end as usize],
+        Form::NotModified | Form::Unsatisfiable => &[],
+    };
+    let timeout = cx.config().limits.client_body_timeout;
+    write_head(&mut client.stream, &out, &[body], timeout)
+        .await
+        .map_err(|_| Error::client_write())?;
+    Ok(Outcome {
+        status: code,
+        body_bytes: body.len() as u64,
+        keep_alive,
+    })
+}
+
+/// Which answer the request's conditionals and Range ask of `entry`.
+fn form(entry: &Entry, c: &CacheRequest) -> Form {
+    if entry.status != 200 {
+        return Form::Whole;
+    }
+    let field = |name: &'static str| crate::cache::entry::values(&c.fields, name).next();
+    if let Some(list) = field("if-none-match") {
+        let tag = entry.etag.as_deref().map(String::from_utf8_lossy);
+        let hit = tag.is_some_and(|t| crate::files::conditional::matches_any(list, &t, false));
+        return if hit {
+            Form::NotModified
+        } else {
+            range(entry, c)
+        };
+    }
+    if let (Some(since), Some(modified)) = (field("if-modified-since"), &entry.last_modified) {
+        let parse = crate::cache::freshness::parse_date;
+        if let (Some(since), Some(modified)) = (parse(since), parse(modified)) {
+            if modified <= since {
+                return Form::NotModified;
+            }
+        }
+    }
+    range(entry, c)
+}
+
+fn range(entry: &Entry, c: &CacheRequest) -> Form {
+    let field = |name: &'static str| crate::cache::entry::values(&c.fields, name).next();
+    let Some(value) = field("range") else {
+        return Form::Whole;
+    };
+    if let Some(condition) = field("if-range") {
+        let condition = condition.trim_ascii();
+        let strong_match = !condition.starts_with(b"W/")
+            && entry
+                .etag
+                .as_deref()
+                .is_some_and(|t| t == condition && !t.starts_with(b"W/"));
+        let date_match = entry.last_modified.as_deref() == Some(condition);
+        if !strong_match && !date_match {
+            return Form::Whole;
+        }
+    }
+    match parse_range(value, entry.body.len() as u64) {
+        Ranges::One(r) => Form::Part(r.start, r.end),
+        Ranges::Unsatisfiable => Form::Unsatisfiable,
+        Ranges::Whole | Ranges::Many(_) => Form::Whole,
+    }
+}
+
+/// The stored head in the answer's form, with its `Age`.
+fn stored_head(entry: &Entry, form: &Form, status: CacheStatus, now: u64) -> Vec<u8> {
+    let mut raw = Vec::with_capacity(entry.head.len() + 64);
+    let len = entry.body.len();
+    let line_end = entry
+        .head
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    match form {
+        Form::Whole => raw.extend_from_slice(&entry.head),
+        Form::NotModified => {
+            raw.extend_from_slice(b"HTTP/1.1 304 Not Modified\r\n");
+            raw.extend_from_slice(&entry.head[line_end..]);
+            remove_fields(&mut raw, 0, &["content-length"]);
+        }
+        Form::Part(start, end) => {
+            raw.extend_from_slice(b"HTTP/1.1 206 Partial Content\r\n");
+            raw.extend_from_slice(&entry.head[line_end..]);
+            remove_fields(&mut raw, 0, &["content-length"]);
+            let fields = format!(
+                "Content-Range: bytes {start}-{end}/{len}\r\nContent-Length: {}\r\n",
+                end - start + 1
+            );
+            add_fields(&mut raw, 0, fields.as_bytes());
+        }
+        Form::Unsatisfiable => {
+            raw.extend_from_slice(b"HTTP/1.1 416 Range Not Satisfiable\r\n");
+            raw.extend_from_slice(&entry.head[line_end..]);
+            remove_fields(&mut raw, 0, &["content-length", "content-type"]);
+            let fields = format!("Content-Range: bytes */{len}\r\nContent-Length: 0\r\n");
+            add_fields(&mut raw, 0, fields.as_bytes());
+        }
+    }
+    let unvalidated = matches!(
+        status,
+        CacheStatus::Hit | CacheStatus::Stale | CacheStatus::Updating
+    );
+    if unvalidated && !entry.no_cache_fields.is_empty() {
+        let names: Vec<&str> = entry.no_cache_fields.iter().map(String::as_str).collect();
+        remove_fields(&mut raw, 0, &names);
+    }
+    let age = format!("Age: {}\r\n", entry.times.current_age(now));
+    add_fields(&mut raw, 0, age.as_bytes());
+    raw
+}
+
+/// This cache's member of `Cache-Status` (RFC 9211) for an answer found as `status`, with the
+/// stored response's freshness left (`ttl`) and the upstream's status when it was asked.
+fn status_value(status: CacheStatus, ttl: i64, fwd_status: Option<u16>) -> String {
+    let fwd = |kind: &str| match fwd_status {
+        Some(s) => format!("slipstream; fwd={kind}; fwd-status={s}"),
+        None => format!("slipstream; fwd={kind}"),
+    };
+    match status {
+        CacheStatus::Hit | CacheStatus::Stale | CacheStatus::Updating => {
+            format!("slipstream; hit; ttl={ttl}")
+        }
+        CacheStatus::Miss => format!("{}; stored; ttl={ttl}", fwd("uri-miss")),
+        CacheStatus::Expired => format!("{}; stored; ttl={ttl}", fwd("stale")),
+        CacheStatus::Revalidated => format!("slipstream; fwd=stale; fwd-status=304; ttl={ttl}"),
+        CacheStatus::Bypass => fwd("bypass"),
+    }
+}
+
+/// Adds this cache's member to the head's `Cache-Status` (after any from caches nearer the
+/// origin), or the field.
+pub(in crate::proxy) fn put_cache_status(text: &mut Vec<u8>, member: &str) {
+    let earlier: Vec<u8> = crate::cache::entry::values(text, "cache-status")
+        .flat_map(|v| v.iter().copied().chain(*b", "))
+        .collect();
+    remove_fields(text, 0, &["cache-status"]);
+    let mut line = b"Cache-Status: ".to_vec();
+    line.extend_from_slice(&earlier);
+    line.extend_from_slice(member.as_bytes());
+    line.extend_from_slice(b"\r\n");
+    add_fields(text, 0, &line);
+}

@@ -1,0 +1,259 @@
+//! The response cache through real sockets, with a counting origin: a stampede of cold
+//! requests makes one upstream request, a stale object is validated with a conditional request,
+//! `stale-if-error` serves a stale object while the origin is down (and only within its
+//! window), `Vary` keeps variants apart, unsafe methods invalidate, what must not be stored is
+//! not, and ranges and conditionals are answered from the stored object.
+
+use std::io::{BufReader, Write};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::support::{connect, proxy, read_response, RawResponse, Reply, Upstream};
+
+fn ask(addr: std::net::SocketAddr, method: &str, path: &str, fields: &str) -> RawResponse {
+    let s = connect(addr);
+    let mut w = s.try_clone().unwrap();
+    let head = format!("{method} {path} HTTP/1.1\r\nHost: a\r\n{fields}Connection: close\r\n\r\n");
+    w.write_all(head.as_bytes()).unwrap();
+    read_response(&mut BufReader::new(s), method == "HEAD").unwrap()
+}
+
+fn get(addr: std::net::SocketAddr, path: &str) -> RawResponse {
+    ask(addr, "GET", path, "")
+}
+
+fn config(upstream: std::net::SocketAddr, cache: &str) -> String {
+    format!(
+        r#"
+workers = 2
+[[listen]]
+address = "127.0.0.1:0"
+[upstreams.app]
+servers = ["{upstream}"]
+[cache_zones.main]
+memory = "16m"
+[[sites]]
+default = true
+cache = {{ zone = "main"{cache} }}
+routes = [{{ location = "/", upstream = "app" }}]
+"#
+    )
+}
+
+fn reply(fields: &str, body: &str) -> Reply {
+    Reply::Bytes(
+        format!(
+            "HTTP/1.1 200 OK\r\n{fields}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes(),
+    )
+}
+
+#[test]
+fn a_stampede_of_cold_requests_makes_one_upstream_request() {
+    let upstream = Upstream::start(|_| {
+        Reply::Delay(
+            Duration::from_millis(300),
+            Box::new(reply("Cache-Control: max-age=60\r\n", "hot")),
+        )
+    });
+    let server = proxy(&config(upstream.addr, ""));
+    let addr = server.local_addrs()[0];
+    let threads: Vec<_> = (0..100)
+        .map(|_| std::thread::spawn(move || get(addr, "/hot")))
+        .collect();
+    for t in threads {
+        let r = t.join().unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hot"[..]));
+    }
+    assert_eq!(
+        upstream.seen().len(),
+        1,
+        "one upstream request for 100 misses"
+    );
+    let again = get(addr, "/hot");
+    assert!(again.header("cache-status").unwrap().contains("hit"));
+    assert_eq!(upstream.seen().len(), 1);
+}
+
+#[test]
+fn a_stale_object_is_validated_with_a_conditional_request() {
+    let upstream = Upstream::start(|seen| {
+        match seen.header("if-none-match") {
+        Some("\"v1\"") => Reply::Bytes(
+            b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nCache-Control: max-age=1\r\nX-Checked: yes\r\n\r\n".to_vec(),
+        ),
+        _ => reply("Cache-Control: max-age=1\r\nETag: \"v1\"\r\n", "body-v1"),
+    }
+    });
+    let server = proxy(&config(upstream.addr, ""));
+    let addr = server.local_addrs()[0];
+    assert_eq!(get(addr, "/doc").body, b"body-v1");
+    assert!(get(addr, "/doc")
+        .header("cache-status")
+        .unwrap()
+        .contains("hit"));
+    std::thread::sleep(Duration::from_millis(2100));
+    let r = get(addr, "/doc");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"body-v1"[..]));
+    assert_eq!(
+        r.header("x-checked"),
+        Some("yes"),
+        "the 304's fields update the stored head"
+    );
+    assert!(r.header("cache-status").unwrap().contains("fwd-status=304"));
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].header("if-none-match"), Some("\"v1\""));
+    // The client's own conditional is answered from the stored object.
+    let r = ask(addr, "GET", "/doc", "If-None-Match: \"v1\"\r\n");
+    assert_eq!(r.status, 304);
+    assert_eq!(upstream.seen().len(), 2);
+}
+
+#[test]
+fn stale_if_error_serves_the_stale_object_within_its_window_only() {
+    let down = Arc::new(AtomicBool::new(false));
+    let d = down.clone();
+    let upstream = Upstream::start(move |_| {
+        if d.load(Ordering::SeqCst) {
+            Reply::Close
+        } else {
+            reply("Cache-Control: max-age=1, stale-if-error=2\r\n", "kept")
+        }
+    });
+    let server = proxy(&config(upstream.addr, ", revalidate = false"));
+    let addr = server.local_addrs()[0];
+    assert_eq!(get(addr, "/s").body, b"kept");
+    down.store(true, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(1500));
+    let r = get(addr, "/s");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"kept"[..]));
+    let status = r.header("cache-status").unwrap();
+    assert!(status.starts_with("slipstream; hit; ttl="), "{status}");
+    assert!(
+        !status.contains("ttl=1") && !status.contains("ttl=2"),
+        "stale: {status}"
+    );
+    std::thread::sleep(Duration::from_millis(3000));
+    let r = get(addr, "/s");
+    assert!(matches!(r.status, 502 | 504), "{}", r.status);
+}
+
+#[test]
+fn vary_keeps_variants_apart() {
+    let upstream = Upstream::start(|seen| {
+        let lang = seen.header("accept-language").unwrap_or("none").to_string();
+        reply(
+            "Cache-Control: max-age=60\r\nVary: Accept-Language\r\n",
+            &lang,
+        )
+    });
+    let server = proxy(&config(upstream.addr, ""));
+    let addr = server.local_addrs()[0];
+    for _ in 0..2 {
+        assert_eq!(
+            ask(addr, "GET", "/v", "Accept-Language: en\r\n").body,
+            b"en"
+        );
+        assert_eq!(
+            ask(addr, "GET", "/v", "Accept-Language: fr\r\n").body,
+            b"fr"
+        );
+        assert_eq!(get(addr, "/v").body, b"none");
+    }
+    assert_eq!(upstream.seen().len(), 3);
+}
+
+#[test]
+fn what_must_not_be_stored_is_not() {
+    let upstream = Upstream::start(|seen| match seen.path() {
+        "/private" => reply("Cache-Control: private, max-age=60\r\n", "p"),
+        "/no-store" => reply("Cache-Control: no-store, max-age=60\r\n", "n"),
+        "/cookie" => reply("Cache-Control: max-age=60\r\nSet-Cookie: a=1\r\n", "c"),
+        "/none" => reply("", "x"),
+        _ => reply("Cache-Control: max-age=60\r\n", "auth"),
+    });
+    let server = proxy(&config(upstream.addr, ""));
+    let addr = server.local_addrs()[0];
+    for _ in 0..2 {
+        for path in ["/private", "/no-store", "/cookie", "/none"] {
+            assert_eq!(get(addr, path).status, 200);
+        }
+        assert_eq!(
+            ask(addr, "GET", "/auth", "Authorization: Basic eDp5\r\n").status,
+            200
+        );
+    }
+    assert_eq!(
+        upstream.seen().len(),
+        10,
+        "nothing was answered from the cache"
+    );
+}
+
+#[test]
+fn unsafe_methods_invalidate_and_ranges_come_from_the_stored_object() {
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    let upstream = Upstream::start(move |seen| {
+        if seen.line.starts_with("POST") {
+            return reply("", "posted");
+        }
+        let n = c.fetch_add(1, Ordering::SeqCst);
+        reply(
+            "Cache-Control: max-age=60\r\nETag: \"e\"\r\n",
+            &format!("version-{n}"),
+        )
+    });
+    let server = proxy(&config(upstream.addr, ""));
+    let addr = server.local_addrs()[0];
+    assert_eq!(get(addr, "/r").body, b"version-0");
+    let part = ask(addr, "GET", "/r", "Range: bytes=2-4\r\n");
+    assert_eq!((part.status, part.body.as_slice()), (206, &b"rsi"[..]));
+    assert_eq!(part.header("content-range"), Some("bytes 2-4/9"));
+    let head = ask(addr, "HEAD", "/r", "");
+    assert_eq!(
+        (head.status, head.header("content-length")),
+        (200, Some("9"))
+    );
+    assert_eq!(
+        ask(addr, "POST", "/r", "Content-Length: 0\r\n").body,
+        b"posted"
+    );
+    assert_eq!(
+        get(addr, "/r").body,
+        b"version-1",
+        "the POST invalidated it"
+    );
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn hits_keep_the_connection_and_answer_each_request_once() {
+    let upstream = Upstream::start(|_| reply("Cache-Control: max-age=60\r\n", "kept-alive"));
+    let server = proxy(&config(upstream.addr, ""));
+    let addr = server.local_addrs()[0];
+    let s = connect(addr);
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    for _ in 0..3 {
+        w.write_all(b"GET /k HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        let resp = read_response(&mut r, false).unwrap();
+        assert_eq!(
+            (resp.status, resp.body.as_slice()),
+            (200, &b"kept-alive"[..])
+        );
+    }
+    w.write_all(b"GET /k HTTP/1.1\r\nHost: a\r\n\r\nGET /k HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut r, false).unwrap().status, 200);
+    assert_eq!(read_response(&mut r, false).unwrap().status, 200);
+    assert!(
+        read_response(&mut r, false).is_none(),
+        "two answers to two requests"
+    );
+    assert_eq!(upstream.seen().len(), 1);
+}
