@@ -4,6 +4,7 @@
 //! ([`CacheRequest`]) and whether a stored response answers it as it is ([`judge`]). The
 //! request path that uses them is `proxy/cache.rs`.
 
+pub mod admin;
 pub mod control;
 pub mod entry;
 pub mod freshness;
@@ -136,10 +137,8 @@ pub struct CacheRequest {
     pub committed: Cell<bool>,
     /// `scheme://host` of the request when the rule keys by the default key: the keys of
     /// the URLs an unsafe method's answer names (`Location`, `Content-Location`) are made
-    /// from it.
+    /// from it (RFC 9111 section 4.4).
     pub origin: Option<String>,
-    /// Keys an unsafe method's successful answer also invalidates (RFC 9111 section 4.4).
-    pub invalidates: RefCell<Vec<String>>,
 }
 
 impl CacheRequest {
@@ -290,7 +289,6 @@ mod tests {
             status: Cell::new(None),
             committed: Cell::new(false),
             origin: origin.map(str::to_string),
-            invalidates: RefCell::new(Vec::new()),
         };
         let r = c(Some("http://a.test"));
         assert_eq!(r.key_of(b"/x?y").as_deref(), Some("http://a.test/x?y"));

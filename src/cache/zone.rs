@@ -7,12 +7,12 @@
 //! lock-free reads of its concurrent table; a worker that stores takes a short shard lock.
 //! The one other lock is the table of fetches in flight, taken only on a miss.
 //!
-//! Zones outlive a reload: a config that names a zone with the same sizes gets the same zone
-//! back ([`shared`]), so a reload keeps the cache.
+//! Zones outlive a reload: a reload's config that names a zone with the same sizes gets the
+//! running zone ([`keeping`]), so a reload keeps the cache.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -96,27 +96,30 @@ impl std::fmt::Debug for Zone {
     }
 }
 
-/// The zones alive in the process, by name: a reload's config finds its zones here.
-static ZONES: Mutex<Vec<(String, Weak<Zone>)>> = Mutex::new(Vec::new());
+thread_local! {
+    /// The zones of the running config while a reload's config is read ([`keeping`]).
+    static RUNNING: std::cell::RefCell<Vec<Arc<Zone>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
-/// The zone `name` with `settings`: the one a running config already has when its settings
-/// are the same, else a new, empty one.
+/// Runs `read` (which reads a config) so that a zone it names with the sizes a zone of
+/// `running` has is that zone: a reload keeps the cache.
+pub fn keeping<R>(running: &[Arc<Zone>], read: impl FnOnce() -> R) -> R {
+    RUNNING.with(|r| *r.borrow_mut() = running.to_vec());
+    let result = read();
+    RUNNING.with(|r| r.borrow_mut().clear());
+    result
+}
+
+/// The zone `name` with `settings`: the running config's when a reload reads this config and
+/// its sizes are the same ([`keeping`]), else a new, empty one.
 pub fn shared(name: &str, settings: ZoneSettings) -> Arc<Zone> {
-    let mut zones = ZONES
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    zones.retain(|(_, z)| z.strong_count() > 0);
-    let found = zones
-        .iter()
-        .filter(|(n, _)| n == name)
-        .filter_map(|(_, z)| z.upgrade())
-        .find(|z| z.settings == settings);
-    if let Some(zone) = found {
-        return zone;
-    }
-    let zone = Arc::new(Zone::new(name, settings));
-    zones.push((name.to_string(), Arc::downgrade(&zone)));
-    zone
+    let kept = RUNNING.with(|r| {
+        r.borrow()
+            .iter()
+            .find(|z| z.name == name && z.settings == settings)
+            .cloned()
+    });
+    kept.unwrap_or_else(|| Arc::new(Zone::new(name, settings)))
 }
 
 /// The hash a key is found by.
@@ -381,12 +384,17 @@ mod tests {
     #[test]
     fn a_reload_gets_the_same_zone_back_unless_resized() {
         let a = shared("reload-test", settings());
-        let b = shared("reload-test", settings());
+        assert!(!Arc::ptr_eq(&a, &shared("reload-test", settings())));
+        let running = [a.clone()];
+        let b = keeping(&running, || shared("reload-test", settings()));
         assert!(Arc::ptr_eq(&a, &b));
         let bigger = ZoneSettings {
             memory: 2 << 20,
             ..settings()
         };
-        assert!(!Arc::ptr_eq(&a, &shared("reload-test", bigger)));
+        assert!(!Arc::ptr_eq(
+            &a,
+            &keeping(&running, || shared("reload-test", bigger))
+        ));
     }
 }

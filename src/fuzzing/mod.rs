@@ -566,6 +566,7 @@ pub fn log_format(data: &[u8]) {
         request_id: "",
         connection: (0, 1),
         tls_version: "TLSv1.3",
+        cache_status: "HIT",
     };
     let mut clock = Clock::default();
     clock.tick();

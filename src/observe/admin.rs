@@ -1,6 +1,7 @@
 //! The admin listener: `/metrics` (Prometheus text: the counters, gauges, histograms and the
-//! per-route and per-server figures), `/status` (nginx's stub_status; `?format=json` for more)
-//! and `/health`. It runs on its own thread, away from the workers, and sums their shards when
+//! per-route, per-server and per-cache-zone figures), `/status` (nginx's stub_status;
+//! `?format=json` for more), `/health`, and `POST /cache/purge` (the response caches'
+//! purges, [`crate::cache::admin`]). It runs on its own thread, away from the workers, and sums their shards when
 //! asked; it binds to loopback unless configured otherwise.
 
 use std::net::TcpListener as StdListener;
@@ -19,13 +20,18 @@ use crate::observe::status;
 /// Appends more lines to the exposition (the per-server figures, from `upstream`).
 pub type Render = Arc<dyn Fn(&mut String) + Send + Sync>;
 
-/// What `/metrics` reads.
+/// The running config's cache zones.
+pub type Caches = Arc<dyn Fn() -> Vec<Arc<crate::cache::zone::Zone>> + Send + Sync>;
+
+/// What the admin pages read.
 #[derive(Clone)]
 pub struct Sources {
     /// The process counters.
     pub metrics: Metrics,
     /// Further figures, rendered after the counters.
     pub more: Render,
+    /// The response caches, for purges and their figures.
+    pub caches: Caches,
 }
 
 /// Starts the admin thread on an already bound listener.
@@ -63,24 +69,47 @@ pub fn spawn(
 async fn answer(mut stream: tokio::net::TcpStream, sources: Sources) {
     let mut buf = vec![0u8; 8192];
     let mut filled = 0;
-    let path = loop {
+    let (method, path) = loop {
         match stream.read(&mut buf[filled..]).await {
             Ok(0) | Err(_) => return,
             Ok(n) => filled += n,
         }
         let mut storage = header_storage();
         match parse_request(&buf[..filled], &mut storage, buf.len()) {
-            Ok(Some(head)) => break head.path.to_string(),
+            Ok(Some(head)) => break (head.method.to_string(), head.path.to_string()),
             Ok(None) if filled < buf.len() => continue,
             _ => return,
         }
     };
-    let (status, kind, body) = page(&path, &sources);
+    let (status, kind, body) = match path.split_once('?') {
+        Some(("/cache/purge", query)) => purge(&method, query, &sources),
+        _ => page(&path, &sources),
+    };
     let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = stream.write_all(response.as_bytes()).await;
+}
+
+/// A purge: `POST` (or `PURGE`, `DELETE`) `/cache/purge?zone=Z&key=K` or `?prefix=P`; the
+/// answer says how many keys went, as JSON.
+fn purge(method: &str, query: &str, sources: &Sources) -> (&'static str, &'static str, String) {
+    const JSON: &str = "application/json";
+    if !matches!(method, "POST" | "PURGE" | "DELETE") {
+        return (
+            "405 Method Not Allowed",
+            JSON,
+            "{\"error\":\"POST\"}\n".into(),
+        );
+    }
+    let asked = crate::cache::admin::parse_purge(query);
+    match asked.and_then(|p| {
+        crate::cache::admin::purge(&(sources.caches)(), &p).map_err(|_| "no such cache zone")
+    }) {
+        Ok(n) => ("200 OK", JSON, format!("{{\"purged\":{n}}}\n")),
+        Err(e) => ("400 Bad Request", JSON, format!("{{\"error\":\"{e}\"}}\n")),
+    }
 }
 
 /// The status line, content type and body for an admin path.
@@ -90,6 +119,7 @@ fn page(path: &str, sources: &Sources) -> (&'static str, &'static str, String) {
         "/metrics" => {
             let mut text = sources.metrics.render();
             (sources.more)(&mut text);
+            crate::cache::admin::render(&(sources.caches)(), &mut text);
             ("200 OK", "text/plain; version=0.0.4", text)
         }
         "/status" => ("200 OK", TEXT, status::stub_status(&sources.metrics)),

@@ -60,6 +60,9 @@ pub enum Field {
     Connection,
     /// The TLS version (`TLSv1.3`), empty for plain HTTP.
     SslProtocol,
+    /// How a cached route answered: `HIT`, `MISS`, `EXPIRED`, `STALE`, `UPDATING`,
+    /// `REVALIDATED`, `BYPASS` (nginx's `$upstream_cache_status`); `-` elsewhere.
+    UpstreamCacheStatus,
 }
 
 impl Field {
@@ -86,6 +89,7 @@ impl Field {
             Field::HttpReferer => "http_referer",
             Field::RequestId => "request_id",
             Field::Site => "site",
+            Field::UpstreamCacheStatus => "upstream_cache_status",
             Field::Connection => "connection",
             Field::SslProtocol => "ssl_protocol",
         }
@@ -249,6 +253,8 @@ pub struct Entry<'a> {
     pub connection: (usize, u64),
     /// The TLS version, empty for plain HTTP.
     pub tls_version: &'a str,
+    /// The cache status on a cached route, else empty.
+    pub cache_status: &'a str,
 }
 
 /// The current second in the two formats lines use, cached by the caller.
@@ -369,6 +375,7 @@ fn write_field(out: &mut Vec<u8>, f: Field, e: &Entry<'_>, clock: &Clock, esc: E
         Field::RequestId => text(out, e.request_id.as_bytes()),
         Field::Site => text(out, e.site.as_bytes()),
         Field::SslProtocol => text(out, e.tls_version.as_bytes()),
+        Field::UpstreamCacheStatus => text(out, e.cache_status.as_bytes()),
         Field::Connection => {
             put_decimal(out, e.connection.0 as u64);
             out.push(b'-');
@@ -463,6 +470,7 @@ mod tests {
             request_id: "",
             connection: (1, 7),
             tls_version: "",
+            cache_status: "",
         }
     }
 

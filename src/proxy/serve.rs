@@ -329,11 +329,18 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
             referer: fields.referer(),
             protocol: client.stream.protocol_name(request.minor_version),
             site: request.routed.site,
+            cache_status: cache_status(&request),
         };
         log.record(worker, config, &outcome, micros, &tried);
     }
     client.buf = Some(buf);
     outcome.keep_alive
+}
+
+/// How a cached route answered the request (`$upstream_cache_status`), empty elsewhere.
+fn cache_status(request: &Prepared) -> &'static str {
+    let status = request.cache.as_ref().and_then(|c| c.status.get());
+    status.map_or("", crate::cache::CacheStatus::word)
 }
 
 /// The `auth_request` a request must pass before its content, if any (not when the rules
@@ -423,6 +430,7 @@ struct Line<'a> {
     referer: &'a [u8],
     protocol: &'static str,
     site: Option<u16>,
+    cache_status: &'static str,
 }
 
 impl Line<'_> {
@@ -454,6 +462,7 @@ impl Line<'_> {
             request_id: &request_id,
             connection: (worker.id, self.client.id),
             tls_version: self.client.stream.tls_version(),
+            cache_status: self.cache_status,
         };
         worker.log.record(target, &entry, &worker.counters);
     }
@@ -556,6 +565,7 @@ async fn refuse_head(worker: &Worker, config: &Config, client: &mut Client, e: E
         referer: b"",
         protocol: "HTTP/1.1",
         site: None,
+        cache_status: "",
     };
     line.record(worker, config, &outcome, 0, &Tried::default());
 }

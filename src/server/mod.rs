@@ -144,6 +144,10 @@ impl Server {
                 more: Arc::new(move |out: &mut String| {
                     crate::upstream::stats::render(&fleet, &shared.current(), out);
                 }),
+                caches: {
+                    let shared = server.shared.clone();
+                    Arc::new(move || shared.current().cache_zones.clone())
+                },
             };
             let thread = admin::spawn(l, sources, shutdown_rx)?;
             server.threads.push(thread);
@@ -169,6 +173,11 @@ impl Server {
     /// The server table and per-server figures.
     pub fn fleet(&self) -> &Fleet {
         &self.fleet
+    }
+
+    /// The running config's cache zones (a reload's config keeps those it names unchanged).
+    pub fn cache_zones(&self) -> Vec<Arc<crate::cache::zone::Zone>> {
+        self.shared.current().cache_zones.clone()
     }
 
     /// Replaces the config. Listeners are kept, so a config that changes them is refused (the

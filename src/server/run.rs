@@ -141,7 +141,8 @@ fn reload(server: &Server, config_path: Option<&Path>) -> Result<(), String> {
             }
         };
     };
-    let result = match Config::load(path) {
+    let running = server.cache_zones();
+    let result = match crate::cache::zone::keeping(&running, || Config::load(path)) {
         Ok(config) => server.reload(config),
         Err(errors) => {
             server.reload_refused();

@@ -51,12 +51,18 @@ pub(in crate::proxy) async fn capture(
     };
     let zone = &c.rule.zone;
     if c.method == crate::cache::Method::Unsafe {
-        // What its answer names is invalidated with its target, if it succeeds.
-        let named = ["location", "content-location"]
-            .iter()
-            .filter_map(|name| entry::values(&fetched.text, name).next())
-            .filter_map(|url| c.key_of(url));
-        c.invalidates.borrow_mut().extend(named);
+        // A success invalidates its target and the same-origin URLs it names, before the
+        // client hears of it (its next request may go to another worker at once).
+        if (200..400).contains(&fetched.status) {
+            zone.remove(&c.key);
+            let named = ["location", "content-location"]
+                .iter()
+                .filter_map(|name| entry::values(&fetched.text, name).next())
+                .filter_map(|url| c.key_of(url));
+            for key in named {
+                zone.remove(&key);
+            }
+        }
         return Taken::Pass(up);
     }
     let stale = c.stale.borrow().clone();

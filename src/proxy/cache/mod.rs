@@ -38,19 +38,9 @@ pub(super) async fn serve(
     let zone = &c.rule.zone;
     match c.method {
         Method::Unsafe => {
+            // Its answer's head is seen by `capture`, which invalidates on a success.
             c.capture.set(true);
-            let result = exchange::exchange(cx, route, client, buf, tried).await;
-            c.capture.set(false);
-            if result
-                .as_ref()
-                .is_ok_and(|o| (200..400).contains(&o.status))
-            {
-                zone.remove(&c.key);
-                for key in c.invalidates.borrow().iter() {
-                    zone.remove(key);
-                }
-            }
-            return result;
+            return exchange::exchange(cx, route, client, buf, tried).await;
         }
         Method::Other => return exchange::exchange(cx, route, client, buf, tried).await,
         Method::Get | Method::Head => {}

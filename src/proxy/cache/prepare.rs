@@ -123,7 +123,6 @@ pub(in crate::proxy) fn cache_request(
             .key
             .is_none()
             .then(|| format!("{}://{host}", facts.scheme)),
-        invalidates: RefCell::new(Vec::new()),
     })
 }
 
