@@ -162,7 +162,7 @@ pub fn render(zones: &[Arc<Zone>], out: &mut String) {
             let _ = writeln!(out, "{name}{{zone=\"{zone}\"}} {n}");
         }
     }
-    let sizes: Vec<(u64, u64)> = zones.iter().map(|z| z.size()).collect();
+    let sizes: Vec<_> = zones.iter().map(|z| z.size()).collect();
     let gauges = [
         (
             "slipstream_cache_bytes",
@@ -173,7 +173,7 @@ pub fn render(zones: &[Arc<Zone>], out: &mut String) {
     ];
     for (name, help, which) in gauges {
         family(out, name, Type::Gauge, help);
-        for (z, &(bytes, entries)) in zones.iter().zip(&sizes) {
+        for (z, &((bytes, entries), _)) in zones.iter().zip(&sizes) {
             let n = if which == 0 { bytes } else { entries };
             let _ = writeln!(out, "{name}{{zone=\"{}\"}} {}", escape_label(&z.name), n);
         }

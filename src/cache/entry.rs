@@ -17,8 +17,10 @@ pub struct Entry {
     pub head: Vec<u8>,
     /// Its status.
     pub status: u16,
-    /// Its body.
+    /// Its body, when held in memory.
     pub body: Bytes,
+    /// Its body's file, when it is on the disk tier (then `body` is empty).
+    pub file: Option<std::sync::Arc<super::disk::BodyFile>>,
     /// What its age is computed from.
     pub times: Times,
     /// Its freshness lifetime in seconds.
@@ -46,6 +48,18 @@ impl Entry {
     /// Bytes it costs in memory, about.
     pub fn weight(&self) -> usize {
         self.key.len() + self.head.len() + self.body.len() + 256
+    }
+
+    /// Bytes it costs on disk (0 for a body in memory).
+    pub fn disk_weight(&self) -> u64 {
+        self.file
+            .as_ref()
+            .map_or(0, |f| f.len + self.head.len() as u64 + 256)
+    }
+
+    /// Its body's length, wherever it is.
+    pub fn body_len(&self) -> u64 {
+        self.file.as_ref().map_or(self.body.len() as u64, |f| f.len)
     }
 
     /// Seconds it has left to be fresh at `now` (negative once stale).
@@ -224,6 +238,7 @@ pub fn build(head: &[u8], status: u16, body: Bytes, facts: &ResponseFacts, s: St
         head: text,
         status,
         body,
+        file: None,
         times: Times {
             request_time: s.request_time,
             response_time: s.response_time,

@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod control;
+pub mod disk;
 pub mod entry;
 pub mod freshness;
 pub mod zone;
@@ -258,6 +259,7 @@ mod tests {
                         memory: 1 << 20,
                         max_object: 1 << 10,
                         inactive: Duration::from_secs(1),
+                        disk: None,
                     },
                 )),
                 key: None,

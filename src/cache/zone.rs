@@ -20,15 +20,29 @@ use tokio::sync::watch;
 use super::entry::Entry;
 
 /// A zone's sizes, as configured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ZoneSettings {
     /// Bytes the memory tier holds.
     pub memory: u64,
-    /// The largest response stored (bigger ones pass through uncached).
+    /// The largest response held in memory (bigger ones go to the disk tier, or pass through
+    /// uncached without one).
     pub max_object: usize,
     /// An entry unused this long is dropped, fresh or not (nginx's `inactive`).
     pub inactive: Duration,
+    /// The disk tier: its directory and the bytes it may hold.
+    pub disk: Option<(std::path::PathBuf, u64)>,
 }
+
+/// The disk tier of a zone: its directory and the index of its files (read back at start).
+struct DiskTier {
+    dir: std::path::PathBuf,
+    index: Store,
+    /// The directory was read back (once, when a server first runs the zone).
+    loaded: std::sync::Once,
+}
+
+/// A tier's table: key hash to the key's variants.
+type Store = moka::sync::Cache<u128, Arc<Variants>>;
 
 /// The responses stored under one key: one per variant its `Vary` selects, newest first.
 #[derive(Debug)]
@@ -81,7 +95,9 @@ pub struct Zone {
     pub name: String,
     /// Its sizes.
     pub settings: ZoneSettings,
-    store: moka::sync::Cache<u128, Arc<Variants>>,
+    store: Store,
+    /// The disk tier, when the zone has a `path`.
+    disk: Option<DiskTier>,
     /// Fetches in flight, by key hash: later misses of the key wait on them.
     flights: Mutex<HashMap<u128, watch::Receiver<()>>>,
     /// Requests seen per key not yet stored (for `min_uses`).
@@ -145,6 +161,33 @@ impl Zone {
                 }
             })
             .build();
+        let disk = settings.disk.as_ref().map(|(dir, bytes)| {
+            let evictions = stats.evictions.clone();
+            let index = moka::sync::Cache::builder()
+                .max_capacity(*bytes)
+                .weigher(|_k: &u128, v: &Arc<Variants>| {
+                    let bytes: u64 = v.entries.iter().map(|e| e.disk_weight()).sum();
+                    u32::try_from(bytes >> 10).unwrap_or(u32::MAX).max(1)
+                })
+                .time_to_idle(settings.inactive)
+                .eviction_listener(move |_k, v: Arc<Variants>, cause| {
+                    use moka::notification::RemovalCause;
+                    if cause == RemovalCause::Size {
+                        evictions.fetch_add(1, Relaxed);
+                    }
+                    // A replaced key's files are doomed by `store_on_disk`, which knows which
+                    // variants the new value keeps.
+                    if cause != RemovalCause::Replaced {
+                        doom(&v.entries);
+                    }
+                })
+                .build();
+            DiskTier {
+                dir: dir.clone(),
+                index,
+                loaded: std::sync::Once::new(),
+            }
+        });
         let uses = moka::sync::Cache::builder()
             .max_capacity(1 << 16)
             .time_to_idle(settings.inactive)
@@ -153,72 +196,153 @@ impl Zone {
             name: name.to_string(),
             settings,
             store,
+            disk,
             flights: Mutex::new(HashMap::new()),
             uses,
             stats,
         }
     }
 
-    /// The stored response for `key` whose `Vary` values the request's fields match.
-    pub fn lookup(&self, hash: u128, key: &str, request_fields: &[u8]) -> Option<Arc<Entry>> {
-        let variants = self.store.get(&hash)?;
-        if &*variants.key != key {
-            return None;
-        }
-        variants
-            .entries
-            .iter()
-            .find(|e| e.matches(request_fields))
-            .cloned()
+    /// Reads the disk tier's directory back into its index (once; later calls do nothing):
+    /// a restart keeps the cache. Files that do not read back are removed.
+    pub fn load_disk(&self) {
+        let Some(disk) = &self.disk else {
+            return;
+        };
+        disk.loaded.call_once(|| {
+            let mut found = 0;
+            for entry in super::disk::load(&disk.dir) {
+                let hash = hash_key(&entry.key);
+                self.store_on(&disk.index, hash, Arc::new(entry));
+                found += 1;
+            }
+            tracing::info!(zone = %self.name, dir = %disk.dir.display(), "cache: {found} stored responses read back");
+        });
     }
 
-    /// Stores `entry` under its key, replacing the variant it matches.
+    /// The stored response for `key` whose `Vary` values the request's fields match: from
+    /// memory, else from the disk tier.
+    pub fn lookup(&self, hash: u128, key: &str, request_fields: &[u8]) -> Option<Arc<Entry>> {
+        let find = |store: &Store| {
+            let variants = store.get(&hash)?;
+            if &*variants.key != key {
+                return None;
+            }
+            let found = variants.entries.iter().find(|e| e.matches(request_fields));
+            found.cloned()
+        };
+        find(&self.store).or_else(|| self.disk.as_ref().and_then(|d| find(&d.index)))
+    }
+
+    /// Whether the zone has a disk tier (responses larger than `max_object` are stored there,
+    /// streamed).
+    pub fn has_disk(&self) -> bool {
+        self.disk.is_some()
+    }
+
+    /// A new file's path on the disk tier for key `hash`.
+    pub fn new_file(&self, hash: u128) -> Option<std::path::PathBuf> {
+        let disk = self.disk.as_ref()?;
+        Some(super::disk::file_name(&disk.dir, hash))
+    }
+
+    /// Stores `entry` under its key, replacing the variant it matches: a body in memory in
+    /// the memory tier (and, with a disk tier, a copy in a file, so a restart keeps it); a
+    /// body in a file in the disk tier.
     pub fn store(&self, hash: u128, entry: Arc<Entry>) {
+        self.stats.stored.fetch_add(1, Relaxed);
+        if entry.file.is_none() {
+            self.store_on(&self.store, hash, entry.clone());
+        }
+        let Some(disk) = &self.disk else {
+            return;
+        };
+        let on_file = match entry.file {
+            Some(_) => entry,
+            None => match super::disk::write_entry(&disk.dir, hash, &entry) {
+                Ok(e) => Arc::new(e),
+                Err(e) => {
+                    tracing::warn!(zone = %self.name, "cache: a response could not be written to disk: {e}");
+                    return;
+                }
+            },
+        };
+        self.store_on(&disk.index, hash, on_file);
+    }
+
+    /// Puts `entry` in a tier's table, keeping the key's other variants; the files of the
+    /// variants it replaces are doomed.
+    fn store_on(&self, store: &Store, hash: u128, entry: Arc<Entry>) {
         let mut entries = vec![entry.clone()];
-        if let Some(old) = self.store.get(&hash).filter(|v| v.key == entry.key) {
+        if let Some(old) = store.get(&hash).filter(|v| v.key == entry.key) {
             let same_variant = |e: &Arc<Entry>| {
                 e.vary.len() == entry.vary.len()
                     && e.vary
                         .iter()
                         .all(|(n, v)| entry.vary.iter().any(|(n2, v2)| n == n2 && v == v2))
             };
-            entries.extend(
-                old.entries
-                    .iter()
-                    .filter(|e| !same_variant(e))
-                    .take(MAX_VARIANTS - 1)
-                    .cloned(),
-            );
+            let (replaced, kept): (Vec<_>, Vec<_>) =
+                old.entries.iter().cloned().partition(|e| same_variant(e));
+            let dropped = kept.len().saturating_sub(MAX_VARIANTS - 1);
+            doom(&replaced);
+            doom(&kept[kept.len() - dropped..]);
+            entries.extend(kept.into_iter().take(MAX_VARIANTS - 1));
         }
         let key = entry.key.clone();
-        self.store.insert(hash, Arc::new(Variants { key, entries }));
-        self.stats.stored.fetch_add(1, Relaxed);
+        store.insert(hash, Arc::new(Variants { key, entries }));
     }
 
-    /// Removes every variant of `key`; whether there was one.
+    /// Removes every variant of `key` from both tiers (their files too); whether there was
+    /// one.
     pub fn remove(&self, key: &str) -> bool {
         let hash = hash_key(key);
-        let found = self.store.get(&hash).is_some_and(|v| &*v.key == key);
+        let mut found = false;
+        for store in self.tiers() {
+            if store.get(&hash).is_some_and(|v| &*v.key == key) {
+                if let Some(gone) = store.remove(&hash) {
+                    doom(&gone.entries);
+                }
+                found = true;
+            }
+        }
         if found {
-            self.store.invalidate(&hash);
             self.stats.purged.fetch_add(1, Relaxed);
+            self.settle();
         }
         found
     }
 
+    /// Lets the tables finish their pending work now, so they let go of removed entries (and
+    /// doomed files go at once rather than at some later lookup).
+    fn settle(&self) {
+        for store in self.tiers() {
+            store.run_pending_tasks();
+        }
+    }
+
     /// Removes every key that starts with `prefix`; how many.
     pub fn remove_prefix(&self, prefix: &str) -> usize {
-        let doomed: Vec<u128> = self
-            .store
-            .iter()
-            .filter(|(_, v)| v.key.starts_with(prefix))
-            .map(|(k, _)| *k)
-            .collect();
+        let mut doomed: Vec<u128> = Vec::new();
+        for store in self.tiers() {
+            let matching = store.iter().filter(|(_, v)| v.key.starts_with(prefix));
+            doomed.extend(matching.map(|(k, _)| *k));
+        }
+        doomed.sort_unstable();
+        doomed.dedup();
         for hash in &doomed {
-            self.store.invalidate(hash);
+            for store in self.tiers() {
+                if let Some(gone) = store.remove(hash) {
+                    doom(&gone.entries);
+                }
+            }
         }
         self.stats.purged.fetch_add(doomed.len() as u64, Relaxed);
+        self.settle();
         doomed.len()
+    }
+
+    fn tiers(&self) -> impl Iterator<Item = &Store> {
+        std::iter::once(&self.store).chain(self.disk.as_ref().map(|d| &d.index))
     }
 
     /// Counts one more request for a key not stored yet; whether it has now been asked
@@ -232,10 +356,15 @@ impl Zone {
         seen >= min_uses
     }
 
-    /// Bytes and entries held.
-    pub fn size(&self) -> (u64, u64) {
+    /// Bytes and keys held in memory, and on disk (kilobytes of files, keys).
+    pub fn size(&self) -> ((u64, u64), Option<(u64, u64)>) {
         self.store.run_pending_tasks();
-        (self.store.weighted_size(), self.store.entry_count())
+        let memory = (self.store.weighted_size(), self.store.entry_count());
+        let disk = self.disk.as_ref().map(|d| {
+            d.index.run_pending_tasks();
+            (d.index.weighted_size() << 10, d.index.entry_count())
+        });
+        (memory, disk)
     }
 
     /// Becomes the one fetch of `hash`, or learns of the fetch already going: its end is
@@ -268,6 +397,13 @@ impl Zone {
     }
 }
 
+/// Marks the files of entries that left a tier for removal (once no request sends them).
+fn doom(entries: &[Arc<Entry>]) {
+    for file in entries.iter().filter_map(|e| e.file.as_ref()) {
+        file.doom();
+    }
+}
+
 /// The right to be a key's one fetch; dropped when the fetch is done (stored or not), which
 /// wakes the requests waiting for it.
 pub struct Fetch {
@@ -297,6 +433,7 @@ mod tests {
             memory: 1 << 20,
             max_object: 1 << 16,
             inactive: Duration::from_secs(600),
+            disk: None,
         }
     }
 

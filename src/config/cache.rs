@@ -16,13 +16,16 @@ use crate::cache::zone::{self, Zone, ZoneSettings};
 use crate::cache::{CacheRule, UseStale};
 use crate::rules::template::Template;
 
-/// `[cache_zones.NAME]`: `memory`, `max_object`, `inactive`.
+/// `[cache_zones.NAME]`: `memory`, `max_object`, `inactive`, and for a disk tier `path` and
+/// `disk`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct FileCacheZone {
     memory: Option<Size>,
     max_object: Option<Size>,
     inactive: Option<String>,
+    path: Option<String>,
+    disk: Option<Size>,
 }
 
 /// A site's or route's `cache`: `false`, or a table naming its zone.
@@ -61,6 +64,7 @@ pub(super) struct FileCacheRule {
 
 const DEFAULT_MEMORY: u64 = 256 << 20;
 const DEFAULT_MAX_OBJECT: u64 = 8 << 20;
+const DEFAULT_DISK: u64 = 10 << 30;
 const DEFAULT_INACTIVE: Duration = Duration::from_secs(600);
 
 impl Validator<'_> {
@@ -89,10 +93,27 @@ impl Validator<'_> {
                 self.error(at, format!("cache_zones.{zone_name}: memory is at least \"64k\", max_object at most \"1g\", inactive a duration (\"10m\")"));
                 continue;
             };
+            let disk_bytes = size(&z.disk, DEFAULT_DISK).filter(|n| *n >= 1 << 20);
+            let disk = match (&z.path, disk_bytes) {
+                (None, _) if z.disk.is_some() => {
+                    self.error(at, format!("cache_zones.{zone_name}: disk needs a path"));
+                    None
+                }
+                (None, _) => None,
+                (Some(p), Some(bytes)) => Some((self.relative(p), bytes)),
+                (Some(_), None) => {
+                    self.error(
+                        at,
+                        format!("cache_zones.{zone_name}: disk is at least \"1m\""),
+                    );
+                    None
+                }
+            };
             let settings = ZoneSettings {
                 memory,
                 max_object: max_object.min(memory) as usize,
                 inactive,
+                disk,
             };
             zones.push(zone::shared(zone_name, settings));
         }

@@ -124,7 +124,7 @@ impl Validator<'_> {
     }
 
     /// A path from the config, relative to the config file's folder.
-    fn relative(&self, path: &str) -> std::path::PathBuf {
+    pub(super) fn relative(&self, path: &str) -> std::path::PathBuf {
         let p = Path::new(path);
         if p.is_absolute() {
             return p.to_path_buf();

@@ -318,6 +318,9 @@ async fn cache_turn(
         framing: head.framing,
         reusable: head.reusable,
         text,
+        client_head: head.out.clone(),
+        relayed_as_is: head.relay == Relay::Pass,
+        keep_alive: head.keep_alive,
     };
     let up = match super::cache::capture(cx, group, client, up, ubuf, fetched).await {
         super::cache::Taken::Pass(conn) => conn,

@@ -396,3 +396,124 @@ routes = [{{ location = "/", upstream = "origin" }}]
     let (passed, failed) = (required["passed"].as_u64(), required["failed"].as_u64());
     assert!(passed >= Some(155) && failed <= Some(1), "{printed}");
 }
+
+fn disk_config(upstream: std::net::SocketAddr, dir: &std::path::Path) -> String {
+    format!(
+        r#"
+workers = 2
+admin = "{{admin}}"
+[[listen]]
+address = "{{listen}}"
+[upstreams.app]
+servers = ["{upstream}"]
+[cache_zones.main]
+memory = "16m"
+max_object = "4k"
+path = {dir:?}
+disk = "64m"
+[[sites]]
+default = true
+cache = {{ zone = "main" }}
+routes = [{{ location = "/", upstream = "app" }}]
+"#,
+        dir = dir.display().to_string()
+    )
+}
+
+/// A body of `len` bytes the origin sends, chunked or with a length.
+fn big_reply(len: usize, chunked: bool) -> Reply {
+    let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    let mut r = if chunked {
+        b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nETag: \"big\"\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec()
+    } else {
+        format!("HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nETag: \"big\"\r\nContent-Length: {len}\r\n\r\n").into_bytes()
+    };
+    if chunked {
+        for piece in body.chunks(70_000) {
+            r.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+            r.extend_from_slice(piece);
+            r.extend_from_slice(b"\r\n");
+        }
+        r.extend_from_slice(b"0\r\n\r\n");
+    } else {
+        r.extend_from_slice(&body);
+    }
+    Reply::Bytes(r)
+}
+
+#[test]
+fn large_objects_stream_to_the_disk_tier_and_a_restart_keeps_them() {
+    let dir = crate::support::temp_path("cache-disk");
+    let _ = std::fs::remove_dir_all(&dir);
+    let upstream = Upstream::start(|seen| big_reply(300_000, seen.path() == "/chunked"));
+    let toml = disk_config(upstream.addr, &dir);
+    let expected: Vec<u8> = (0..300_000).map(|i| (i % 251) as u8).collect();
+    {
+        let running = crate::support::Running::config("cache-disk.toml", &toml);
+        for path in ["/big", "/chunked"] {
+            let miss = get(running.addr, path);
+            assert_eq!((miss.status, miss.body.len()), (200, 300_000));
+            assert!(miss.body == expected, "{path}");
+            let hit = get(running.addr, path);
+            assert!(
+                hit.header("cache-status").unwrap().contains("hit"),
+                "{path}"
+            );
+            let first = hit.body.iter().zip(&expected).position(|(a, b)| a != b);
+            assert!(
+                hit.body == expected,
+                "{path} from disk: {} bytes, first difference {first:?}",
+                hit.body.len()
+            );
+            assert_eq!(hit.header("content-length"), Some("300000"));
+        }
+        let part = ask(running.addr, "GET", "/big", "Range: bytes=1000-1009\r\n");
+        assert_eq!(
+            (part.status, part.body.as_slice()),
+            (206, &expected[1000..1010])
+        );
+        assert_eq!(upstream.seen().len(), 2);
+        // Killed, not stopped: what was stored survives a crash too.
+    }
+    let running = crate::support::Running::config("cache-disk.toml", &toml);
+    for path in ["/big", "/chunked"] {
+        let hit = get(running.addr, path);
+        assert!(
+            hit.header("cache-status").unwrap().contains("hit"),
+            "{path} after a restart"
+        );
+        assert!(hit.body == expected);
+    }
+    assert_eq!(
+        upstream.seen().len(),
+        2,
+        "nothing fetched again after the restart"
+    );
+    // A purge removes the file too: the next start cannot bring it back.
+    let files = || {
+        walk(&dir)
+            .into_iter()
+            .filter(|p| p.extension().is_none())
+            .count()
+    };
+    assert_eq!(files(), 2);
+    let s = connect(running.admin.unwrap());
+    let mut w = s.try_clone().unwrap();
+    w.write_all(b"POST /cache/purge?key=http://a/big HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut BufReader::new(s), false).unwrap();
+    assert_eq!(r.body, b"{\"purged\":1}\n");
+    assert!(crate::support::eventually(|| files() == 1));
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.path().is_dir() {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}

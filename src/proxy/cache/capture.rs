@@ -27,6 +27,12 @@ pub(in crate::proxy) struct Fetched {
     pub(in crate::proxy) reusable: bool,
     /// The head as HTTP/1.1 text without hop-by-hop fields, framing fields included.
     pub(in crate::proxy) text: Vec<u8>,
+    /// The head the client gets when the response is relayed as it came.
+    pub(in crate::proxy) client_head: crate::message::ClientHead,
+    /// The body's bytes go to the client as they come (no re-framing for an HTTP/1.0 client).
+    pub(in crate::proxy) relayed_as_is: bool,
+    /// The client connection stays open after it.
+    pub(in crate::proxy) keep_alive: bool,
 }
 
 /// What became of the response.
@@ -134,6 +140,15 @@ async fn store_and_send(
     };
     let end = match whole {
         Ok(Some(end)) => end,
+        Ok(None) if zone.has_disk() && fetched.relayed_as_is && framing != Framing::UntilClose => {
+            let fill = super::tee::Fill {
+                c,
+                facts: &facts,
+                lifetime,
+            };
+            let stored = super::tee::relay_and_store(cx, group, client, (up, ubuf), &fetched, fill);
+            return Taken::Answered(stored.await);
+        }
         Ok(None) => {
             zone.stats.too_large.fetch_add(1, Relaxed);
             return Taken::Pass(up);

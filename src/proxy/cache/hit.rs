@@ -5,12 +5,17 @@
 
 use crate::cache::entry::Entry;
 use crate::cache::{CacheRequest, CacheStatus};
-use crate::error::Error;
+use std::fs::File;
+
+use crate::error::{Error, Kind};
 use crate::files::range::{parse_range, Ranges};
 use crate::http1::request::header_storage;
 use crate::http1::response::{add_fields, parse_response, remove_fields, Relay};
 use crate::message::ClientHead;
+use crate::net::io::head_bytes;
 use crate::net::io::write_head;
+use crate::net::sendfile::{send_file, SendFileError};
+use crate::observe::metrics::Counter;
 use crate::proxy::{Client, Ctx, Outcome};
 
 /// What part of the stored response answers.
@@ -33,7 +38,13 @@ pub(in crate::proxy) async fn send_entry(
 ) -> Result<Outcome, Error> {
     let p = cx.request;
     let Some(c) = p.cache.as_deref() else {
-        return Err(Error::new(crate::error::Kind::NoRoute));
+        return Err(Error::new(Kind::NoRoute));
+    };
+    // A body on the disk tier is opened before anything is sent: a file purged meanwhile is
+    // a miss, not a broken answer.
+    let file = match &entry.file {
+        Some(f) => Some(File::open(&f.path).map_err(|_| Error::new(Kind::FileFailed))?),
+        None => None,
     };
     c.status.set(Some(status));
     let form = form(entry, c);
@@ -43,7 +54,7 @@ pub(in crate::proxy) async fn send_entry(
     let head = parse_response(&raw, &mut storage, max, p.is_head)
         .ok()
         .flatten()
-        .ok_or(Error::new(crate::error::Kind::BadResponse("stored head")))?;
+        .ok_or(Error::new(Kind::BadResponse("stored head")))?;
     let keep_alive = may_keep && p.keep_alive && !cx.worker.shutting_down();
     let mut text = Vec::with_capacity(raw.len() + 128);
     let framing = head.write_client_head(&mut text, Relay::Pass, keep_alive, p.minor_version);
@@ -54,19 +65,33 @@ pub(in crate::proxy) async fn send_entry(
     }
     let code = head.status;
     let out = ClientHead::new(code, framing, text);
-    let body: &[u8] = match form {
-        _ if p.is_head => &[],
-        Form::Whole => &entry.body,
-        Form::Part(start, end) => &entry.body[start as usize..=end as usize],
-        Form::NotModified | Form::Unsatisfiable => &[],
+    let (start, len) = match form {
+        _ if p.is_head => (0, 0),
+        Form::Whole => (0, entry.body_len()),
+        Form::Part(start, end) => (start, end - start + 1),
+        Form::NotModified | Form::Unsatisfiable => (0, 0),
     };
     let timeout = cx.config().limits.client_body_timeout;
-    write_head(&mut client.stream, &out, &[body], timeout)
-        .await
-        .map_err(|_| Error::client_write())?;
+    match file.filter(|_| len > 0) {
+        None => {
+            let body = &entry.body[start as usize..(start + len) as usize];
+            write_head(&mut client.stream, &out, &[body], timeout)
+                .await
+                .map_err(|_| Error::client_write())?;
+        }
+        Some(file) => {
+            let head = head_bytes(&mut client.stream, &out).map_err(|_| Error::client_write())?;
+            let sent = send_file(&mut client.stream, head, &file, start, len, timeout).await;
+            let bytes = sent.map_err(|e| match e {
+                SendFileError::Truncated => Error::new(Kind::FileTruncated).after_head(code),
+                SendFileError::Client(_) => Error::client_write().after_head(code),
+            })?;
+            cx.worker.counters.add(Counter::SendfileBytes, bytes);
+        }
+    }
     Ok(Outcome {
         status: code,
-        body_bytes: body.len() as u64,
+        body_bytes: len,
         keep_alive,
     })
 }
@@ -114,7 +139,7 @@ fn range(entry: &Entry, c: &CacheRequest) -> Form {
             return Form::Whole;
         }
     }
-    match parse_range(value, entry.body.len() as u64) {
+    match parse_range(value, entry.body_len()) {
         Ranges::One(r) => Form::Part(r.start, r.end),
         Ranges::Unsatisfiable => Form::Unsatisfiable,
         Ranges::Whole | Ranges::Many(_) => Form::Whole,
@@ -124,7 +149,7 @@ fn range(entry: &Entry, c: &CacheRequest) -> Form {
 /// The stored head in the answer's form, with its `Age`.
 fn stored_head(entry: &Entry, form: &Form, status: CacheStatus, now: u64) -> Vec<u8> {
     let mut raw = Vec::with_capacity(entry.head.len() + 64);
-    let len = entry.body.len();
+    let len = entry.body_len();
     let line_end = entry
         .head
         .iter()

@@ -9,6 +9,7 @@
 mod capture;
 mod hit;
 mod prepare;
+mod tee;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -65,7 +66,14 @@ pub(super) async fn serve(
                 // A request with a body (unread) closes its connection after the answer.
                 let bodyless = matches!(cx.request.framing, Framing::Empty | Framing::Length(0));
                 let answer = (&**entry, status);
-                let outcome = hit::send_entry(cx, client, answer, now, bodyless).await?;
+                let outcome = match hit::send_entry(cx, client, answer, now, bodyless).await {
+                    Err(e) if e.kind == Kind::FileFailed => {
+                        // Its file went (a purge, a full disk): fetched again.
+                        zone.remove(&c.key);
+                        continue;
+                    }
+                    r => r?,
+                };
                 if outcome.keep_alive {
                     buf.drain(..cx.request.head_len.min(buf.len()));
                 }
