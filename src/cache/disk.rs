@@ -65,13 +65,7 @@ impl Drop for BodyFile {
 
 /// Appends `entry`'s metadata trailer to a file whose body is written (`body_len` bytes).
 pub fn write_trailer(file: &mut File, entry: &Entry, body_len: u64) -> io::Result<()> {
-    let meta = encode(entry, body_len);
-    let checksum = xxhash_rust::xxh3::xxh3_64(&meta);
-    let mut tail = meta;
-    tail.extend_from_slice(&(tail.len() as u32).to_le_bytes());
-    tail.extend_from_slice(&checksum.to_le_bytes());
-    tail.extend_from_slice(MAGIC);
-    file.write_all(&tail)
+    file.write_all(&trailer_bytes(entry, body_len))
 }
 
 /// A unique name for a new file of key `hash` under `dir`: `ab/HASH-SEQ` (two hex digits of
@@ -158,6 +152,39 @@ pub fn read_entry(path: &Path) -> Option<Entry> {
         return None;
     }
     Some(on_file(&entry, BodyFile::new(path.to_path_buf(), body_len)))
+}
+
+/// Reads a whole file's bytes as [`read_entry`] reads the file: its entry (the body is the
+/// first `len` bytes) and that length, or `None`.
+pub fn parse_file(bytes: &[u8]) -> Option<(Entry, u64)> {
+    let size = bytes.len() as u64;
+    let trailer: &[u8; TRAILER as usize] = bytes
+        .get(bytes.len().checked_sub(TRAILER as usize)?..)?
+        .try_into()
+        .ok()?;
+    let (meta_len, checksum, magic) = split_trailer(trailer);
+    if magic != MAGIC || meta_len > MAX_META || u64::from(meta_len) + TRAILER > size {
+        return None;
+    }
+    let meta_start = size - TRAILER - u64::from(meta_len);
+    let meta = &bytes[meta_start as usize..(size - TRAILER) as usize];
+    if xxhash_rust::xxh3::xxh3_64(meta) != checksum {
+        return None;
+    }
+    let (entry, body_len) = decode(meta)?;
+    (body_len == meta_start).then_some((entry, body_len))
+}
+
+/// The metadata, its checksum and the magic, as they end a file (for a file made in memory:
+/// the fuzz target's).
+pub fn trailer_bytes(entry: &Entry, body_len: u64) -> Vec<u8> {
+    let meta = encode(entry, body_len);
+    let checksum = xxhash_rust::xxh3::xxh3_64(&meta);
+    let mut tail = meta;
+    tail.extend_from_slice(&(tail.len() as u32).to_le_bytes());
+    tail.extend_from_slice(&checksum.to_le_bytes());
+    tail.extend_from_slice(MAGIC);
+    tail
 }
 
 fn split_trailer(t: &[u8; TRAILER as usize]) -> (u32, u64, &[u8]) {

@@ -3,6 +3,7 @@
 //! (`tests/it/fuzz_seeds.rs`). Each function panics when a property fails. HTTP/2 and
 //! gRPC's are in `http2.rs`.
 
+mod cache;
 pub mod htpasswd;
 mod http2;
 mod proxy_protocol;
@@ -10,6 +11,12 @@ mod rules;
 
 use http2::http2_request_is_clean;
 pub use http2::{grpc, http2_convert, http2_frames, http2_server};
+
+/// See [`cache::cache_entry`]; the fuzz target ignores its answer (whether the head was
+/// storable).
+pub fn cache_entry(data: &[u8]) {
+    cache::cache_entry(data);
+}
 pub use proxy_protocol::proxy_protocol;
 pub use rules::request_rules;
 

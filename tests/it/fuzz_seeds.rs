@@ -29,6 +29,11 @@ fn response_head_seeds() {
 }
 
 #[test]
+fn cache_entry_seeds() {
+    replay("cache_entry", slipstream::fuzzing::cache_entry);
+}
+
+#[test]
 fn chunked_seeds() {
     replay("chunked", slipstream::fuzzing::chunked);
 }
