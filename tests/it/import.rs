@@ -749,3 +749,135 @@ fn ipv6only_off_becomes_a_dual_stack_listener() {
     assert_eq!(t["listen"][0]["address"].as_str(), Some("[::]:8080"));
     assert_eq!(t["listen"][0]["ipv6only"].as_bool(), Some(false));
 }
+
+/// A microcache in front of an application, as a sites file included from `http`: the zone
+/// with its disk tier, the server's cache table with nginx's defaults where slipstream's differ, a
+/// location that turns it off, and the notes of what differs.
+const MICROCACHE_SITE: &str = r#"proxy_cache_path CACHE levels=1:2 keys_zone=microcache:10m max_size=512m inactive=10m use_temp_path=off;
+
+upstream app {
+    server 127.0.0.1:3000;
+}
+
+server {
+    listen 8080;
+    server_name shop.example.com;
+
+    proxy_cache microcache;
+    proxy_cache_valid 200 301 302 1s;
+    proxy_cache_valid 404 10s;
+    proxy_cache_use_stale updating error timeout http_500 http_502 http_503 http_504;
+    proxy_cache_lock on;
+    proxy_cache_lock_timeout 2s;
+    proxy_cache_bypass $cookie_session $arg_nocache;
+    proxy_no_cache $cookie_session;
+    add_header X-Cache-Status $upstream_cache_status;
+
+    location / {
+        proxy_pass http://app;
+        proxy_set_header Host $host;
+    }
+
+    location /account/ {
+        proxy_cache off;
+        proxy_pass http://app;
+    }
+}
+"#;
+
+#[test]
+fn a_microcache_becomes_a_cache_zone_and_a_cache_table_that_load() {
+    let dir = temp_path("import-microcache");
+    let cache_dir = dir.join("cache");
+    let site = MICROCACHE_SITE.replace("CACHE", &cache_dir.display().to_string());
+    let main = "events {}\nhttp {\n    include sites/*.conf;\n}\n";
+    let (translation, config, path) = translation(
+        "microcache",
+        &[("nginx.conf", main), ("sites/shop.conf", &site)],
+    );
+    // A config nginx takes as it is.
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    assert_eq!(nginx_verdict(&dir, &path), Ok(()));
+
+    let t: toml::Table = translation.toml.parse().unwrap();
+    let zone = &t["cache_zones"]["microcache"];
+    assert_eq!(zone["memory"].as_str(), Some("256m"));
+    assert_eq!(
+        zone["path"].as_str(),
+        Some(cache_dir.display().to_string().as_str())
+    );
+    assert_eq!(zone["disk"].as_str(), Some("512m"), "max_size");
+    assert_eq!(zone["inactive"].as_str(), Some("10m"));
+    let site = &t["sites"][0];
+    let cache = &site["cache"];
+    assert_eq!(cache["zone"].as_str(), Some("microcache"));
+    assert!(cache.get("key").is_none(), "slipstream's default key");
+    assert_eq!(strings(&cache["valid"]), ["200 301 302 1s", "404 10s"]);
+    assert_eq!(
+        strings(&cache["use_stale"]),
+        ["updating", "error", "timeout", "http_500", "http_502", "http_503", "http_504"]
+    );
+    assert!(cache.get("lock").is_none(), "on, as slipstream's default");
+    assert_eq!(cache["lock_timeout"].as_str(), Some("2s"));
+    assert_eq!(
+        cache["revalidate"].as_bool(),
+        Some(false),
+        "nginx's default"
+    );
+    assert_eq!(
+        strings(&cache["bypass"]),
+        ["$cookie_session", "$arg_nocache"]
+    );
+    assert_eq!(strings(&cache["no_store"]), ["$cookie_session"]);
+    assert!(site.get("add_headers").is_none() && site.get("add_headers_on_success").is_none());
+    assert!(route(site, "/").get("cache").is_none(), "the site's");
+    assert_eq!(route(site, "/account/")["cache"].as_bool(), Some(false));
+
+    // What differs from nginx, with its file and line.
+    let f = config.files[1].display();
+    let notes: Vec<String> = translation
+        .notes
+        .iter()
+        .map(|n| n.render(&config.files))
+        .collect();
+    let untranslated: Vec<&String> = notes
+        .iter()
+        .filter(|n| n.contains(": not translated: "))
+        .collect();
+    assert_eq!(
+        untranslated,
+        [
+            &format!(
+                "{f}:1: not translated: proxy_cache_path (nginx's files under {} are not read: \
+                 slipstream keeps its own there and removes the ones it cannot read, so give it \
+                 a directory of its own while nginx runs; levels= and the loader's and \
+                 manager's settings are nginx's own)",
+                cache_dir.display()
+            ),
+            &format!(
+                "{f}:11: not translated: proxy_cache_key (nginx's default, \
+                 $scheme$proxy_host$request_uri, keys by the upstream's name: slipstream's \
+                 default key, $scheme://$host$request_uri, has the client's Host instead, so \
+                 virtual hosts never share entries)"
+            ),
+        ]
+    );
+    assert_eq!(translation.untranslated(), 2);
+    let ignored = format!(
+        "{f}:19: ignored: add_header (slipstream's answers from its cache carry Cache-Status, \
+         RFC 9211, which tells the same; $upstream_cache_status is not a variable it has)"
+    );
+    assert!(notes.contains(&ignored), "{notes:?}");
+
+    // slipstream's own loader takes it: one zone, its sizes, its disk tier where nginx's was.
+    let toml_path = dir.join("slipstream.toml");
+    std::fs::write(&toml_path, &translation.toml).unwrap();
+    let loaded = slipstream::config::Config::load(&toml_path)
+        .unwrap_or_else(|e| panic!("{e}\n{}", translation.toml));
+    assert_eq!(loaded.cache_zones.len(), 1);
+    let zone = &loaded.cache_zones[0];
+    assert_eq!(zone.name, "microcache");
+    assert_eq!(zone.settings.memory, 256 << 20);
+    assert_eq!(zone.settings.inactive, std::time::Duration::from_secs(600));
+    assert_eq!(zone.settings.disk, Some((cache_dir.clone(), 512 << 20)));
+}

@@ -127,9 +127,11 @@ impl Translator {
             }
             None => false,
         };
+        let (cache, in_effect) = self.route_cache(content.pass.filter(|_| answers), server, &scope);
         // Nested locations inherit what this one sets; a file route under an alias would
         // need the alias, which slipstream's routes do not pass on.
         let mut inner_scope = scope.clone();
+        inner_scope.cache.written = in_effect;
         if content.alias.is_some() {
             inner_scope.root = None;
         }
@@ -155,17 +157,9 @@ impl Translator {
             draft.keys.push(("compress".into(), Val::Bool(true)));
         }
         differences(&mut draft.keys, server, &scope, &own);
-        // The site's `intercept_errors` is its `proxy_intercept_errors`; a FastCGI route
-        // follows `fastcgi_intercept_errors`.
-        let intercepts = if draft.fastcgi.is_some() {
-            scope.intercept_fastcgi
-        } else {
-            scope.intercept_proxy
-        };
-        if intercepts != server.intercept_proxy {
-            draft
-                .keys
-                .push(("intercept_errors".into(), Val::Bool(intercepts)));
+        intercepts(&mut draft, server, &scope);
+        if let Some(cache) = cache {
+            draft.keys.push(("cache".into(), cache));
         }
         if !rules.is_empty() {
             draft.keys.push(("rules".into(), Val::List(rules)));
@@ -354,6 +348,21 @@ fn fastcgi_groups(routes: &[RouteDraft], out: &mut Vec<String>) {
     for r in routes {
         out.extend(r.fastcgi.clone());
         fastcgi_groups(&r.children, out);
+    }
+}
+
+/// The site's `intercept_errors` is its `proxy_intercept_errors`; a FastCGI route follows
+/// `fastcgi_intercept_errors`: the route's key where it differs.
+fn intercepts(draft: &mut RouteDraft, server: &Scope, scope: &Scope) {
+    let intercepts = if draft.fastcgi.is_some() {
+        scope.intercept_fastcgi
+    } else {
+        scope.intercept_proxy
+    };
+    if intercepts != server.intercept_proxy {
+        draft
+            .keys
+            .push(("intercept_errors".into(), Val::Bool(intercepts)));
     }
 }
 

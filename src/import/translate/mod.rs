@@ -5,6 +5,7 @@
 //! location) is resolved here: each site and route gets the values in effect for it.
 
 mod auth;
+mod cache;
 mod emit;
 mod limits;
 mod location;

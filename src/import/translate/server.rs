@@ -108,6 +108,7 @@ impl Translator {
             });
         }
         own.apply(&mut scope);
+        scope.cache.written = self.site_cache(&scope);
         let mut routes = Vec::new();
         for inner in block.iter().filter(|i| i.name == "location") {
             if let Some(route) = self.location(inner, &scope) {
@@ -493,6 +494,9 @@ fn site_keys(draft: &SiteDraft, scope: &Scope, own: &Own, zones: bool) -> Keys {
     }
     if let Some(text) = scope.expires.as_deref().filter(|t| *t != "off") {
         keys.push(("expires".into(), Val::str(text)));
+    }
+    if let Some(cache) = &scope.cache.written {
+        keys.push(("cache".into(), cache.clone()));
     }
     let headers = scope.headers.as_deref().unwrap_or_default();
     for (key, always) in [("add_headers", true), ("add_headers_on_success", false)] {

@@ -114,6 +114,8 @@ pub(super) struct Scope {
     /// The fields `proxy_set_header` sets from those variables: (field, the service's field),
     /// of the nearest level with any `proxy_set_header`.
     pub(super) auth_copies: Option<Vec<(String, String)>>,
+    /// The `proxy_cache*` and `fastcgi_cache*` settings, and the `cache` in effect.
+    pub(super) cache: super::cache::Caches,
 }
 
 /// An `access_log` of a level: the file (or `"off"`) and its format.
@@ -154,6 +156,8 @@ pub(super) struct Own {
     pub(super) auth_sets: Option<Vec<(String, String)>>,
     /// Its copies of the auth service's fields, when it has any `proxy_set_header`.
     pub(super) auth_copies: Option<Vec<(String, String)>>,
+    /// Its cache lists (`proxy_cache_valid`, `proxy_cache_bypass`, ...).
+    pub(super) cache: super::cache::OwnCaches,
 }
 
 impl Own {
@@ -187,6 +191,7 @@ impl Own {
         if let Some(l) = &self.limit_conn {
             scope.limit_conn = Some(l.clone());
         }
+        self.cache.apply(&mut scope.cache);
     }
 }
 
@@ -276,6 +281,7 @@ impl Translator {
         level: Level,
     ) {
         if self.inherited(d, scope, own, level)
+            || self.cache_directive(d, scope, own, level)
             || self.auth(d, scope, own)
             || self.listed(d, own)
             || self.global(d, level)
@@ -356,7 +362,7 @@ impl Translator {
 
     /// The variable of `value` slipstream does not have, if any (the location's and server's
     /// regex groups and the maps are known).
-    fn unknown_variable(&self, value: &str) -> Option<String> {
+    pub(super) fn unknown_variable(&self, value: &str) -> Option<String> {
         if !value.contains('$') {
             return None;
         }

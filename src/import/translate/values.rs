@@ -150,7 +150,6 @@ fn arg_is(d: &Directive, value: &str) -> bool {
 const UNSUPPORTED: &[&str] = &[
     "recursive_error_pages",
     "proxy_pass_header",
-    "proxy_ignore_headers",
     "proxy_redirect",
     "proxy_next_upstream",
     "proxy_next_upstream_tries",
@@ -163,7 +162,6 @@ const UNSUPPORTED: &[&str] = &[
     "proxy_bind",
     "proxy_socket_keepalive",
     "fastcgi_pass_header",
-    "fastcgi_ignore_headers",
     "fastcgi_next_upstream",
     "map",
     "set",
@@ -242,7 +240,6 @@ const UNSUPPORTED_PREFIXES: &[&str] = &[
     "proxy_store",
     "proxy_ssl_",
     "fastcgi_cache",
-    "fastcgi_no_cache",
     "uwsgi_",
     "scgi_",
     "grpc_",
