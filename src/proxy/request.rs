@@ -175,7 +175,9 @@ impl Prepared {
         let routed = decision.routed;
         let answered = decision.answer.is_some() || decision.refused.is_some();
         let route = if answered { None } else { routed.target };
-        let cache = cached(head, config, (routed, route), &client);
+        let cache = (entry == super::rules::Entry::Client)
+            .then(|| cached(head, config, (routed, route), &client))
+            .flatten();
         // The access log shows the request as the client sent it.
         let log =
             (log && config.access_log_for(routed.site).is_some()).then(|| LogFields::new(head));
@@ -257,8 +259,8 @@ impl Prepared {
     }
 }
 
-/// The request's side of its route's cache, when the route proxies to an HTTP group and has
-/// one.
+/// The request's side of its route's cache, when the route proxies (to an HTTP or FastCGI
+/// group) and has one.
 fn cached(
     head: &RequestHead<'_, '_>,
     config: &Config,
@@ -268,9 +270,6 @@ fn cached(
     let Some(Target::Upstream(u)) = route else {
         return None;
     };
-    if config.upstreams[u.upstream].fastcgi.is_some() {
-        return None;
-    }
     let rule = config.router.policy(routed.policy?).cache.as_ref()?;
     let asker = super::cache::Asker {
         https: client.https,
@@ -281,7 +280,12 @@ fn cached(
         local_port: client.local_port,
         maps: config.router.maps(),
     };
-    Some(super::cache::cache_request(head, rule, &asker))
+    let mut c = super::cache::cache_request(head, rule, &asker);
+    if config.upstreams[u.upstream].fastcgi.is_some() && c.method == crate::cache::Method::Head {
+        // A script asked HEAD answers without a body: nothing to store.
+        c.method = crate::cache::Method::Other;
+    }
+    Some(c)
 }
 
 /// Behind trusted proxies the client is who they say (`[real_ip]`): its address is

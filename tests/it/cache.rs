@@ -83,9 +83,9 @@ fn a_stale_object_is_validated_with_a_conditional_request() {
     let upstream = Upstream::start(|seen| {
         match seen.header("if-none-match") {
         Some("\"v1\"") => Reply::Bytes(
-            b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nCache-Control: max-age=1\r\nX-Checked: yes\r\n\r\n".to_vec(),
+            b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nCache-Control: max-age=2\r\nX-Checked: yes\r\n\r\n".to_vec(),
         ),
-        _ => reply("Cache-Control: max-age=1\r\nETag: \"v1\"\r\n", "body-v1"),
+        _ => reply("Cache-Control: max-age=2\r\nETag: \"v1\"\r\n", "body-v1"),
     }
     });
     let server = proxy(&config(upstream.addr, ""));
@@ -95,7 +95,7 @@ fn a_stale_object_is_validated_with_a_conditional_request() {
         .header("cache-status")
         .unwrap()
         .contains("hit"));
-    std::thread::sleep(Duration::from_millis(2100));
+    std::thread::sleep(Duration::from_millis(3100));
     let r = get(addr, "/doc");
     assert_eq!((r.status, r.body.as_slice()), (200, &b"body-v1"[..]));
     assert_eq!(
@@ -516,4 +516,133 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// The microcache idiom against a real PHP-FPM: a script without caching fields is kept a few
+/// seconds (`valid = ["200 3s"]`; a second would end at the next tick of the clock), a stampede of cold requests runs it once, a logged-in cookie
+/// bypasses the cache, a POST invalidates, and a page that sets a cookie is not stored.
+#[test]
+fn a_php_microcache_runs_the_script_once_per_second() {
+    let fpm = crate::fastcgi::PhpFpm::start("microcache");
+    let counter = fpm.root.join("count.txt");
+    fpm.script(
+        "page.php",
+        &format!(
+            "<?php $f = {:?}; $n = (int)@file_get_contents($f) + 1; file_put_contents($f, $n, LOCK_EX); \
+             if (isset($_GET['cookie'])) setcookie('s', 'x'); \
+             if ($_SERVER['REQUEST_METHOD'] === 'POST') {{ echo 'posted'; return; }} usleep(200000); echo 'run ', $n;",
+            counter.display().to_string()
+        ),
+    );
+    let runs = || {
+        std::fs::read_to_string(&counter)
+            .unwrap_or_default()
+            .trim()
+            .parse::<u32>()
+            .unwrap_or(0)
+    };
+    let p = crate::fastcgi_proxy::php_proxy(
+        &fpm.tcp.to_string(),
+        &fpm.root,
+        "[cache_zones.micro]\nmemory = \"16m\"",
+        r#", cache = { zone = "micro", valid = ["200 3s"], bypass = ["$cookie_logged_in"] }"#,
+    );
+    let addr = p.local_addrs()[0];
+    let threads: Vec<_> = (0..50)
+        .map(|_| std::thread::spawn(move || get(addr, "/page.php")))
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap().body, b"run 1");
+    }
+    assert_eq!(runs(), 1, "50 cold requests ran the script once");
+    let hit = get(addr, "/page.php");
+    assert!(hit.header("cache-status").unwrap().contains("hit"));
+    let bypass = ask(addr, "GET", "/page.php", "Cookie: logged_in=1\r\n");
+    assert_eq!(bypass.body, b"run 2");
+    assert_eq!(
+        get(addr, "/page.php").body,
+        b"run 2",
+        "what a bypass fetched is stored"
+    );
+    std::thread::sleep(Duration::from_millis(4100));
+    assert_eq!(
+        get(addr, "/page.php").body,
+        b"run 3",
+        "past its validity it runs again"
+    );
+    assert_eq!(
+        ask(addr, "POST", "/page.php", "Content-Length: 0\r\n").body,
+        b"posted"
+    );
+    assert_eq!(
+        get(addr, "/page.php").body,
+        b"run 5",
+        "the POST invalidated it"
+    );
+    for _ in 0..2 {
+        assert_eq!(get(addr, "/page.php?cookie=1").status, 200);
+    }
+    assert_eq!(runs(), 7, "a page that sets a cookie is not stored");
+}
+
+/// Over HTTP/2: a miss and its hits on one connection, streams at once, a range, and a large
+/// object from the disk tier.
+#[test]
+fn http2_clients_get_hits_and_misses_alike() {
+    use crate::http2::{body_of, get as h2_get, h2c, runtime};
+    let dir = crate::support::temp_path("cache-h2");
+    let _ = std::fs::remove_dir_all(&dir);
+    let upstream = Upstream::start(|seen| match seen.path() {
+        "/big" => big_reply(200_000, false),
+        _ => reply("Cache-Control: max-age=60\r\n", "over h2"),
+    });
+    let toml = disk_config(upstream.addr, &dir)
+        .replace(
+            "address = \"{listen}\"",
+            "address = \"127.0.0.1:0\"\nh2c = true",
+        )
+        .replace("admin = \"{admin}\"\n", "");
+    let server = proxy(&toml);
+    let addr = server.local_addrs()[0];
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime(), async {
+        let mut client = h2c(addr).await;
+        let (parts, body) = h2_get(&mut client, "a", "/small").await;
+        assert_eq!(
+            (parts.status.as_u16(), body.as_slice()),
+            (200, &b"over h2"[..])
+        );
+        let calls: Vec<_> = (0..10)
+            .map(|_| {
+                let mut c = client.clone();
+                tokio::task::spawn_local(async move { h2_get(&mut c, "a", "/small").await })
+            })
+            .collect();
+        for call in calls {
+            let (parts, body) = call.await.unwrap();
+            assert_eq!(body, b"over h2");
+            assert!(parts.headers["cache-status"]
+                .to_str()
+                .unwrap()
+                .contains("hit"));
+        }
+        for _ in 0..2 {
+            let (parts, body) = h2_get(&mut client, "a", "/big").await;
+            assert_eq!((parts.status.as_u16(), body.len()), (200, 200_000));
+            assert!(body.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+        }
+        let req = http::Request::get("http://a/big")
+            .header("range", "bytes=5-9")
+            .body(())
+            .unwrap();
+        let mut ready = client.clone().ready().await.unwrap();
+        let (response, _) = ready.send_request(req, true).unwrap();
+        let (parts, body) = response.await.unwrap().into_parts();
+        assert_eq!(parts.status.as_u16(), 206);
+        assert_eq!(
+            body_of(body).await,
+            (5..10).map(|i| i as u8).collect::<Vec<_>>()
+        );
+    });
+    assert_eq!(upstream.seen().len(), 2);
 }

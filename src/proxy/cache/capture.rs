@@ -57,18 +57,7 @@ pub(in crate::proxy) async fn capture(
     };
     let zone = &c.rule.zone;
     if c.method == crate::cache::Method::Unsafe {
-        // A success invalidates its target and the same-origin URLs it names, before the
-        // client hears of it (its next request may go to another worker at once).
-        if (200..400).contains(&fetched.status) {
-            zone.remove(&c.key);
-            let named = ["location", "content-location"]
-                .iter()
-                .filter_map(|name| entry::values(&fetched.text, name).next())
-                .filter_map(|url| c.key_of(url));
-            for key in named {
-                zone.remove(&key);
-            }
-        }
+        invalidate_for(c, fetched.status, &fetched.text);
         return Taken::Pass(up);
     }
     let stale = c.stale.borrow().clone();
@@ -236,4 +225,66 @@ async fn read_to_close(
             Err(e) => return Err(Error::upstream_io(&e)),
         }
     }
+}
+
+/// An unsafe method's answer: a success invalidates its target and the same-origin URLs its
+/// head (`head`, HTTP/1.1 text) names, before the client hears of it (its next request may go
+/// to another worker at once). Nothing for other methods.
+pub(in crate::proxy) fn invalidate_for(c: &CacheRequest, status: u16, head: &[u8]) {
+    if c.method != crate::cache::Method::Unsafe || !(200..400).contains(&status) {
+        return;
+    }
+    let zone = &c.rule.zone;
+    zone.remove(&c.key);
+    let named = ["location", "content-location"]
+        .iter()
+        .filter_map(|name| entry::values(head, name).next())
+        .filter_map(|url| c.key_of(url));
+    for key in named {
+        zone.remove(&key);
+    }
+}
+
+/// A whole response in hand (a FastCGI script's, as HTTP/1.1 text `head` without framing
+/// fields, and its body): stored when it may be, and answered from the stored entry. `None`
+/// when it is not the cache's: the caller sends it as usual.
+pub(in crate::proxy) async fn store_whole(
+    cx: &Ctx<'_>,
+    client: &mut Client,
+    (status, head): (u16, &[u8]),
+    body: Bytes,
+) -> Option<Result<crate::proxy::Outcome, Error>> {
+    let c = cx.request.cache.as_deref()?;
+    let (zone, now) = (&c.rule.zone, unix_now());
+    let facts = response_facts(status, head, c.rule.ignore);
+    let request = RequestFacts {
+        authorization: c.authorization,
+        no_store: c.directives.no_store || c.no_store,
+    };
+    let Ok(lifetime) = storable(&facts, request, &c.rule.fallbacks, now) else {
+        zone.stats.not_stored.fetch_add(1, Relaxed);
+        return None;
+    };
+    if body.len() > zone.settings.max_object {
+        zone.stats.too_large.fetch_add(1, Relaxed);
+        return None;
+    }
+    let stored = Stored {
+        key: &c.key,
+        request_fields: &c.fields,
+        request_time: c.request_time.get(),
+        response_time: now,
+        lifetime,
+        ignore: c.rule.ignore,
+    };
+    let entry = Arc::new(entry::build(head, status, body, &facts, stored));
+    if zone.used_enough(c.hash, c.rule.min_uses) {
+        zone.store(c.hash, entry.clone());
+    }
+    let answered = if c.stale.borrow().is_some() {
+        CacheStatus::Expired
+    } else {
+        CacheStatus::Miss
+    };
+    Some(send_entry(cx, client, (&entry, answered), now, true).await)
 }

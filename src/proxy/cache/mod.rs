@@ -14,7 +14,7 @@ mod tee;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-pub(super) use capture::{capture, Fetched, Taken};
+pub(super) use capture::{capture, invalidate_for, store_whole, Fetched, Taken};
 pub(super) use hit::put_cache_status;
 pub(super) use prepare::{
     cache_request, upstream_head_for_cache, upstream_request_for_cache, Asker,

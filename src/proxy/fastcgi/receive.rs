@@ -91,6 +91,22 @@ pub(super) async fn relay(
         body_bytes: 0,
         packing: None,
     };
+    let fills_cache = cx
+        .request
+        .cache
+        .as_ref()
+        .is_some_and(|c| c.capture.get() && matches!(c.method, crate::cache::Method::Get));
+    if fills_cache {
+        let whole = collect(cx, group, (&mut conn, &mut ubuf), &mut relay).await?;
+        if whole && ubuf.is_empty() {
+            if let Some(answered) = store(cx, client, &relay).await {
+                conn.reuse(cx.worker, group);
+                cx.worker.buffers.give(ubuf, RESPONSE_BUFFER);
+                return answered;
+            }
+        }
+        // Not the cache's (or larger than it keeps): it goes on from what was collected.
+    }
     let result = async {
         loop {
             let used = relay.take_records(&ubuf, cx, &conn.server)?;
@@ -142,6 +158,66 @@ pub(super) async fn relay(
         body_bytes: relay.body_bytes,
         keep_alive: keep_alive(cx, framing),
     })
+}
+
+/// Collects a response for the cache, without sending anything: true once it ended within
+/// the zone's `max_object`, false when it grew past it (what came stays in `relay`, to be
+/// relayed as usual).
+async fn collect(
+    cx: &Ctx<'_>,
+    group: &UpstreamGroup,
+    (conn, ubuf): (&mut Conn, &mut Vec<u8>),
+    relay: &mut CgiResponse,
+) -> Result<bool, Error> {
+    let limit = cx
+        .request
+        .cache
+        .as_ref()
+        .map_or(0, |c| c.rule.zone.settings.max_object)
+        + MAX_CGI_HEAD;
+    loop {
+        let used = relay.take_records(ubuf, cx, &conn.server)?;
+        ubuf.drain(..used);
+        if relay.ended {
+            return Ok(true);
+        }
+        if relay.cgi.len() > limit {
+            return Ok(false);
+        }
+        let read = read_some(&mut conn.stream, ubuf, RESPONSE_BUFFER, group.read_timeout);
+        match read.await {
+            Ok(0) => return Err(Error::new(Kind::BadResponse("FastCGI response cut short"))),
+            Ok(_) => {}
+            Err(e) => return Err(Error::upstream_io(&e)),
+        }
+    }
+}
+
+/// Offers a whole collected response to the cache: its head as HTTP/1.1 text and its body.
+async fn store(
+    cx: &Ctx<'_>,
+    client: &mut Client,
+    relay: &CgiResponse,
+) -> Option<Result<Outcome, Error>> {
+    let Stage::Parsed { head_len, status } = relay.stage else {
+        return None;
+    };
+    if super::super::error_page::intercepts(cx, status) {
+        // Its error page answers instead: the usual path replaces it.
+        return None;
+    }
+    let mut storage = header_storage();
+    let head = parse_cgi_head(&relay.cgi[..head_len], &mut storage, head_len).ok()??;
+    let body = &relay.cgi[head_len..];
+    let framing = if bodiless(status, false) {
+        Framing::Empty
+    } else {
+        Framing::Length(body.len() as u64)
+    };
+    let mut text = Vec::with_capacity(head_len + 64);
+    write_head(&mut text, &head, framing, true, 1, &http_date_now());
+    let body = bytes::Bytes::copy_from_slice(body);
+    crate::proxy::cache::store_whole(cx, client, (status, &text), body).await
 }
 
 /// Whether the client connection stays open after a response with `framing`.
@@ -381,6 +457,9 @@ impl CgiResponse {
         );
         if status != head.status {
             crate::http1::response::replace_status_line(&mut text, status);
+        }
+        if let Some(c) = &p.cache {
+            crate::proxy::cache::invalidate_for(c, status, &text);
         }
         cx.hide_upstream_fields(&mut text);
         cx.add_response_fields(&mut text, 0);
