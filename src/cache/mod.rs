@@ -40,6 +40,10 @@ pub struct CacheRule {
     pub lock_timeout: Duration,
     /// Stale responses are validated with `If-None-Match`/`If-Modified-Since`.
     pub revalidate: bool,
+    /// With `use_stale` `updating`: the request that finds a response stale gets it at once and
+    /// refreshes it after (nginx's `proxy_cache_background_update`), as `stale-while-revalidate`
+    /// does within its window.
+    pub background_update: bool,
     /// A response is stored once its key was asked this many times.
     pub min_uses: u32,
     /// HEAD requests are answered from (and fill) the cache too.
@@ -136,6 +140,9 @@ pub struct CacheRequest {
     pub status: Cell<Option<CacheStatus>>,
     /// Bytes of the answer have reached the client: no stale response can replace it now.
     pub committed: Cell<bool>,
+    /// The fetch refreshes a stale response the client already got: its answer is stored,
+    /// never sent.
+    pub background: Cell<bool>,
     /// `scheme://host` of the request when the rule keys by the default key: the keys of
     /// the URLs an unsafe method's answer names (`Location`, `Content-Location`) are made
     /// from it (RFC 9111 section 4.4).
@@ -269,6 +276,7 @@ mod tests {
                 lock: true,
                 lock_timeout: Duration::from_secs(1),
                 revalidate: true,
+                background_update: false,
                 min_uses: 1,
                 head: true,
                 bypass: Vec::new(),
@@ -290,6 +298,7 @@ mod tests {
             request_time: Cell::new(0),
             status: Cell::new(None),
             committed: Cell::new(false),
+            background: Cell::new(false),
             origin: origin.map(str::to_string),
         };
         let r = c(Some("http://a.test"));

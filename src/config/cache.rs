@@ -49,6 +49,7 @@ pub(super) struct FileCacheRule {
     lock: Option<bool>,
     lock_timeout: Option<String>,
     revalidate: Option<bool>,
+    background_update: Option<bool>,
     min_uses: Option<u32>,
     methods: Option<Vec<String>>,
     #[serde(default)]
@@ -205,6 +206,7 @@ impl Validator<'_> {
             lock: f.lock.unwrap_or(true),
             lock_timeout,
             revalidate: f.revalidate.unwrap_or(true),
+            background_update: f.background_update.unwrap_or(false),
             min_uses: f.min_uses.unwrap_or(1).max(1),
             head,
             bypass,

@@ -326,6 +326,21 @@ async fn cache_turn(
         super::cache::Taken::Pass(conn) => conn,
         answered => return answered,
     };
+    if cx
+        .request
+        .cache
+        .as_ref()
+        .is_some_and(|c| c.background.get())
+    {
+        // A refresh the cache cannot keep: its client has its answer; this one is dropped.
+        let dropped = Outcome {
+            status: head.status,
+            body_bytes: 0,
+            keep_alive: true,
+        };
+        drop(up);
+        return super::cache::Taken::Answered(Ok(dropped));
+    }
     passed_by_cache(cx, head);
     if as_get(cx.request) {
         let sent = send_whole(cx, client, &ubuf[..head.head_len], head).await;

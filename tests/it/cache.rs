@@ -646,3 +646,58 @@ fn http2_clients_get_hits_and_misses_alike() {
     });
     assert_eq!(upstream.seen().len(), 2);
 }
+
+/// `stale-while-revalidate`: a stale response within its window is answered at once and
+/// refreshed once after (the client that got it may leave meanwhile); so is one under
+/// `background_update` with `use_stale = ["updating"]`. The origin holds every refresh until
+/// the test lets it go: the stale answer cannot have waited for it.
+#[test]
+fn stale_while_revalidate_answers_at_once_and_refreshes_after() {
+    for (path, fields) in [
+        (
+            "/swr",
+            "Cache-Control: max-age=1, stale-while-revalidate=60\r\n",
+        ),
+        ("/bg", "Cache-Control: max-age=1\r\n"),
+    ] {
+        let count = Arc::new(AtomicUsize::new(0));
+        let gate = crate::support::Gate::default();
+        let (c, g) = (count.clone(), gate.clone());
+        let upstream = Upstream::start(move |_| {
+            let n = c.fetch_add(1, Ordering::SeqCst);
+            let answer = reply(fields, &format!("v{n}"));
+            match n {
+                0 => answer,
+                _ => Reply::AfterGate(g.clone(), Box::new(answer)),
+            }
+        });
+        let rule = r#", background_update = true, use_stale = ["updating"], revalidate = false"#;
+        let server = proxy(&config(upstream.addr, rule));
+        let addr = server.local_addrs()[0];
+        assert_eq!(get(addr, path).body, b"v0");
+        std::thread::sleep(Duration::from_millis(2100));
+        let stale = get(addr, path);
+        assert_eq!(
+            stale.body, b"v0",
+            "{path}: the stale response, the refresh still held"
+        );
+        assert!(
+            stale.header("cache-status").unwrap().contains("hit"),
+            "{path}"
+        );
+        assert!(crate::support::eventually(
+            || count.load(Ordering::SeqCst) == 2
+        ));
+        assert_eq!(
+            get(addr, path).body,
+            b"v0",
+            "{path}: stale while the refresh is held"
+        );
+        gate.open();
+        assert!(
+            crate::support::eventually(|| get(addr, path).body == b"v1"),
+            "{path}: refreshed in the background"
+        );
+        assert_eq!(count.load(Ordering::SeqCst), 2, "{path}: one refresh");
+    }
+}

@@ -129,7 +129,12 @@ async fn store_and_send(
     };
     let end = match whole {
         Ok(Some(end)) => end,
-        Ok(None) if zone.has_disk() && fetched.relayed_as_is && framing != Framing::UntilClose => {
+        Ok(None)
+            if zone.has_disk()
+                && fetched.relayed_as_is
+                && framing != Framing::UntilClose
+                && !c.background.get() =>
+        {
             let fill = super::tee::Fill {
                 c,
                 facts: &facts,

@@ -46,6 +46,14 @@ pub(in crate::proxy) async fn send_entry(
         Some(f) => Some(File::open(&f.path).map_err(|_| Error::new(Kind::FileFailed))?),
         None => None,
     };
+    if c.background.get() {
+        // A refresh whose client has its answer already.
+        return Ok(Outcome {
+            status: entry.status,
+            body_bytes: 0,
+            keep_alive: true,
+        });
+    }
     c.status.set(Some(status));
     let form = form(entry, c);
     let raw = stored_head(entry, &form, status, now);

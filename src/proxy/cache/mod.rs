@@ -25,6 +25,7 @@ use crate::cache::entry::Entry;
 use crate::cache::{judge, stale_on_error, unix_now, CacheRequest, CacheStatus, Method, Verdict};
 use crate::error::{Error, Kind};
 use crate::http1::Framing;
+use crate::net::Stream;
 use crate::routing::UpstreamTarget;
 
 /// Answers a request on a cached route: from the cache, or from upstream through it.
@@ -79,6 +80,13 @@ pub(super) async fn serve(
                 }
                 return Ok(outcome);
             }
+            if refreshes_in_background(c, entry, now) {
+                if let Ok(_fetch) = zone.begin_fetch(c.hash) {
+                    zone.stats.updating.fetch_add(1, Relaxed);
+                    let stale = entry.clone();
+                    return stale_then_refresh(cx, route, (client, buf, tried), c, stale).await;
+                }
+            }
         } else if c.directives.only_if_cached {
             return Err(Error::new(Kind::NotCached));
         }
@@ -117,6 +125,54 @@ fn answers_as_is(c: &CacheRequest, entry: &Entry, now: u64) -> Option<CacheStatu
         }
         _ => None,
     }
+}
+
+/// Whether a stale `entry` is answered at once and refreshed after: within its
+/// `stale-while-revalidate` window, or with `background_update` and `use_stale` `updating`.
+fn refreshes_in_background(c: &CacheRequest, entry: &Entry, now: u64) -> bool {
+    match judge(entry, &c.directives, now) {
+        Verdict::StaleUsable => true,
+        Verdict::Validate => {
+            let rule = &c.rule;
+            rule.background_update
+                && rule.use_stale.updating
+                && !entry.no_stale
+                && !entry.no_cache
+                && !c.directives.no_cache
+        }
+        Verdict::Fresh => false,
+    }
+}
+
+/// Answers with the stale `entry`, then refreshes it (the client has its answer; the
+/// connection's next request waits for the refresh, as with nginx's background update).
+async fn stale_then_refresh(
+    cx: &Ctx<'_>,
+    route: UpstreamTarget,
+    (client, buf, tried): (&mut Client, &mut Vec<u8>, &mut Tried),
+    c: &CacheRequest,
+    stale: Arc<Entry>,
+) -> Result<Outcome, Error> {
+    let bodyless = matches!(cx.request.framing, Framing::Empty | Framing::Length(0));
+    let answer = (&*stale, CacheStatus::Updating);
+    let mut outcome = hit::send_entry(cx, client, answer, unix_now(), bodyless).await?;
+    // The refresh goes on if the client leaves: while it runs, the connection's stream is a
+    // quiet stand-in (a client that closes after its answer is the usual case).
+    let Ok((stand_in, _other_end)) = tokio::net::UnixStream::pair() else {
+        return Ok(outcome);
+    };
+    let own = std::mem::replace(&mut client.stream, Stream::Unix(stand_in));
+    c.background.set(true);
+    let refreshed = fetch(cx, route, (client, buf, tried), c, Some(stale)).await;
+    c.background.set(false);
+    client.stream = own;
+    // A refresh that failed may have left the request in the read buffer: the connection
+    // closes rather than read it again.
+    outcome.keep_alive &= refreshed.is_ok();
+    if !outcome.keep_alive {
+        buf.clear();
+    }
+    Ok(outcome)
 }
 
 /// Sends the request upstream with its answer taken by the cache; `stale` is the stored

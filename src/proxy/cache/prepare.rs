@@ -119,6 +119,7 @@ pub(in crate::proxy) fn cache_request(
         request_time: Cell::new(0),
         status: Cell::new(None),
         committed: Cell::new(false),
+        background: Cell::new(false),
         origin: rule
             .key
             .is_none()

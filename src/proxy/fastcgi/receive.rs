@@ -105,6 +105,21 @@ pub(super) async fn relay(
                 return answered;
             }
         }
+        if cx
+            .request
+            .cache
+            .as_ref()
+            .is_some_and(|c| c.background.get())
+        {
+            // A refresh the cache cannot keep: its client has its answer already.
+            cx.worker.buffers.give(ubuf, RESPONSE_BUFFER);
+            let status = relay.status().unwrap_or(200);
+            return Ok(Outcome {
+                status,
+                body_bytes: 0,
+                keep_alive: true,
+            });
+        }
         // Not the cache's (or larger than it keeps): it goes on from what was collected.
     }
     let result = async {
