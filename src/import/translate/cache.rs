@@ -73,6 +73,8 @@ pub(super) struct CacheSettings {
     lock_timeout: Option<String>,
     /// `proxy_cache_revalidate`.
     revalidate: Option<bool>,
+    /// `proxy_cache_background_update`.
+    background_update: Option<bool>,
     /// `proxy_cache_min_uses`.
     min_uses: Option<i64>,
     /// The lists.
@@ -179,8 +181,13 @@ impl Translator {
         };
         match rest {
             "cache_path" => self.cache_path(d, level),
-            "cache" | "cache_key" | "cache_lock" | "cache_lock_timeout" | "cache_revalidate"
-            | "cache_min_uses" => self.cache_single(d, rest, settings),
+            "cache"
+            | "cache_key"
+            | "cache_lock"
+            | "cache_lock_timeout"
+            | "cache_revalidate"
+            | "cache_min_uses"
+            | "cache_background_update" => self.cache_single(d, rest, settings),
             "cache_valid" | "cache_use_stale" | "cache_bypass" | "no_cache" | "ignore_headers" => {
                 self.cache_list(d, rest, lists);
             }
@@ -196,15 +203,6 @@ impl Translator {
                 if d.args.iter().all(|m| m == "GET" || m == "HEAD") {
                     self.ignore(d, "GET and HEAD are cached, as slipstream does");
                 }
-            }
-            "cache_background_update" if flag(&d.args) == Some(false) => {
-                self.ignore(d, "nginx's default");
-            }
-            "cache_background_update" => {
-                let why = "not supported yet: slipstream serves a stale response while it is \
-                           updated only to the other requests, with use_stale updating or the \
-                           response's stale-while-revalidate";
-                self.not_translated(d, why);
             }
             "cache_convert_head" if flag(&d.args) == Some(true) => {
                 self.ignore(d, "slipstream asks for a HEAD it caches with GET too");
@@ -324,6 +322,7 @@ impl Translator {
             },
             _ => match (flag(&d.args), rest) {
                 (Some(on), "cache_lock") => s.lock = Some(on),
+                (Some(on), "cache_background_update") => s.background_update = Some(on),
                 (Some(on), _) => s.revalidate = Some(on),
                 (None, _) => self.not_translated(d, "on or off"),
             },
@@ -456,6 +455,9 @@ impl Translator {
         }
         if s.revalidate != Some(true) {
             keys.push(("revalidate".into(), Val::Bool(false)));
+        }
+        if s.background_update == Some(true) {
+            keys.push(("background_update".into(), Val::Bool(true)));
         }
         if let Some(n) = s.min_uses.filter(|n| *n > 1) {
             keys.push(("min_uses".into(), Val::Int(n)));
