@@ -119,7 +119,7 @@ fn page(path: &str, sources: &Sources) -> (&'static str, &'static str, String) {
         "/metrics" => {
             let mut text = sources.metrics.render();
             (sources.more)(&mut text);
-            crate::cache::admin::render(&(sources.caches)(), &mut text);
+            crate::observe::caches::render(&(sources.caches)(), &mut text);
             ("200 OK", "text/plain; version=0.0.4", text)
         }
         "/status" => ("200 OK", TEXT, status::stub_status(&sources.metrics)),

@@ -6,6 +6,7 @@
 
 pub mod access_log;
 pub mod admin;
+pub mod caches;
 pub mod doctor;
 pub mod error_log;
 pub mod exposition;
