@@ -49,15 +49,11 @@ impl BodyFile {
         }
     }
 
-    /// Its entry left the cache.
+    /// Its entry left the cache: the file is unlinked at once (a request sending it holds it
+    /// open; one about to send it finds it gone and fetches again), so no restart can bring a
+    /// purged response back.
     pub fn doom(&self) {
-        self.doomed.store(true, Relaxed);
-    }
-}
-
-impl Drop for BodyFile {
-    fn drop(&mut self) {
-        if self.doomed.load(Relaxed) {
+        if !self.doomed.swap(true, Relaxed) && !self.path.as_os_str().is_empty() {
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -123,6 +119,13 @@ pub fn on_file(entry: &Entry, file: BodyFile) -> Entry {
         stale_while_revalidate: entry.stale_while_revalidate,
         stale_if_error: entry.stale_if_error,
     }
+}
+
+/// A copy of `entry` (a new head) on the same body file as an older one (a 304 freshened it).
+pub fn on_same_file(entry: &Entry, file: Arc<BodyFile>) -> Entry {
+    let mut copy = on_file(entry, BodyFile::new(PathBuf::new(), file.len));
+    copy.file = Some(file);
+    copy
 }
 
 /// Reads a file's entry back (its body stays in the file); `None` when the file is not whole
@@ -206,6 +209,10 @@ pub fn load(dir: &Path) -> Vec<Entry> {
         };
         for f in files.flatten() {
             let path = f.path();
+            if !is_ours(&path) {
+                // Not a file this cache writes: never touched.
+                continue;
+            }
             match read_entry(&path) {
                 Some(e) if path.extension().is_none() => entries.push(e),
                 _ => {
@@ -215,6 +222,20 @@ pub fn load(dir: &Path) -> Vec<Entry> {
         }
     }
     entries
+}
+
+/// Whether `path` is named as this cache names its files (`HASH-STAMP-SEQ`, or that with
+/// `.tmp`): 32 hex digits, a dash, then hex digits and dashes.
+fn is_ours(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let name = name.strip_suffix(".tmp").unwrap_or(name);
+    let (hash, rest) = name.split_at_checked(32).unwrap_or(("", ""));
+    hash.bytes().all(|b| b.is_ascii_hexdigit())
+        && !hash.is_empty()
+        && rest.starts_with('-')
+        && rest.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
 }
 
 /// The metadata as bytes: every field length-prefixed.
@@ -414,15 +435,21 @@ mod tests {
     }
 
     #[test]
-    fn a_doomed_file_goes_with_its_last_user() {
+    fn a_doomed_file_goes_at_once_and_strangers_stay() {
         let d = dir("doom");
         let on_disk = write_entry(&d, 7, &entry()).unwrap();
         let file = on_disk.file.clone().unwrap();
         let path = file.path.clone();
-        drop(on_disk);
+        let open = File::open(&path).unwrap();
         file.doom();
-        assert!(path.exists(), "still in use");
-        drop(file);
-        assert!(!path.exists());
+        assert!(!path.exists(), "unlinked while still open");
+        drop(open);
+        let stranger = path.parent().unwrap().join("notes.txt");
+        std::fs::write(&stranger, b"mine").unwrap();
+        assert!(load(&d).is_empty());
+        assert!(
+            stranger.exists(),
+            "a file the cache did not write is left alone"
+        );
     }
 }

@@ -122,7 +122,9 @@ pub fn storable(
     if req.authorization && !(d.public || d.s_maxage.is_some() || d.must_revalidate) {
         return Err(NotStored::Authorization);
     }
-    if r.set_cookie && !fallbacks.store_set_cookie && !(d.public || d.s_maxage.is_some()) {
+    // Never by the response's say-so alone: PHP's `session.cache_limiter=public` sends
+    // `public, max-age=10800` with a session cookie (nginx needs `ignore_headers` too).
+    if r.set_cookie && !fallbacks.store_set_cookie {
         return Err(NotStored::SetCookie);
     }
     if r.vary_star {

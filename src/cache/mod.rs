@@ -143,6 +143,9 @@ pub struct CacheRequest {
     /// The fetch refreshes a stale response the client already got: its answer is stored,
     /// never sent.
     pub background: Cell<bool>,
+    /// Its key's fetch lock while it holds it: let go as soon as the answer is stored or
+    /// known not to be (others waiting need not wait for a slow client's whole transfer).
+    pub fetch: RefCell<Option<zone::Fetch>>,
     /// `scheme://host` of the request when the rule keys by the default key: the keys of
     /// the URLs an unsafe method's answer names (`Location`, `Content-Location`) are made
     /// from it (RFC 9111 section 4.4).
@@ -150,6 +153,11 @@ pub struct CacheRequest {
 }
 
 impl CacheRequest {
+    /// Lets go of its key's fetch lock (the waiting requests look again).
+    pub fn release(&self) {
+        self.fetch.borrow_mut().take();
+    }
+
     /// The key of `url` (a path, or an absolute URL of the request's own origin) under the
     /// default key; `None` for another origin, or when the rule has its own key.
     pub fn key_of(&self, url: &[u8]) -> Option<String> {
@@ -299,6 +307,7 @@ mod tests {
             status: Cell::new(None),
             committed: Cell::new(false),
             background: Cell::new(false),
+            fetch: RefCell::new(None),
             origin: origin.map(str::to_string),
         };
         let r = c(Some("http://a.test"));

@@ -231,7 +231,17 @@ impl Zone {
             let found = variants.entries.iter().find(|e| e.matches(request_fields));
             found.cloned()
         };
-        find(&self.store).or_else(|| self.disk.as_ref().and_then(|d| find(&d.index)))
+        let Some(disk) = &self.disk else {
+            return find(&self.store);
+        };
+        match find(&self.store) {
+            Some(found) => {
+                // Its copy on disk is in use too: it must not idle out (a restart keeps it).
+                let _ = disk.index.get(&hash);
+                Some(found)
+            }
+            None => find(&disk.index),
+        }
     }
 
     /// Whether the zone has a disk tier (responses larger than `max_object` are stored there,
@@ -284,6 +294,12 @@ impl Zone {
             let (replaced, kept): (Vec<_>, Vec<_>) =
                 old.entries.iter().cloned().partition(|e| same_variant(e));
             let dropped = kept.len().saturating_sub(MAX_VARIANTS - 1);
+            // A freshened entry keeps its predecessor's file: that one stays.
+            let same_file = |e: &&Arc<Entry>| match (&e.file, &entry.file) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            };
+            let replaced: Vec<_> = replaced.iter().filter(|e| !same_file(e)).cloned().collect();
             doom(&replaced);
             doom(&kept[kept.len() - dropped..]);
             entries.extend(kept.into_iter().take(MAX_VARIANTS - 1));
@@ -410,6 +426,12 @@ pub struct Fetch {
     zone: Arc<Zone>,
     hash: u128,
     _done: watch::Sender<()>,
+}
+
+impl std::fmt::Debug for Fetch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Fetch({}, {:x})", self.zone.name, self.hash)
+    }
 }
 
 impl Drop for Fetch {

@@ -110,6 +110,21 @@ impl Validator<'_> {
                     None
                 }
             };
+            if let Some((dir, _)) = &disk {
+                let shared = zones
+                    .iter()
+                    .any(|z: &Arc<Zone>| z.settings.disk.as_ref().is_some_and(|(d, _)| d == dir));
+                if shared {
+                    self.error(
+                        at,
+                        format!(
+                            "cache_zones.{zone_name}: another zone has the path {}",
+                            dir.display()
+                        ),
+                    );
+                    continue;
+                }
+            }
             let settings = ZoneSettings {
                 memory,
                 max_object: max_object.min(memory) as usize,

@@ -202,11 +202,8 @@ impl Prepared {
         };
         let (mut upstream_head, mut upstream_request) =
             upstream_request(head, config, upstream, fwd, &decision.request_fields);
-        if cache.is_some() {
-            super::cache::upstream_head_for_cache(&mut upstream_head);
-            if let Some(r) = upstream_request.as_deref_mut() {
-                super::cache::upstream_request_for_cache(&mut r.request);
-            }
+        if let Some(c) = &cache {
+            for_cache(c, &mut upstream_head, upstream_request.as_deref_mut());
         }
         Prepared {
             upstream_head,
@@ -256,6 +253,25 @@ impl Prepared {
             challenge: decision.challenge,
             cache,
         }
+    }
+}
+
+/// Makes the request sent upstream fit to be stored when the cache answers it (GET and
+/// HEAD): its conditionals and Range go (a PUT keeps its If-Match), a HEAD is asked as GET.
+fn for_cache(
+    c: &crate::cache::CacheRequest,
+    upstream_head: &mut Vec<u8>,
+    upstream_request: Option<&mut ConvertedRequest>,
+) {
+    if !matches!(
+        c.method,
+        crate::cache::Method::Get | crate::cache::Method::Head
+    ) {
+        return;
+    }
+    super::cache::upstream_head_for_cache(upstream_head);
+    if let Some(r) = upstream_request {
+        super::cache::upstream_request_for_cache(&mut r.request);
     }
 }
 

@@ -247,6 +247,11 @@ pub(super) async fn respond(
             }
         }
     };
+    if !request.is_done() {
+        // The upstream answered before the body ended: relayed as it comes, never stored (the
+        // connection cannot go back to the pool yet).
+        head.cache_text = None;
+    }
     match cache_turn(cx, group, client, (up, &mut *ubuf), &mut head).await {
         super::cache::Taken::Answered(result) => return result,
         super::cache::Taken::Pass(conn) => up = conn,
@@ -326,6 +331,10 @@ async fn cache_turn(
         super::cache::Taken::Pass(conn) => conn,
         answered => return answered,
     };
+    if let Some(c) = &cx.request.cache {
+        // Not stored: the requests waiting for it go upstream themselves now.
+        c.release();
+    }
     if cx
         .request
         .cache

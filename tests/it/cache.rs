@@ -422,11 +422,16 @@ routes = [{{ location = "/", upstream = "app" }}]
 
 /// A body of `len` bytes the origin sends, chunked or with a length.
 fn big_reply(len: usize, chunked: bool) -> Reply {
+    big_reply_for(len, chunked, "max-age=600")
+}
+
+/// [`big_reply`] with its own `Cache-Control`.
+fn big_reply_for(len: usize, chunked: bool, cache_control: &str) -> Reply {
     let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
     let mut r = if chunked {
-        b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nETag: \"big\"\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec()
+        format!("HTTP/1.1 200 OK\r\nCache-Control: {cache_control}\r\nETag: \"big\"\r\nTransfer-Encoding: chunked\r\n\r\n").into_bytes()
     } else {
-        format!("HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nETag: \"big\"\r\nContent-Length: {len}\r\n\r\n").into_bytes()
+        format!("HTTP/1.1 200 OK\r\nCache-Control: {cache_control}\r\nETag: \"big\"\r\nContent-Length: {len}\r\n\r\n").into_bytes()
     };
     if chunked {
         for piece in body.chunks(70_000) {
@@ -700,4 +705,77 @@ fn stale_while_revalidate_answers_at_once_and_refreshes_after() {
         );
         assert_eq!(count.load(Ordering::SeqCst), 2, "{path}: one refresh");
     }
+}
+
+/// What a review found, held: a PUT keeps its `If-Match`; an uncacheable URL does not make its
+/// requests wait for one another's whole answers; a HEAD of a large object gets no body; a
+/// disk-tier entry validated by a 304 keeps its body.
+#[test]
+fn writes_keep_their_conditions_and_uncacheable_answers_do_not_queue() {
+    let dir = crate::support::temp_path("cache-review");
+    let _ = std::fs::remove_dir_all(&dir);
+    let gate = crate::support::Gate::default();
+    let g = gate.clone();
+    let upstream = Upstream::start(move |seen| match seen.path() {
+        "/put" => reply("", seen.header("if-match").unwrap_or("none")),
+        "/slow" => Reply::BytesThen(
+            b"HTTP/1.1 200 OK\r\nCache-Control: no-store\r\nContent-Length: 4\r\n\r\nab".to_vec(),
+            Box::new(Reply::AfterGate(
+                g.clone(),
+                Box::new(Reply::Bytes(b"cd".to_vec())),
+            )),
+        ),
+        _ => match seen.header("if-none-match") {
+            Some(_) => Reply::Bytes(
+                b"HTTP/1.1 304 Not Modified\r\nCache-Control: max-age=2\r\nETag: \"big\"\r\n\r\n"
+                    .to_vec(),
+            ),
+            None => big_reply_for(100_000, false, "max-age=2"),
+        },
+    });
+    let toml = disk_config(upstream.addr, &dir).replace("admin = \"{admin}\"\n", "");
+    let running = crate::support::Running::config("cache-review.toml", &toml);
+    let addr = running.addr;
+    let put = ask(
+        addr,
+        "PUT",
+        "/put",
+        "If-Match: \"v1\"\r\nContent-Length: 0\r\n",
+    );
+    assert_eq!(put.body, b"\"v1\"");
+    // One slow answer under way; another request of the URL is answered meanwhile.
+    let slow = std::thread::spawn(move || get(addr, "/slow"));
+    assert!(crate::support::eventually(|| upstream
+        .seen()
+        .iter()
+        .any(|s| s.path() == "/slow")));
+    let second = std::thread::spawn(move || get(addr, "/slow"));
+    assert!(crate::support::eventually(|| {
+        upstream
+            .seen()
+            .iter()
+            .filter(|s| s.path() == "/slow")
+            .count()
+            == 2
+    }));
+    gate.open();
+    assert_eq!(slow.join().unwrap().body, b"abcd");
+    assert_eq!(second.join().unwrap().body, b"abcd");
+    let head = ask(addr, "HEAD", "/big", "");
+    assert_eq!(
+        (head.status, head.header("content-length")),
+        (200, Some("100000"))
+    );
+    let expected: Vec<u8> = (0..100_000).map(|i| (i % 251) as u8).collect();
+    assert!(get(addr, "/big").body == expected);
+    std::thread::sleep(Duration::from_millis(3100));
+    let validated = get(addr, "/big");
+    let status = validated.header("cache-status").unwrap();
+    assert!(
+        status.contains("fwd-status=304"),
+        "{status} {:?}",
+        validated.headers
+    );
+    assert!(validated.body == expected, "the body stays in its file");
+    assert!(get(addr, "/big").body == expected);
 }

@@ -106,7 +106,7 @@ fn a_misspelt_route_key_suggests_the_route_key_and_says_it_once() {
         "{}:6:13: unknown key `prefix`; did you mean `path`? (valid keys: path, location, \
          internal, rules, access, add_headers, add_headers_on_success, client_max_body_size, \
          proxy_set_headers, error_pages, intercept_errors, expires, hide_headers, cors, \
-         auth_request, auth_basic, satisfy, limit_req, limit_conn, limit_status, upstream, buffer_response, params, compress, root, alias, index, try_files, cache_control, \
+         auth_request, auth_basic, satisfy, limit_req, limit_conn, limit_status, cache, upstream, buffer_response, params, compress, root, alias, index, try_files, cache_control, \
          precompressed, dotfiles, symlinks_out_of_root, list_directories, routes)\n  |\n\
          6 | routes = [{{ prefix = \"/\", upstream = \"app\" }}]\n  |             ^",
         path.display()

@@ -71,6 +71,7 @@ pub(in crate::proxy) async fn capture(
             zone.stats.revalidated.fetch_add(1, Relaxed);
             let fresh = Arc::new(fresh);
             zone.store(c.hash, fresh.clone());
+            c.release();
             return Taken::Answered(
                 send_entry(cx, client, (&fresh, CacheStatus::Revalidated), now, true).await,
             );
@@ -133,12 +134,14 @@ async fn store_and_send(
             if zone.has_disk()
                 && fetched.relayed_as_is
                 && framing != Framing::UntilClose
+                && c.method == crate::cache::Method::Get
                 && !c.background.get() =>
         {
             let fill = super::tee::Fill {
                 c,
                 facts: &facts,
                 lifetime,
+                response_time: now,
             };
             let stored = super::tee::relay_and_store(cx, group, client, (up, ubuf), &fetched, fill);
             return Taken::Answered(stored.await);
@@ -175,6 +178,7 @@ async fn store_and_send(
     if zone.used_enough(c.hash, c.rule.min_uses) {
         zone.store(c.hash, entry.clone());
     }
+    c.release();
     let status = if c.stale.borrow().is_some() {
         CacheStatus::Expired
     } else {
@@ -195,7 +199,12 @@ fn freshened(c: &CacheRequest, stale: &Entry, not_modified: &[u8], now: u64) -> 
         lifetime: lifetime(&facts, &c.rule.fallbacks, now).unwrap_or(0),
         ignore: c.rule.ignore,
     };
-    entry::build(&head, stale.status, stale.body.clone(), &facts, stored)
+    let fresh = entry::build(&head, stale.status, stale.body.clone(), &facts, stored);
+    match &stale.file {
+        // A body on the disk tier stays in its file: the entry takes the new head.
+        Some(file) => crate::cache::disk::on_same_file(&fresh, file.clone()),
+        None => fresh,
+    }
 }
 
 /// The body's bytes without their framing; `None` for chunked framing that does not parse.
@@ -286,6 +295,7 @@ pub(in crate::proxy) async fn store_whole(
     if zone.used_enough(c.hash, c.rule.min_uses) {
         zone.store(c.hash, entry.clone());
     }
+    c.release();
     let answered = if c.stale.borrow().is_some() {
         CacheStatus::Expired
     } else {

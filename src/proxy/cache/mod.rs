@@ -81,20 +81,33 @@ pub(super) async fn serve(
                 return Ok(outcome);
             }
             if refreshes_in_background(c, entry, now) {
-                if let Ok(_fetch) = zone.begin_fetch(c.hash) {
+                if let Ok(lock) = zone.begin_fetch(c.hash) {
                     zone.stats.updating.fetch_add(1, Relaxed);
+                    *c.fetch.borrow_mut() = Some(lock);
                     let stale = entry.clone();
-                    return stale_then_refresh(cx, route, (client, buf, tried), c, stale).await;
+                    let result = stale_then_refresh(cx, route, (client, buf, tried), c, stale);
+                    let result = result.await;
+                    c.release();
+                    return result;
                 }
             }
         } else if c.directives.only_if_cached {
+            return Err(Error::new(Kind::NotCached));
+        }
+        if c.directives.only_if_cached {
+            // Stored but not usable as it is: the request allows no upstream.
             return Err(Error::new(Kind::NotCached));
         }
         if !c.rule.lock || waited {
             return fetch(cx, route, (client, buf, tried), c, found).await;
         }
         match zone.begin_fetch(c.hash) {
-            Ok(_fetch) => return fetch(cx, route, (client, buf, tried), c, found).await,
+            Ok(lock) => {
+                *c.fetch.borrow_mut() = Some(lock);
+                let result = fetch(cx, route, (client, buf, tried), c, found).await;
+                c.release();
+                return result;
+            }
             Err(mut done) => {
                 // Another request is fetching this key: its answer is waited for, once.
                 waited = true;
@@ -119,7 +132,12 @@ fn answers_as_is(c: &CacheRequest, entry: &Entry, now: u64) -> Option<CacheStatu
         Verdict::Fresh => Some(CacheStatus::Stale),
         Verdict::StaleUsable if c.rule.zone.fetching(c.hash) => Some(CacheStatus::Updating),
         Verdict::Validate
-            if c.rule.use_stale.updating && !entry.no_stale && c.rule.zone.fetching(c.hash) =>
+            if c.rule.use_stale.updating
+                && !entry.no_stale
+                && !entry.no_cache
+                && !c.directives.no_cache
+                && c.directives.max_age.is_none()
+                && c.rule.zone.fetching(c.hash) =>
         {
             Some(CacheStatus::Updating)
         }
@@ -208,7 +226,7 @@ async fn fetch(
         return result;
     };
     match result {
-        Err(e) if !c.committed.get() && stale_allowed(c, &stale, &e) => {
+        Err(e) if !c.committed.get() && e.started.is_none() && stale_allowed(c, &stale, &e) => {
             zone.stats.stale.fetch_add(1, Relaxed);
             // Where the request stands in the read buffer is not known after a failure.
             let answer = (&*stale, CacheStatus::Stale);

@@ -101,6 +101,8 @@ pub(in crate::proxy) fn cache_request(
     }
     let method = match Method::of(head.method) {
         Method::Head if !rule.head => Method::Other,
+        // A protocol switch (WebSocket) is never stored, nor waits behind another.
+        _ if head.upgrade.is_some() => Method::Other,
         m => m,
     };
     Box::new(CacheRequest {
@@ -120,6 +122,7 @@ pub(in crate::proxy) fn cache_request(
         status: Cell::new(None),
         committed: Cell::new(false),
         background: Cell::new(false),
+        fetch: RefCell::new(None),
         origin: rule
             .key
             .is_none()

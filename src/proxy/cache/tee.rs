@@ -13,7 +13,7 @@ use super::capture::Fetched;
 use crate::cache::disk::{on_file, write_trailer, BodyFile};
 use crate::cache::entry::{build, Stored};
 use crate::cache::freshness::ResponseFacts;
-use crate::cache::{unix_now, CacheRequest, CacheStatus};
+use crate::cache::{CacheRequest, CacheStatus};
 use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
 use crate::http1::{BodyReader, ChunkedReader, Framing};
@@ -25,6 +25,8 @@ pub(in crate::proxy) struct Fill<'a> {
     pub(in crate::proxy) c: &'a CacheRequest,
     pub(in crate::proxy) facts: &'a ResponseFacts,
     pub(in crate::proxy) lifetime: u64,
+    /// When its head came (its age counts from then, not from the end of a slow transfer).
+    pub(in crate::proxy) response_time: u64,
 }
 
 /// Relays the response and stores it on the disk tier (see the module's comment).
@@ -58,10 +60,13 @@ pub(in crate::proxy) async fn relay_and_store(
     let timeout = limits.client_body_timeout;
     let mut body = Body::new(fetched.framing);
     let first = &ubuf[fetched.head_len..];
-    let taken = body.feed(first, &mut file)?;
-    write_head(&mut client.stream, &out, &[&first[..taken]], timeout)
-        .await
-        .map_err(|_| Error::client_write())?;
+    let taken = body.feed(first, &mut file).inspect_err(|_| discard(&tmp))?;
+    let sent = write_head(&mut client.stream, &out, &[&first[..taken]], timeout).await;
+    if sent.is_err() {
+        discard(&tmp);
+        return Err(Error::client_write());
+    }
+    c.committed.set(true);
     let mut sent = taken as u64;
     while !body.done() {
         ubuf.clear();
@@ -112,7 +117,7 @@ fn finish(
         key: &c.key,
         request_fields: &c.fields,
         request_time: c.request_time.get(),
-        response_time: unix_now(),
+        response_time: fill.response_time,
         lifetime: fill.lifetime,
         ignore: c.rule.ignore,
     };
