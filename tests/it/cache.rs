@@ -779,3 +779,36 @@ fn writes_keep_their_conditions_and_uncacheable_answers_do_not_queue() {
     assert!(validated.body == expected, "the body stays in its file");
     assert!(get(addr, "/big").body == expected);
 }
+
+/// A route that compresses gives each client the coding it accepts from one stored response.
+#[test]
+fn hits_are_compressed_for_clients_that_accept_it() {
+    let text = "compress me ".repeat(200);
+    let t = text.clone();
+    let upstream = Upstream::start(move |_| {
+        reply(
+            "Cache-Control: max-age=60\r\nContent-Type: text/plain\r\n",
+            &t,
+        )
+    });
+    let toml = config(upstream.addr, "").replace(
+        "{ location = \"/\", upstream = \"app\" }",
+        "{ location = \"/\", upstream = \"app\", compress = true }",
+    );
+    let server = proxy(&toml);
+    let addr = server.local_addrs()[0];
+    assert_eq!(get(addr, "/c").body, text.as_bytes());
+    let gz = ask(addr, "GET", "/c", "Accept-Encoding: gzip\r\n");
+    assert_eq!(gz.header("content-encoding"), Some("gzip"));
+    assert!(gz.header("cache-status").unwrap().contains("hit"));
+    let mut plain = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz.body[..]), &mut plain)
+        .unwrap();
+    assert_eq!(plain, text);
+    let identity = get(addr, "/c");
+    assert_eq!(
+        (identity.header("content-encoding"), identity.body.len()),
+        (None, text.len())
+    );
+    assert_eq!(upstream.seen().len(), 1);
+}

@@ -80,9 +80,14 @@ pub(in crate::proxy) async fn send_entry(
         Form::NotModified | Form::Unsatisfiable => (0, 0),
     };
     let timeout = cx.config().limits.client_body_timeout;
+    let mut body_bytes = len;
     match file.filter(|_| len > 0) {
         None => {
             let body = &entry.body[start as usize..(start + len) as usize];
+            let whole = matches!(form, Form::Whole) && !p.is_head;
+            let (out, packed) = pack(cx, out, body, whole)?;
+            let body = packed.as_deref().unwrap_or(body);
+            body_bytes = body.len() as u64;
             write_head(&mut client.stream, &out, &[body], timeout)
                 .await
                 .map_err(|_| Error::client_write())?;
@@ -99,9 +104,41 @@ pub(in crate::proxy) async fn send_entry(
     }
     Ok(Outcome {
         status: code,
-        body_bytes: len,
+        body_bytes,
         keep_alive,
     })
+}
+
+/// A stored body held in memory, compressed on its way when the route compresses and the
+/// client accepts it (`whole`: the answer is the whole body; a part, a 304 or a HEAD go as
+/// they are): the head to send and the compressed body.
+fn pack(
+    cx: &Ctx<'_>,
+    head: ClientHead,
+    body: &[u8],
+    whole: bool,
+) -> Result<(ClientHead, Option<Vec<u8>>), Error> {
+    use crate::compress::head::{rewrite, CompressedBody};
+    use crate::proxy::compress::{self, Decision};
+    if !whole {
+        return Ok((head, None));
+    }
+    match compress::decide(cx, &head) {
+        Decision::Unchanged => Ok((head, None)),
+        Decision::VaryOnly => {
+            let length = CompressedBody::Length(body.len() as u64);
+            Ok((rewrite(&head, None, length), None))
+        }
+        Decision::Compress(coding) => {
+            let settings = &cx.config().compression;
+            let failed = compress::failed(&cx.worker.counters);
+            let packed =
+                crate::compress::encoder::compress_whole(coding, settings, body).map_err(failed)?;
+            compress::count(&cx.worker.counters, body.len() as u64, packed.len() as u64);
+            let length = CompressedBody::Length(packed.len() as u64);
+            Ok((rewrite(&head, Some(coding), length), Some(packed)))
+        }
+    }
 }
 
 /// Which answer the request's conditionals and Range ask of `entry`.
