@@ -160,6 +160,25 @@ async fn store_and_send(
     if fetched.reusable && end == ubuf.len() {
         up.reuse(cx.worker, group);
     }
+    let entry = keep(
+        c,
+        (fetched.status, &fetched.text),
+        body,
+        (&facts, lifetime),
+        now,
+    );
+    Taken::Answered(send_entry(cx, client, (&entry, miss_kind(c)), now, true).await)
+}
+
+/// Stores a whole response (when asked for `min_uses` times) and lets go of the key's fetch
+/// lock; the entry it answers from.
+fn keep(
+    c: &CacheRequest,
+    (status, head): (u16, &[u8]),
+    body: Bytes,
+    (facts, lifetime): (&crate::cache::freshness::ResponseFacts, u64),
+    now: u64,
+) -> Arc<Entry> {
     let stored = Stored {
         key: &c.key,
         request_fields: &c.fields,
@@ -168,23 +187,22 @@ async fn store_and_send(
         lifetime,
         ignore: c.rule.ignore,
     };
-    let entry = Arc::new(entry::build(
-        &fetched.text,
-        fetched.status,
-        body,
-        &facts,
-        stored,
-    ));
+    let entry = Arc::new(entry::build(head, status, body, facts, stored));
+    let zone = &c.rule.zone;
     if zone.used_enough(c.hash, c.rule.min_uses) {
         zone.store(c.hash, entry.clone());
     }
     c.release();
-    let status = if c.stale.borrow().is_some() {
+    entry
+}
+
+/// How a fetched answer counts: a miss, or an expired entry fetched again.
+fn miss_kind(c: &CacheRequest) -> CacheStatus {
+    if c.stale.borrow().is_some() {
         CacheStatus::Expired
     } else {
         CacheStatus::Miss
-    };
-    Taken::Answered(send_entry(cx, client, (&entry, status), now, true).await)
+    }
 }
 
 /// The stale entry `stale` brought up to date by a 304's head (RFC 9111 section 4.3.4).
@@ -283,23 +301,6 @@ pub(in crate::proxy) async fn store_whole(
         zone.stats.too_large.fetch_add(1, Relaxed);
         return None;
     }
-    let stored = Stored {
-        key: &c.key,
-        request_fields: &c.fields,
-        request_time: c.request_time.get(),
-        response_time: now,
-        lifetime,
-        ignore: c.rule.ignore,
-    };
-    let entry = Arc::new(entry::build(head, status, body, &facts, stored));
-    if zone.used_enough(c.hash, c.rule.min_uses) {
-        zone.store(c.hash, entry.clone());
-    }
-    c.release();
-    let answered = if c.stale.borrow().is_some() {
-        CacheStatus::Expired
-    } else {
-        CacheStatus::Miss
-    };
-    Some(send_entry(cx, client, (&entry, answered), now, true).await)
+    let entry = keep(c, (status, head), body, (&facts, lifetime), now);
+    Some(send_entry(cx, client, (&entry, miss_kind(c)), now, true).await)
 }
