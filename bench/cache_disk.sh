@@ -59,18 +59,20 @@ grep -qi "cache-status: .*stored" "$WORK/miss.head" || { echo "the miss was not 
 printf '| miss (filled while relayed) | 1 | %.1f | %s | %s | %s |\n' "$(echo "$end - $start" | bc)" \
     "$(mib "$(status_kb VmRSS "$PID")")" "$(mib "$(status_kb VmHWM "$PID")")" "$([ "$got" = "$want" ] && echo yes || echo NO)"
 start=$(date +%s.%N)
+CLIENTS=()
 for i in $(seq 20); do
     (curl -s -D "$WORK/hit$i.head" http://127.0.0.1:18302/big.bin | md5sum | cut -d' ' -f1 > "$WORK/hit$i.md5") &
+    CLIENTS+=($!)
 done
+# Sampled until the 20 clients are done (the origin and the proxy are jobs of this shell too).
+alive() { for c in "${CLIENTS[@]}"; do kill -0 "$c" 2>/dev/null && return 0; done; return 1; }
 peak=0
-set +e
-while [ "$(jobs -r | wc -l)" -gt 0 ]; do
+while alive; do
     rss=$(status_kb VmRSS "$PID")
     peak=$(( rss > peak ? rss : peak ))
     sleep 0.2
 done
-wait
-set -e
+for c in "${CLIENTS[@]}"; do wait "$c" || true; done
 end=$(date +%s.%N)
 intact=yes
 for i in $(seq 20); do

@@ -5,6 +5,7 @@ mod added_fields;
 mod auth;
 mod balancing;
 mod cache;
+mod cache_tiers;
 mod codec;
 mod compression;
 mod control;

@@ -1,0 +1,264 @@
+//! The cache beyond the memory tier, through real sockets: large objects streamed to the disk
+//! tier and read back after a restart (and a purge removing the file), a PHP microcache against
+//! a real PHP-FPM, and HTTP/2 clients on hits, ranges and the disk tier.
+
+use std::io::{BufReader, Write};
+use std::time::Duration;
+
+use crate::cache::{ask, get, reply};
+use crate::support::{connect, proxy, read_response, Reply, Upstream};
+
+pub(crate) fn disk_config(upstream: std::net::SocketAddr, dir: &std::path::Path) -> String {
+    format!(
+        r#"
+workers = 2
+admin = "{{admin}}"
+[[listen]]
+address = "{{listen}}"
+[upstreams.app]
+servers = ["{upstream}"]
+[cache_zones.main]
+memory = "16m"
+max_object = "4k"
+path = {dir:?}
+disk = "64m"
+[[sites]]
+default = true
+cache = {{ zone = "main" }}
+routes = [{{ location = "/", upstream = "app" }}]
+"#,
+        dir = dir.display().to_string()
+    )
+}
+
+/// A body of `len` bytes the origin sends, chunked or with a length.
+fn big_reply(len: usize, chunked: bool) -> Reply {
+    big_reply_for(len, chunked, "max-age=600")
+}
+
+/// [`big_reply`] with its own `Cache-Control`.
+pub(crate) fn big_reply_for(len: usize, chunked: bool, cache_control: &str) -> Reply {
+    let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    let mut r = if chunked {
+        format!("HTTP/1.1 200 OK\r\nCache-Control: {cache_control}\r\nETag: \"big\"\r\nTransfer-Encoding: chunked\r\n\r\n").into_bytes()
+    } else {
+        format!("HTTP/1.1 200 OK\r\nCache-Control: {cache_control}\r\nETag: \"big\"\r\nContent-Length: {len}\r\n\r\n").into_bytes()
+    };
+    if chunked {
+        for piece in body.chunks(70_000) {
+            r.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+            r.extend_from_slice(piece);
+            r.extend_from_slice(b"\r\n");
+        }
+        r.extend_from_slice(b"0\r\n\r\n");
+    } else {
+        r.extend_from_slice(&body);
+    }
+    Reply::Bytes(r)
+}
+
+#[test]
+fn large_objects_stream_to_the_disk_tier_and_a_restart_keeps_them() {
+    let dir = crate::support::temp_path("cache-disk");
+    let _ = std::fs::remove_dir_all(&dir);
+    let upstream = Upstream::start(|seen| big_reply(300_000, seen.path() == "/chunked"));
+    let toml = disk_config(upstream.addr, &dir);
+    let expected: Vec<u8> = (0..300_000).map(|i| (i % 251) as u8).collect();
+    {
+        let running = crate::support::Running::config("cache-disk.toml", &toml);
+        for path in ["/big", "/chunked"] {
+            let miss = get(running.addr, path);
+            assert_eq!((miss.status, miss.body.len()), (200, 300_000));
+            assert!(miss.body == expected, "{path}");
+            let hit = get(running.addr, path);
+            assert!(
+                hit.header("cache-status").unwrap().contains("hit"),
+                "{path}"
+            );
+            let first = hit.body.iter().zip(&expected).position(|(a, b)| a != b);
+            assert!(
+                hit.body == expected,
+                "{path} from disk: {} bytes, first difference {first:?}",
+                hit.body.len()
+            );
+            assert_eq!(hit.header("content-length"), Some("300000"));
+        }
+        let part = ask(running.addr, "GET", "/big", "Range: bytes=1000-1009\r\n");
+        assert_eq!(
+            (part.status, part.body.as_slice()),
+            (206, &expected[1000..1010])
+        );
+        assert_eq!(upstream.seen().len(), 2);
+        // Killed, not stopped: what was stored survives a crash too.
+    }
+    let running = crate::support::Running::config("cache-disk.toml", &toml);
+    for path in ["/big", "/chunked"] {
+        let hit = get(running.addr, path);
+        assert!(
+            hit.header("cache-status").unwrap().contains("hit"),
+            "{path} after a restart"
+        );
+        assert!(hit.body == expected);
+    }
+    assert_eq!(
+        upstream.seen().len(),
+        2,
+        "nothing fetched again after the restart"
+    );
+    // A purge removes the file too: the next start cannot bring it back.
+    let files = || {
+        walk(&dir)
+            .into_iter()
+            .filter(|p| p.extension().is_none())
+            .count()
+    };
+    assert_eq!(files(), 2);
+    let s = connect(running.admin.unwrap());
+    let mut w = s.try_clone().unwrap();
+    w.write_all(b"POST /cache/purge?key=http://a/big HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut BufReader::new(s), false).unwrap();
+    assert_eq!(r.body, b"{\"purged\":1}\n");
+    assert!(crate::support::eventually(|| files() == 1));
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.path().is_dir() {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
+/// The microcache idiom against a real PHP-FPM: a script without caching fields is kept a few
+/// seconds (`valid = ["200 3s"]`; a second would end at the next tick of the clock), a stampede of cold requests runs it once, a logged-in cookie
+/// bypasses the cache, a POST invalidates, and a page that sets a cookie is not stored.
+#[test]
+fn a_php_microcache_runs_the_script_once_per_second() {
+    let fpm = crate::fastcgi::PhpFpm::start("microcache");
+    let counter = fpm.root.join("count.txt");
+    fpm.script(
+        "page.php",
+        &format!(
+            "<?php $f = {:?}; $n = (int)@file_get_contents($f) + 1; file_put_contents($f, $n, LOCK_EX); \
+             if (isset($_GET['cookie'])) setcookie('s', 'x'); \
+             if ($_SERVER['REQUEST_METHOD'] === 'POST') {{ echo 'posted'; return; }} usleep(200000); echo 'run ', $n;",
+            counter.display().to_string()
+        ),
+    );
+    let runs = || {
+        std::fs::read_to_string(&counter)
+            .unwrap_or_default()
+            .trim()
+            .parse::<u32>()
+            .unwrap_or(0)
+    };
+    let p = crate::fastcgi_proxy::php_proxy(
+        &fpm.tcp.to_string(),
+        &fpm.root,
+        "[cache_zones.micro]\nmemory = \"16m\"",
+        r#", cache = { zone = "micro", valid = ["200 3s"], bypass = ["$cookie_logged_in"] }"#,
+    );
+    let addr = p.local_addrs()[0];
+    let threads: Vec<_> = (0..50)
+        .map(|_| std::thread::spawn(move || get(addr, "/page.php")))
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap().body, b"run 1");
+    }
+    assert_eq!(runs(), 1, "50 cold requests ran the script once");
+    let hit = get(addr, "/page.php");
+    assert!(hit.header("cache-status").unwrap().contains("hit"));
+    let bypass = ask(addr, "GET", "/page.php", "Cookie: logged_in=1\r\n");
+    assert_eq!(bypass.body, b"run 2");
+    assert_eq!(
+        get(addr, "/page.php").body,
+        b"run 2",
+        "what a bypass fetched is stored"
+    );
+    std::thread::sleep(Duration::from_millis(4100));
+    assert_eq!(
+        get(addr, "/page.php").body,
+        b"run 3",
+        "past its validity it runs again"
+    );
+    assert_eq!(
+        ask(addr, "POST", "/page.php", "Content-Length: 0\r\n").body,
+        b"posted"
+    );
+    assert_eq!(
+        get(addr, "/page.php").body,
+        b"run 5",
+        "the POST invalidated it"
+    );
+    for _ in 0..2 {
+        assert_eq!(get(addr, "/page.php?cookie=1").status, 200);
+    }
+    assert_eq!(runs(), 7, "a page that sets a cookie is not stored");
+}
+
+/// Over HTTP/2: a miss and its hits on one connection, streams at once, a range, and a large
+/// object from the disk tier.
+#[test]
+fn http2_clients_get_hits_and_misses_alike() {
+    use crate::http2::{body_of, get as h2_get, h2c, runtime};
+    let dir = crate::support::temp_path("cache-h2");
+    let _ = std::fs::remove_dir_all(&dir);
+    let upstream = Upstream::start(|seen| match seen.path() {
+        "/big" => big_reply(200_000, false),
+        _ => reply("Cache-Control: max-age=60\r\n", "over h2"),
+    });
+    let toml = disk_config(upstream.addr, &dir)
+        .replace(
+            "address = \"{listen}\"",
+            "address = \"127.0.0.1:0\"\nh2c = true",
+        )
+        .replace("admin = \"{admin}\"\n", "");
+    let server = proxy(&toml);
+    let addr = server.local_addrs()[0];
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime(), async {
+        let mut client = h2c(addr).await;
+        let (parts, body) = h2_get(&mut client, "a", "/small").await;
+        assert_eq!(
+            (parts.status.as_u16(), body.as_slice()),
+            (200, &b"over h2"[..])
+        );
+        let calls: Vec<_> = (0..10)
+            .map(|_| {
+                let mut c = client.clone();
+                tokio::task::spawn_local(async move { h2_get(&mut c, "a", "/small").await })
+            })
+            .collect();
+        for call in calls {
+            let (parts, body) = call.await.unwrap();
+            assert_eq!(body, b"over h2");
+            assert!(parts.headers["cache-status"]
+                .to_str()
+                .unwrap()
+                .contains("hit"));
+        }
+        for _ in 0..2 {
+            let (parts, body) = h2_get(&mut client, "a", "/big").await;
+            assert_eq!((parts.status.as_u16(), body.len()), (200, 200_000));
+            assert!(body.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+        }
+        let req = http::Request::get("http://a/big")
+            .header("range", "bytes=5-9")
+            .body(())
+            .unwrap();
+        let mut ready = client.clone().ready().await.unwrap();
+        let (response, _) = ready.send_request(req, true).unwrap();
+        let (parts, body) = response.await.unwrap().into_parts();
+        assert_eq!(parts.status.as_u16(), 206);
+        assert_eq!(
+            body_of(body).await,
+            (5..10).map(|i| i as u8).collect::<Vec<_>>()
+        );
+    });
+    assert_eq!(upstream.seen().len(), 2);
+}
