@@ -444,17 +444,8 @@ impl Attempt<'_> {
                 .await
                 .map_err(|e| Error::no_response(&e))?;
         }
-        let head = p.upstream_head.as_slice();
-        let (head, end): (&[u8], &[u8]) = match head.len() {
-            n if n >= 2 && !validators.is_empty() => (&head[..n - 2], b"\r\n"),
-            _ => (head, b""),
-        };
-        let validators = if end.is_empty() {
-            &[][..]
-        } else {
-            &validators[..]
-        };
-        let parts = [head, validators, end, &buf[self.body.clone()]];
+        let (head, added, end) = head_parts(&p.upstream_head, &validators);
+        let parts = [head, added, end, &buf[self.body.clone()]];
         write_all(&mut conn.stream, &parts, group.send_timeout)
             .await
             .map_err(|e| Error::no_response(&e))?;
@@ -525,6 +516,15 @@ impl Attempt<'_> {
                 Err(e)
             }
         }
+    }
+}
+
+/// The upstream head as parts of one write: with `validators` (field lines) before its blank
+/// line when there are any.
+fn head_parts<'a>(head: &'a [u8], validators: &'a [u8]) -> (&'a [u8], &'a [u8], &'a [u8]) {
+    match head.len() {
+        n if n >= 2 && !validators.is_empty() => (&head[..n - 2], validators, b"\r\n"),
+        _ => (head, &[], &[]),
     }
 }
 

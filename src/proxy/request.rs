@@ -175,9 +175,7 @@ impl Prepared {
         let routed = decision.routed;
         let answered = decision.answer.is_some() || decision.refused.is_some();
         let route = if answered { None } else { routed.target };
-        let cache = (entry == super::rules::Entry::Client)
-            .then(|| cached(head, config, (routed, route), &client))
-            .flatten();
+        let cache = cached(head, config, (routed, route, entry), &client);
         // The access log shows the request as the client sent it.
         let log =
             (log && config.access_log_for(routed.site).is_some()).then(|| LogFields::new(head));
@@ -200,11 +198,9 @@ impl Prepared {
             client: ip_text,
             proto: if https { "https" } else { "http" },
         };
-        let (mut upstream_head, mut upstream_request) =
-            upstream_request(head, config, upstream, fwd, &decision.request_fields);
-        if let Some(c) = &cache {
-            for_cache(c, &mut upstream_head, upstream_request.as_deref_mut());
-        }
+        let fields = (&decision.request_fields[..], cache.as_deref());
+        let (upstream_head, upstream_request) =
+            upstream_request(head, config, upstream, fwd, fields);
         Prepared {
             upstream_head,
             upstream_request,
@@ -259,14 +255,17 @@ impl Prepared {
 /// Makes the request sent upstream fit to be stored when the cache answers it (GET and
 /// HEAD): its conditionals and Range go (a PUT keeps its If-Match), a HEAD is asked as GET.
 fn for_cache(
-    c: &crate::cache::CacheRequest,
+    c: Option<&crate::cache::CacheRequest>,
     upstream_head: &mut Vec<u8>,
     upstream_request: Option<&mut ConvertedRequest>,
 ) {
-    if !matches!(
-        c.method,
-        crate::cache::Method::Get | crate::cache::Method::Head
-    ) {
+    let fills = c.is_some_and(|c| {
+        matches!(
+            c.method,
+            crate::cache::Method::Get | crate::cache::Method::Head
+        )
+    });
+    if !fills {
         return;
     }
     super::cache::upstream_head_for_cache(upstream_head);
@@ -280,12 +279,16 @@ fn for_cache(
 fn cached(
     head: &RequestHead<'_, '_>,
     config: &Config,
-    (routed, route): (Routed, Option<Target>),
+    (routed, route, entry): (Routed, Option<Target>, super::rules::Entry),
     client: &super::rules::Client<'_>,
 ) -> Option<Box<crate::cache::CacheRequest>> {
     let Some(Target::Upstream(u)) = route else {
         return None;
     };
+    if entry != super::rules::Entry::Client {
+        // An error page's or a named location's request is not cached.
+        return None;
+    }
     let rule = config.router.policy(routed.policy?).cache.as_ref()?;
     let asker = super::cache::Asker {
         https: client.https,
@@ -342,11 +345,11 @@ fn upstream_request(
     config: &Config,
     upstream: Option<UpstreamTarget>,
     fwd: ForwardedFor<'_>,
-    request_fields: &[(String, String)],
+    (request_fields, cache): (&[(String, String)], Option<&crate::cache::CacheRequest>),
 ) -> (Vec<u8>, Option<Box<ConvertedRequest>>) {
     let mut upstream_head = Vec::new();
     let protocol = upstream.map(|u| config.upstreams[u.upstream].protocol);
-    let upstream_request = match protocol {
+    let mut upstream_request = match protocol {
         Some(p @ (Protocol::H2 | Protocol::H2c)) => {
             let scheme = if p == Protocol::H2 { "https" } else { "http" };
             // What HTTP/2 cannot carry (an Upgrade) fails as HTTP/1.1 text would.
@@ -359,6 +362,7 @@ fn upstream_request(
         head.write_upstream_head(&mut upstream_head, fwd);
         crate::http1::request::set_fields(&mut upstream_head, request_fields);
     }
+    for_cache(cache, &mut upstream_head, upstream_request.as_deref_mut());
     (upstream_head, upstream_request)
 }
 

@@ -247,12 +247,7 @@ pub(super) async fn respond(
             }
         }
     };
-    if !request.is_done() {
-        // The upstream answered before the body ended: relayed as it comes, never stored (the
-        // connection cannot go back to the pool yet).
-        head.cache_text = None;
-    }
-    match cache_turn(cx, group, client, (up, &mut *ubuf), &mut head).await {
+    match cache_turn(cx, group, client, (up, &mut *ubuf, request), &mut head).await {
         super::cache::Taken::Answered(result) => return result,
         super::cache::Taken::Pass(conn) => up = conn,
     }
@@ -311,10 +306,12 @@ async fn cache_turn(
     cx: &Ctx<'_>,
     group: &UpstreamGroup,
     client: &mut Client,
-    (up, ubuf): (Conn, &mut Vec<u8>),
+    (up, ubuf, request): (Conn, &mut Vec<u8>, &BodyReader),
     head: &mut FinalHead,
 ) -> super::cache::Taken {
-    let Some(text) = head.cache_text.take() else {
+    // An answer that began before the request body ended is relayed as it comes, never
+    // stored (its connection cannot go back to the pool yet).
+    let Some(text) = head.cache_text.take().filter(|_| request.is_done()) else {
         return super::cache::Taken::Pass(up);
     };
     let fetched = super::cache::Fetched {

@@ -318,6 +318,19 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
     let micros = client.idle_since.duration_since(started).as_micros() as u64;
     count_response(&cx, outcome.status, outcome.body_bytes, micros, generated);
     debug_request(&cx, client, &outcome, micros, &tried);
+    log_request(worker, config, client, &request, (&outcome, micros, &tried));
+    client.buf = Some(buf);
+    outcome.keep_alive
+}
+
+/// Writes the request's access-log line, when its site logs.
+fn log_request(
+    worker: &Worker,
+    config: &Config,
+    client: &Client,
+    request: &Prepared,
+    (outcome, micros, tried): (&Outcome, u64, &Tried),
+) {
     if let Some(fields) = &request.log {
         let log = Line {
             client,
@@ -329,12 +342,10 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
             referer: fields.referer(),
             protocol: client.stream.protocol_name(request.minor_version),
             site: request.routed.site,
-            cache_status: cache_status(&request),
+            cache_status: cache_status(request),
         };
-        log.record(worker, config, &outcome, micros, &tried);
+        log.record(worker, config, outcome, micros, tried);
     }
-    client.buf = Some(buf);
-    outcome.keep_alive
 }
 
 /// How a cached route answered the request (`$upstream_cache_status`), empty elsewhere.

@@ -57,11 +57,7 @@ impl Server {
     /// Binds every listener and starts the workers. Fails (with nothing left running) if a
     /// listener, the admin address or the access log cannot be opened.
     pub fn start(mut config: Config) -> io::Result<Server> {
-        // The disk tiers' directories read back before the first request: a restart keeps
-        // the cache.
-        for zone in &config.cache_zones {
-            zone.load_disk();
-        }
+        load_caches(&config);
         if let Some(limit) = listener::raise_nofile_limit() {
             let wanted = config.demand().descriptors();
             if limit < wanted {
@@ -238,9 +234,7 @@ impl Server {
 
     fn try_reload(&self, mut config: Config) -> Result<(), String> {
         prepare_tls(&mut config, &self.resumption)?;
-        for zone in &config.cache_zones {
-            zone.load_disk();
-        }
+        load_caches(&config);
         let current = self.shared.current();
         if current.listeners != config.listeners {
             return Err(
@@ -353,4 +347,12 @@ fn bind_listeners(
         }
     }
     Ok((per_worker, addrs))
+}
+
+/// Reads the disk tiers' directories back before the first request (a restart keeps the
+/// cache); zones a reload kept were read already.
+fn load_caches(config: &Config) {
+    for zone in &config.cache_zones {
+        zone.load_disk();
+    }
 }
