@@ -9,6 +9,10 @@
 # gets (unbuffered): a run during which it got one fails the script. Caches:
 #   slipstream  `slipstream run`: workers = 1, [cache_zones.main] memory = "256m",
 #               max_object = "8m", the site's `cache = { zone = "main" }`; access log off (its default)
+#               (the memory tier: bodies from 32 KB on in memory files, sent with sendfile)
+#   slip-disk   the same with a disk tier on tmpfs (/dev/shm, as nginx's) and max_object = "512":
+#               every object is stored in a file only, so every hit opens its file and sends it
+#               with sendfile, as nginx does
 #   nginx       Debian nginx, one worker, proxy_cache_path on tmpfs (/dev/shm) with
 #               keys_zone=main:10m, proxy_cache_valid 200 10m, upstream keepalive, sendfile on,
 #               access_log off
@@ -38,7 +42,7 @@ CONNS=${2:-50}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-cache-bench}
 SHM=/dev/shm/$(basename "$WORK")  # nginx keeps its cache in files: on tmpfs here
-ORIGIN=18600 SLIP=18601 NGX=18602 NGX_OFC=18603 VARNISH=18604
+ORIGIN=18600 SLIP=18601 NGX=18602 NGX_OFC=18603 VARNISH=18604 SLIP_DISK=18605
 
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -81,6 +85,10 @@ routes = [{ location = "/", upstream = "origin" }]
 CONF
 "${ON1[@]}" "$BIN" run --config "$WORK/slipstream.toml" 2>"$WORK/slipstream.err" & PIDS+=($!)
 SLIP_PID=$!
+sed -e "s/:$SLIP\"/:$SLIP_DISK\"/" -e "s|^max_object = .*|max_object = \"512\"\npath = \"$SHM/slip-disk\"\ndisk = \"256m\"|" \
+    "$WORK/slipstream.toml" > "$WORK/slip-disk.toml"
+"${ON1[@]}" "$BIN" run --config "$WORK/slip-disk.toml" 2>"$WORK/slip-disk.err" & PIDS+=($!)
+SLIP_DISK_PID=$!
 
 NGX_CACHE='proxy_cache main; proxy_cache_valid 200 10m; add_header X-Cache-Status $upstream_cache_status;'
 for kind in nginx:$NGX nginx-ofc:$NGX_OFC; do
@@ -97,13 +105,14 @@ printf 'vcl 4.1;\nbackend origin { .host = "127.0.0.1"; .port = "%s"; }\n' $ORIG
     -s malloc,256m -p thread_pools=1 -p thread_pool_min=$((CONNS + 10)) -p thread_pool_max=500 \
     >"$WORK/varnish.log" 2>&1 & PIDS+=($!)
 
-for port in $ORIGIN $SLIP $NGX $NGX_OFC $VARNISH; do # Varnish compiles its VCL first
+for port in $ORIGIN $SLIP $SLIP_DISK $NGX $NGX_OFC $VARNISH; do # Varnish compiles its VCL first
     for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.2; done
 done
 
 server_pids() { # name -> the processes whose CPU counts (nginx: master and worker; Varnish: manager and child)
     case $1 in
         slipstream) echo "$SLIP_PID" ;;
+        slip-disk) echo "$SLIP_DISK_PID" ;;
         nginx) listener_pids $NGX ;;
         nginx-ofc) listener_pids $NGX_OFC ;;
         varnish) pgrep -f "varnishd -F -n $WORK/varnish" | tr '\n' ' ' ;;
@@ -115,7 +124,7 @@ server_pids() { # name -> the processes whose CPU counts (nginx: master and work
 verify_hit() { # name port size
     local head="" proof="" pattern
     case $1 in
-        slipstream) pattern='^cache-status: slipstream; hit' ;;
+        slip*) pattern='^cache-status: slipstream; hit' ;;
         nginx*) pattern='^x-cache-status: HIT' ;;
         varnish) pattern='^x-varnish: [0-9]+ [0-9]+' ;;
     esac
@@ -157,8 +166,8 @@ run() { # name port size -> "req/s p50us p99us cpu_us_per_req syscalls_per_req q
 }
 
 ROUNDS=${ROUNDS:-3}
-TARGETS=(slipstream:$SLIP nginx:$NGX nginx-ofc:$NGX_OFC varnish:$VARNISH)
-selected() { case " ${SERVERS:-slipstream nginx nginx-ofc varnish} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+TARGETS=(slipstream:$SLIP slip-disk:$SLIP_DISK nginx:$NGX nginx-ofc:$NGX_OFC varnish:$VARNISH)
+selected() { case " ${SERVERS:-slipstream slip-disk nginx nginx-ofc varnish} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 printf '\nHits verified before measuring:\n\n'
 for size in ${SIZES:-1k 91k}; do
@@ -196,16 +205,18 @@ for size in ${SIZES:-1k 91k}; do
                 (base ? sprintf("%.2f", $2/base) : "-"), $3, $4, $5, $6, $7 }' "$WORK/means"
     done
     awk -v size="$size" '{ r[$1]=$2; c[$1]=$5 }
-        END { printf "%s %s %s %s\n", size, (r["nginx"] ? r["slipstream"]/r["nginx"] : "-"),
-            (r["nginx-ofc"] ? r["slipstream"]/r["nginx-ofc"] : "-"), (c["varnish"] ? c["slipstream"]/c["varnish"] : "-") }' \
+        END { for (t = 1; t <= 2; t++) { s = (t == 1 ? "slipstream" : "slip-disk")
+            if (!r[s]) continue
+            printf "%s %s %s %s %s\n", size, s, (r["nginx"] ? r[s]/r["nginx"] : "-"),
+            (r["nginx-ofc"] ? r[s]/r["nginx-ofc"] : "-"), (c["varnish"] ? c[s]/c["varnish"] : "-") } }' \
         "$WORK/means" >> "$WORK/summary"
 done
 
 printf '\n### Against the targets\n\n'
-printf '| size | slipstream/nginx req/s (>= 1.30) | slipstream/nginx-ofc req/s | slipstream/varnish CPU per hit (<= 1.00) |\n'
-printf '|------|-----------|-----------|-----------|\n'
+printf '| size | tier | /nginx req/s (>= 1.30) | /nginx-ofc req/s | /varnish CPU per hit (<= 1.00) |\n'
+printf '|------|------|-----------|-----------|-----------|\n'
 awk 'function f(v, goal, ge) { if (v == "-") return "-"; return sprintf("%.2f %s", v, (ge ? v >= goal : v <= goal) ? "met" : "MISSED") }
-    { printf "| %s | %s | %s | %s |\n", $1, f($2, 1.3, 1), ($3 == "-" ? "-" : sprintf("%.2f", $3)), f($4, 1.0, 0) }' "$WORK/summary"
+    { printf "| %s | %s | %s | %s | %s |\n", $1, ($2 == "slipstream" ? "memory" : "disk"), f($3, 1.3, 1), ($4 == "-" ? "-" : sprintf("%.2f", $4)), f($5, 1.0, 0) }' "$WORK/summary"
 printf '\nThe origin answered %s requests in all (start-up probes and the misses that filled the caches).\n' "$(wc -l < "$WORK/origin.log")"
 
 if [ -n "${PROFILE:-}" ]; then

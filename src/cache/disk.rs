@@ -37,6 +37,33 @@ pub struct BodyFile {
     pub len: u64,
     /// Its entry left the cache: the file goes when the last user lets go of it.
     doomed: AtomicBool,
+    /// The file kept open between hits, when the descriptor budget allowed it.
+    kept: std::sync::OnceLock<Kept>,
+}
+
+/// A body file's descriptor kept open, with its place in the budget.
+#[derive(Debug)]
+struct Kept {
+    file: File,
+    _slot: super::memfile::Slot,
+}
+
+/// A body file open for a hit: kept open between hits, or opened for this one.
+pub enum Opened<'a> {
+    /// The descriptor the body file keeps.
+    Kept(&'a File),
+    /// Opened now (the budget was spent), closed after the hit.
+    Now(File),
+}
+
+impl std::ops::Deref for Opened<'_> {
+    type Target = File;
+    fn deref(&self) -> &File {
+        match self {
+            Opened::Kept(f) => f,
+            Opened::Now(f) => f,
+        }
+    }
 }
 
 impl BodyFile {
@@ -46,6 +73,27 @@ impl BodyFile {
             path,
             len,
             doomed: AtomicBool::new(false),
+            kept: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The file open for reading. The first hit opens it and keeps the descriptor while the
+    /// budget allows ([`super::memfile::Slot`]), so later hits neither open nor close it, as
+    /// nginx's `open_file_cache` does; a doomed file is not found (a purge is a miss after).
+    pub fn open(&self) -> io::Result<Opened<'_>> {
+        if self.doomed.load(Relaxed) {
+            return Err(io::ErrorKind::NotFound.into());
+        }
+        if let Some(kept) = self.kept.get() {
+            return Ok(Opened::Kept(&kept.file));
+        }
+        let file = File::open(&self.path)?;
+        match super::memfile::Slot::take() {
+            Some(slot) => {
+                let kept = self.kept.get_or_init(|| Kept { file, _slot: slot });
+                Ok(Opened::Kept(&kept.file))
+            }
+            None => Ok(Opened::Now(file)),
         }
     }
 
@@ -84,16 +132,17 @@ pub fn write_entry(dir: &Path, hash: u128, entry: &Entry) -> io::Result<Entry> {
         std::fs::create_dir_all(parent)?;
     }
     let tmp = path.with_extension("tmp");
+    let body = entry.body_bytes()?;
     let mut file = File::create(&tmp)?;
     let written = file
-        .write_all(&entry.body)
-        .and_then(|()| write_trailer(&mut file, entry, entry.body.len() as u64))
+        .write_all(&body)
+        .and_then(|()| write_trailer(&mut file, entry, body.len() as u64))
         .and_then(|()| std::fs::rename(&tmp, &path));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }
-    Ok(on_file(entry, BodyFile::new(path, entry.body.len() as u64)))
+    Ok(on_file(entry, BodyFile::new(path, body.len() as u64)))
 }
 
 /// A copy of `entry` whose body is `file` (its head says the file's length).
@@ -108,6 +157,7 @@ pub fn on_file(entry: &Entry, file: BodyFile) -> Entry {
         status: entry.status,
         body: Bytes::new(),
         file: Some(Arc::new(file)),
+        mem: None,
         times: entry.times,
         lifetime: entry.lifetime,
         vary: entry.vary.clone(),
@@ -125,6 +175,15 @@ pub fn on_file(entry: &Entry, file: BodyFile) -> Entry {
 pub fn on_same_file(entry: &Entry, file: Arc<BodyFile>) -> Entry {
     let mut copy = on_file(entry, BodyFile::new(PathBuf::new(), file.len));
     copy.file = Some(file);
+    copy
+}
+
+/// A copy of `entry` (a new head) on the same memory file as an older one (a 304 freshened
+/// it).
+pub fn on_same_memfile(entry: &Entry, mem: Arc<super::memfile::MemFile>) -> Entry {
+    let mut copy = on_file(entry, BodyFile::new(PathBuf::new(), mem.len));
+    copy.file = None;
+    copy.mem = Some(mem);
     copy
 }
 
@@ -313,6 +372,7 @@ pub fn decode(meta: &[u8]) -> Option<(Entry, u64)> {
         status,
         body: Bytes::new(),
         file: None,
+        mem: None,
         times: Times {
             request_time: n[0],
             response_time: n[1],

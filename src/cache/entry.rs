@@ -21,6 +21,8 @@ pub struct Entry {
     pub body: Bytes,
     /// Its body's file, when it is on the disk tier (then `body` is empty).
     pub file: Option<std::sync::Arc<super::disk::BodyFile>>,
+    /// Its body's memory file, when it is large and in the memory tier (then `body` is empty).
+    pub mem: Option<std::sync::Arc<super::memfile::MemFile>>,
     /// What its age is computed from.
     pub times: Times,
     /// Its freshness lifetime in seconds.
@@ -47,7 +49,8 @@ pub struct Entry {
 impl Entry {
     /// Bytes it costs in memory, about.
     pub fn weight(&self) -> usize {
-        self.key.len() + self.head.len() + self.body.len() + 256
+        let held = self.mem.as_ref().map_or(0, |m| m.len as usize);
+        self.key.len() + self.head.len() + self.body.len() + held + 256
     }
 
     /// Bytes it costs on disk (0 for a body in memory).
@@ -59,7 +62,31 @@ impl Entry {
 
     /// Its body's length, wherever it is.
     pub fn body_len(&self) -> u64 {
-        self.file.as_ref().map_or(self.body.len() as u64, |f| f.len)
+        match (&self.file, &self.mem) {
+            (Some(f), _) => f.len,
+            (None, Some(m)) => m.len,
+            (None, None) => self.body.len() as u64,
+        }
+    }
+
+    /// Its body's bytes, when it is in memory (on the heap or in a memory file).
+    pub fn body_bytes(&self) -> std::io::Result<std::borrow::Cow<'_, [u8]>> {
+        match &self.mem {
+            Some(m) => m.bytes().map(std::borrow::Cow::Owned),
+            None => Ok(std::borrow::Cow::Borrowed(&self.body)),
+        }
+    }
+
+    /// This entry with its body moved to a memory file when it is large enough
+    /// ([`super::memfile::MemFile::hold`]), so its hits go out with sendfile.
+    pub fn held(mut self) -> Entry {
+        if self.file.is_none() && self.mem.is_none() {
+            if let Some(m) = super::memfile::MemFile::hold(&self.body) {
+                self.mem = Some(std::sync::Arc::new(m));
+                self.body = Bytes::new();
+            }
+        }
+        self
     }
 
     /// Seconds it has left to be fresh at `now` (negative once stale).
@@ -239,6 +266,7 @@ pub fn build(head: &[u8], status: u16, body: Bytes, facts: &ResponseFacts, s: St
         status,
         body,
         file: None,
+        mem: None,
         times: Times {
             request_time: s.request_time,
             response_time: s.response_time,

@@ -9,6 +9,7 @@ pub mod control;
 pub mod disk;
 pub mod entry;
 pub mod freshness;
+pub mod memfile;
 pub mod zone;
 
 use std::cell::{Cell, RefCell};

@@ -332,16 +332,21 @@ pub fn remove_fields(out: &mut Vec<u8>, start: usize, names: &[&str]) {
     let Some(first) = out[start..end].iter().position(|&b| b == b'\n') else {
         return;
     };
-    let mut kept = Vec::with_capacity(end - start);
-    for line in out[start + first + 1..end].split_inclusive(|&b| b == b'\n') {
+    let named = |line: &[u8]| {
         let colon = line.iter().position(|&b| b == b':').unwrap_or(line.len());
         let name = &line[..colon];
-        if !names
+        names
             .iter()
             .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
-        {
-            kept.extend_from_slice(line);
-        }
+    };
+    let lines = || out[start + first + 1..end].split_inclusive(|&b| b == b'\n');
+    // The usual case: none of them is there, and the head stays as it is.
+    if !lines().any(named) {
+        return;
+    }
+    let mut kept = Vec::with_capacity(end - start);
+    for line in lines().filter(|l| !named(l)) {
+        kept.extend_from_slice(line);
     }
     out.splice(start + first + 1..end, kept);
 }

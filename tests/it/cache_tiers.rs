@@ -113,6 +113,15 @@ fn large_objects_stream_to_the_disk_tier_and_a_restart_keeps_them() {
             .count()
     };
     assert_eq!(files(), 2);
+    // Hits keep their files open (no open and close per hit) until the entry goes.
+    let open_files = || {
+        let fds = std::fs::read_dir(format!("/proc/{}/fd", running.child.id())).unwrap();
+        fds.flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .filter(|target| target.starts_with(&dir))
+            .count()
+    };
+    assert_eq!(open_files(), 2);
     let s = connect(running.admin.unwrap());
     let mut w = s.try_clone().unwrap();
     w.write_all(b"POST /cache/purge?key=http://a/big HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -120,6 +129,7 @@ fn large_objects_stream_to_the_disk_tier_and_a_restart_keeps_them() {
     let r = read_response(&mut BufReader::new(s), false).unwrap();
     assert_eq!(r.body, b"{\"purged\":1}\n");
     assert!(crate::support::eventually(|| files() == 1));
+    assert!(crate::support::eventually(|| open_files() == 1));
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -261,4 +271,77 @@ fn http2_clients_get_hits_and_misses_alike() {
         );
     });
     assert_eq!(upstream.seen().len(), 2);
+}
+
+/// A large body in the memory tier lives in a memory file and goes out with sendfile: whole,
+/// in part, after a 304 freshened it, and compressed for a client that accepts it.
+#[test]
+fn large_bodies_in_memory_go_out_with_sendfile() {
+    let body: Vec<u8> = (0..91_000).map(|i| b'a' + (i % 26) as u8).collect();
+    let b = body.clone();
+    let upstream = Upstream::start(move |seen| {
+        if seen.header("if-none-match").is_some() {
+            return Reply::Bytes(
+                b"HTTP/1.1 304 Not Modified\r\nCache-Control: max-age=1\r\nETag: \"m\"\r\nX-Fresh: yes\r\n\r\n".to_vec(),
+            );
+        }
+        let mut r = format!(
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=1\r\nETag: \"m\"\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+            b.len()
+        )
+        .into_bytes();
+        r.extend_from_slice(&b);
+        Reply::Bytes(r)
+    });
+    let toml = crate::cache::config(upstream.addr, "")
+        .replace("workers = 2", "workers = 1\nadmin = \"127.0.0.1:0\"")
+        .replace(
+            "{ location = \"/\", upstream = \"app\" }",
+            "{ location = \"/\", upstream = \"app\", compress = true }",
+        );
+    let server = proxy(&toml);
+    let (addr, admin) = (server.local_addrs()[0], server.admin_addr().unwrap());
+    let sent_by_sendfile = || {
+        let metrics = crate::support::http_client()
+            .get(&format!("http://{admin}/metrics"))
+            .call()
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap();
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("slipstream_sendfile_bytes_total"))
+            .unwrap_or("x 0")
+            .to_string();
+        line.rsplit(' ').next().unwrap().parse::<u64>().unwrap()
+    };
+    assert!(get(addr, "/m").body == body, "the miss");
+    let before = sent_by_sendfile();
+    let hit = get(addr, "/m");
+    assert!(hit.body == body && hit.header("cache-status").unwrap().contains("hit"));
+    assert_eq!(
+        sent_by_sendfile() - before,
+        body.len() as u64,
+        "the hit by sendfile"
+    );
+    let part = ask(addr, "GET", "/m", "Range: bytes=50000-50009\r\n");
+    assert_eq!(part.status, 206);
+    assert_eq!(part.body, &body[50_000..50_010]);
+    let gz = ask(addr, "GET", "/m", "Accept-Encoding: gzip\r\n");
+    assert_eq!(gz.header("content-encoding"), Some("gzip"));
+    let mut plain = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz.body[..]), &mut plain)
+        .unwrap();
+    assert!(plain == body, "compressed from the memory file");
+    std::thread::sleep(Duration::from_millis(2100));
+    let revalidated = get(addr, "/m");
+    assert_eq!(revalidated.header("x-fresh"), Some("yes"), "the 304's head");
+    assert!(
+        revalidated.body == body,
+        "the body stays in its memory file"
+    );
+    let hit = get(addr, "/m");
+    assert!(hit.body == body && hit.header("cache-status").unwrap().contains("hit"));
+    assert_eq!(upstream.seen().len(), 2, "one fetch and one revalidation");
 }

@@ -187,11 +187,15 @@ fn keep(
         lifetime,
         ignore: c.rule.ignore,
     };
-    let entry = Arc::new(entry::build(head, status, body, facts, stored));
+    let entry = entry::build(head, status, body, facts, stored);
     let zone = &c.rule.zone;
-    if zone.used_enough(c.hash, c.rule.min_uses) {
+    let entry = if zone.used_enough(c.hash, c.rule.min_uses) {
+        let entry = Arc::new(entry.held());
         zone.store(c.hash, entry.clone());
-    }
+        entry
+    } else {
+        Arc::new(entry)
+    };
     c.release();
     entry
 }
@@ -218,10 +222,12 @@ fn freshened(c: &CacheRequest, stale: &Entry, not_modified: &[u8], now: u64) -> 
         ignore: c.rule.ignore,
     };
     let fresh = entry::build(&head, stale.status, stale.body.clone(), &facts, stored);
-    match &stale.file {
+    match (&stale.file, &stale.mem) {
         // A body on the disk tier stays in its file: the entry takes the new head.
-        Some(file) => crate::cache::disk::on_same_file(&fresh, file.clone()),
-        None => fresh,
+        (Some(file), _) => crate::cache::disk::on_same_file(&fresh, file.clone()),
+        // So does one in a memory file.
+        (None, Some(mem)) => crate::cache::disk::on_same_memfile(&fresh, mem.clone()),
+        (None, None) => fresh,
     }
 }
 

@@ -5,7 +5,6 @@
 
 use crate::cache::entry::Entry;
 use crate::cache::{CacheRequest, CacheStatus};
-use std::fs::File;
 
 use crate::error::{Error, Kind};
 use crate::files::range::{parse_range, Ranges};
@@ -43,7 +42,7 @@ pub(in crate::proxy) async fn send_entry(
     // A body on the disk tier is opened before anything is sent: a file purged meanwhile is
     // a miss, not a broken answer.
     let file = match &entry.file {
-        Some(f) => Some(File::open(&f.path).map_err(|_| Error::new(Kind::FileFailed))?),
+        Some(f) => Some(f.open().map_err(|_| Error::new(Kind::FileFailed))?),
         None => None,
     };
     if c.background.get() {
@@ -80,13 +79,20 @@ pub(in crate::proxy) async fn send_entry(
         Form::NotModified | Form::Unsatisfiable => (0, 0),
     };
     let timeout = cx.config().limits.client_body_timeout;
+    let whole = matches!(form, Form::Whole) && !p.is_head;
+    let (out, packed) = pack(cx, out, entry, whole)?;
     let mut body_bytes = len;
-    match file.filter(|_| len > 0) {
+    let body_file = match (&file, &entry.mem) {
+        (Some(file), _) => Some(&**file),
+        (None, Some(mem)) => Some(&mem.file),
+        (None, None) => None,
+    };
+    match body_file.filter(|_| len > 0 && packed.is_none()) {
         None => {
-            let body = &entry.body[start as usize..(start + len) as usize];
-            let whole = matches!(form, Form::Whole) && !p.is_head;
-            let (out, packed) = pack(cx, out, body, whole)?;
-            let body = packed.as_deref().unwrap_or(body);
+            let body = match &packed {
+                Some(packed) => &packed[..],
+                None => &entry.body[start as usize..(start + len) as usize],
+            };
             body_bytes = body.len() as u64;
             write_head(&mut client.stream, &out, &[body], timeout)
                 .await
@@ -94,7 +100,7 @@ pub(in crate::proxy) async fn send_entry(
         }
         Some(file) => {
             let head = head_bytes(&mut client.stream, &out).map_err(|_| Error::client_write())?;
-            let sent = send_file(&mut client.stream, head, &file, start, len, timeout).await;
+            let sent = send_file(&mut client.stream, head, file, start, len, timeout).await;
             let bytes = sent.map_err(|e| match e {
                 SendFileError::Truncated => Error::new(Kind::FileTruncated).after_head(code),
                 SendFileError::Client(_) => Error::client_write().after_head(code),
@@ -110,30 +116,33 @@ pub(in crate::proxy) async fn send_entry(
 }
 
 /// A stored body held in memory, compressed on its way when the route compresses and the
-/// client accepts it (`whole`: the answer is the whole body; a part, a 304 or a HEAD go as
-/// they are): the head to send and the compressed body.
+/// client accepts it (`whole`: the answer is the whole body; a part, a 304, a HEAD or a body
+/// on the disk tier go as they are): the head to send and the compressed body.
 fn pack(
     cx: &Ctx<'_>,
     head: ClientHead,
-    body: &[u8],
+    entry: &Entry,
     whole: bool,
 ) -> Result<(ClientHead, Option<Vec<u8>>), Error> {
     use crate::compress::head::{rewrite, CompressedBody};
     use crate::proxy::compress::{self, Decision};
-    if !whole {
+    if !whole || entry.file.is_some() {
         return Ok((head, None));
     }
     match compress::decide(cx, &head) {
         Decision::Unchanged => Ok((head, None)),
         Decision::VaryOnly => {
-            let length = CompressedBody::Length(body.len() as u64);
+            let length = CompressedBody::Length(entry.body_len());
             Ok((rewrite(&head, None, length), None))
         }
         Decision::Compress(coding) => {
+            let body = entry
+                .body_bytes()
+                .map_err(|_| Error::new(Kind::FileFailed))?;
             let settings = &cx.config().compression;
             let failed = compress::failed(&cx.worker.counters);
-            let packed =
-                crate::compress::encoder::compress_whole(coding, settings, body).map_err(failed)?;
+            let packed = crate::compress::encoder::compress_whole(coding, settings, &body)
+                .map_err(failed)?;
             compress::count(&cx.worker.counters, body.len() as u64, packed.len() as u64);
             let length = CompressedBody::Length(packed.len() as u64);
             Ok((rewrite(&head, Some(coding), length), Some(packed)))
@@ -234,8 +243,20 @@ fn stored_head(entry: &Entry, form: &Form, status: CacheStatus, now: u64) -> Vec
         remove_fields(&mut raw, 0, &names);
     }
     let age = format!("Age: {}\r\n", entry.times.current_age(now));
-    add_fields(&mut raw, 0, age.as_bytes());
+    append_field(&mut raw, age.as_bytes());
     raw
+}
+
+/// Adds a field line the head does not have (a stored head never has `Age`): before its
+/// blank line, with no search.
+fn append_field(head: &mut Vec<u8>, line: &[u8]) {
+    if head.ends_with(b"\r\n\r\n") {
+        head.truncate(head.len() - 2);
+        head.extend_from_slice(line);
+        head.extend_from_slice(b"\r\n");
+    } else {
+        add_fields(head, 0, line);
+    }
 }
 
 /// This cache's member of `Cache-Status` (RFC 9211) for an answer found as `status`, with the
@@ -262,6 +283,10 @@ pub(in crate::proxy) fn put_cache_status(text: &mut Vec<u8>, member: &str) {
     let earlier: Vec<u8> = crate::cache::entry::values(text, "cache-status")
         .flat_map(|v| v.iter().copied().chain(*b", "))
         .collect();
+    if earlier.is_empty() {
+        let line = format!("Cache-Status: {member}\r\n");
+        return append_field(text, line.as_bytes());
+    }
     remove_fields(text, 0, &["cache-status"]);
     let mut line = b"Cache-Status: ".to_vec();
     line.extend_from_slice(&earlier);
