@@ -1,5 +1,6 @@
 //! The cache's side of the admin listener: purges (`POST /cache/purge?zone=Z&key=K` removes
-//! one key with all its variants, `&prefix=P` every key that starts with P, without `zone`
+//! one key with all its variants, `&prefix=P` every key that starts with P, `&pattern=RE` every
+//! key a regular expression matches (Varnish's ban on URLs, applied at once), without `zone`
 //! every zone). The zones' figures are `observe/caches.rs`'s.
 
 use std::sync::Arc;
@@ -22,6 +23,8 @@ pub enum Target {
     Key(String),
     /// Keys starting with this.
     Prefix(String),
+    /// Keys this regular expression matches (checked when the query is read).
+    Pattern(String),
 }
 
 /// Reads a purge's query (`zone=...&key=...` or `prefix=...`, percent-encoded).
@@ -35,11 +38,16 @@ pub fn parse_purge(query: &str) -> Result<Purge, &'static str> {
             "zone" => zone = Some(value),
             "key" if what.is_none() => what = Some(Target::Key(value)),
             "prefix" if what.is_none() => what = Some(Target::Prefix(value)),
-            "key" | "prefix" => return Err("one of key or prefix"),
-            _ => return Err("unknown parameter (zone, key, prefix)"),
+            "pattern" if what.is_none() => {
+                regex::Regex::new(&value)
+                    .map_err(|_| "pattern is not a valid regular expression")?;
+                what = Some(Target::Pattern(value));
+            }
+            "key" | "prefix" | "pattern" => return Err("one of key, prefix or pattern"),
+            _ => return Err("unknown parameter (zone, key, prefix, pattern)"),
         }
     }
-    let what = what.ok_or("key=KEY or prefix=PREFIX is required")?;
+    let what = what.ok_or("key=KEY, prefix=PREFIX or pattern=REGEX is required")?;
     Ok(Purge { zone, what })
 }
 
@@ -55,11 +63,17 @@ pub fn purge(zones: &[Arc<Zone>], p: &Purge) -> Result<usize, String> {
             None => "no cache zones".to_string(),
         });
     }
+    let pattern = match &p.what {
+        Target::Pattern(re) => Some(regex::Regex::new(re).map_err(|e| e.to_string())?),
+        _ => None,
+    };
     Ok(chosen
         .iter()
-        .map(|z| match &p.what {
-            Target::Key(k) => usize::from(z.remove(k)),
-            Target::Prefix(prefix) => z.remove_prefix(prefix),
+        .map(|z| match (&p.what, &pattern) {
+            (Target::Key(k), _) => usize::from(z.remove(k)),
+            (Target::Prefix(prefix), _) => z.remove_where(|key| key.starts_with(prefix.as_str())),
+            (Target::Pattern(_), Some(re)) => z.remove_where(|key| re.is_match(key)),
+            (Target::Pattern(_), None) => 0,
         })
         .sum())
 }
@@ -106,5 +120,9 @@ mod tests {
         assert!(parse_purge("key=a&prefix=b").is_err());
         assert!(parse_purge("key=%zz").is_err());
         assert!(parse_purge("what=1&key=a").is_err());
+        let p = parse_purge("pattern=%5C.jpg%24").unwrap();
+        assert_eq!(p.what, Target::Pattern("\\.jpg$".into()));
+        assert!(parse_purge("pattern=(").is_err());
+        assert!(parse_purge("pattern=a&key=b").is_err());
     }
 }

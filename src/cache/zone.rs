@@ -336,11 +336,11 @@ impl Zone {
         }
     }
 
-    /// Removes every key that starts with `prefix`; how many.
-    pub fn remove_prefix(&self, prefix: &str) -> usize {
+    /// Removes every key `doomed_key` says goes (a prefix, a pattern); how many.
+    pub fn remove_where(&self, doomed_key: impl Fn(&str) -> bool) -> usize {
         let mut doomed: Vec<u128> = Vec::new();
         for store in self.tiers() {
-            let matching = store.iter().filter(|(_, v)| v.key.starts_with(prefix));
+            let matching = store.iter().filter(|(_, v)| doomed_key(&v.key));
             doomed.extend(matching.map(|(k, _)| *k));
         }
         doomed.sort_unstable();
@@ -516,7 +516,7 @@ mod tests {
         }
         assert!(zone.remove("http://a/y"));
         assert!(!zone.remove("http://a/y"));
-        assert_eq!(zone.remove_prefix("http://a/x/"), 2);
+        assert_eq!(zone.remove_where(|k| k.starts_with("http://a/x/")), 2);
         assert!(zone
             .lookup(hash_key("http://a/x/1"), "http://a/x/1", b"")
             .is_none());

@@ -324,6 +324,15 @@ fn purge_from_the_admin_listener_and_the_figures_and_log_show_the_cache() {
     ] {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
+    // A ban by pattern: every key the regular expression matches.
+    let r = admin_call("POST", "pattern=%2Fdoc%24");
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (200, &b"{\"purged\":1}\n"[..])
+    );
+    assert_eq!(admin_call("POST", "pattern=%28").status, 400);
+    assert_eq!(get(addr, "/img/a").body, b"v4", "not matched: kept");
+    assert_eq!(get(addr, "/doc").body, b"v5", "banned: fetched again");
     server.shutdown();
     let text = std::fs::read_to_string(&log).unwrap();
     let lines: Vec<&str> = text.lines().collect();

@@ -1,6 +1,7 @@
 //! The cache beyond the memory tier, through real sockets: large objects streamed to the disk
-//! tier and read back after a restart (and a purge removing the file), a PHP microcache against
-//! a real PHP-FPM, and HTTP/2 clients on hits, ranges and the disk tier.
+//! tier and read back after a restart (and a purge removing the file), large bodies in memory
+//! files, a PHP microcache and PHP revalidation and stale answers against a real PHP-FPM, and
+//! HTTP/2 clients on hits, ranges and the disk tier.
 
 use std::io::{BufReader, Write};
 use std::time::Duration;
@@ -344,4 +345,72 @@ fn large_bodies_in_memory_go_out_with_sendfile() {
     let hit = get(addr, "/m");
     assert!(hit.body == body && hit.header("cache-status").unwrap().contains("hit"));
     assert_eq!(upstream.seen().len(), 2, "one fetch and one revalidation");
+}
+
+/// FastCGI responses are revalidated and stand in for failures as proxied ones do, against a
+/// real PHP-FPM: the client's conditionals never reach the script (the cache answers them), a
+/// stale page's validators do and a 304 keeps it, and a 503 gets the stale page within its
+/// `stale-if-error` window.
+#[test]
+fn php_pages_are_revalidated_and_stand_in_for_errors() {
+    let fpm = crate::fastcgi::PhpFpm::start("revalidate");
+    let (counter, seen, down) = (
+        fpm.root.join("runs.txt"),
+        fpm.root.join("seen.txt"),
+        fpm.root.join("down"),
+    );
+    fpm.script(
+        "rev.php",
+        &format!(
+            "<?php $n = (int)@file_get_contents({c:?}) + 1; file_put_contents({c:?}, $n); \
+             file_put_contents({s:?}, ($_SERVER['HTTP_IF_NONE_MATCH'] ?? '-') . \"\\n\", FILE_APPEND); \
+             if (file_exists({d:?})) {{ http_response_code(503); echo 'down'; return; }} \
+             header('Cache-Control: max-age=1, stale-if-error=60'); header('ETag: \"v1\"'); \
+             if (($_SERVER['HTTP_IF_NONE_MATCH'] ?? '') === '\"v1\"') {{ http_response_code(304); return; }} \
+             echo 'page ', $n;",
+            c = counter.display().to_string(),
+            s = seen.display().to_string(),
+            d = down.display().to_string(),
+        ),
+    );
+    let p = crate::fastcgi_proxy::php_proxy(
+        &fpm.tcp.to_string(),
+        &fpm.root,
+        "[cache_zones.micro]\nmemory = \"16m\"",
+        r#", cache = { zone = "micro", revalidate = true }"#,
+    );
+    let addr = p.local_addrs()[0];
+    let seen_by_script = || std::fs::read_to_string(&seen).unwrap_or_default();
+    let cold = ask(addr, "GET", "/rev.php", "If-None-Match: \"v1\"\r\n");
+    assert_eq!(
+        cold.status, 304,
+        "the cache answers the client's conditional"
+    );
+    assert_eq!(seen_by_script(), "-\n", "the script never saw it");
+    assert_eq!(get(addr, "/rev.php").body, b"page 1");
+    std::thread::sleep(Duration::from_millis(2100));
+    let revalidated = get(addr, "/rev.php");
+    assert_eq!(
+        (revalidated.status, revalidated.body.as_slice()),
+        (200, &b"page 1"[..])
+    );
+    let status = revalidated
+        .header("cache-status")
+        .unwrap_or_default()
+        .to_string();
+    assert!(status.contains("fwd-status=304"), "{status}");
+    assert_eq!(
+        seen_by_script(),
+        "-\n\"v1\"\n",
+        "the stored validator went to the script"
+    );
+    std::fs::write(&down, "").unwrap();
+    std::thread::sleep(Duration::from_millis(2100));
+    let stale = get(addr, "/rev.php");
+    assert_eq!((stale.status, stale.body.as_slice()), (200, &b"page 1"[..]));
+    assert_eq!(
+        seen_by_script().lines().count(),
+        3,
+        "the script ran and failed"
+    );
 }

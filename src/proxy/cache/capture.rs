@@ -55,36 +55,44 @@ pub(in crate::proxy) async fn capture(
     let Some(c) = cx.request.cache.as_deref() else {
         return Taken::Pass(up);
     };
-    let zone = &c.rule.zone;
     if c.method == crate::cache::Method::Unsafe {
         invalidate_for(c, fetched.status, &fetched.text);
         return Taken::Pass(up);
     }
-    let stale = c.stale.borrow().clone();
     let now = unix_now();
-    if let Some(stale) = stale {
-        if fetched.status == 304 {
-            let fresh = freshened(c, &stale, &fetched.text, now);
-            if fetched.reusable && ubuf.len() == fetched.head_len {
-                up.reuse(cx.worker, group);
-            }
-            zone.stats.revalidated.fetch_add(1, Relaxed);
-            let fresh = Arc::new(fresh);
-            zone.store(c.hash, fresh.clone());
-            c.release();
-            return Taken::Answered(
-                send_entry(cx, client, (&fresh, CacheStatus::Revalidated), now, true).await,
-            );
+    if let Some((entry, status)) = from_stale(c, fetched.status, &fetched.text, now) {
+        if fetched.status == 304 && fetched.reusable && ubuf.len() == fetched.head_len {
+            up.reuse(cx.worker, group);
         }
-        let allowed = c.rule.use_stale.statuses.contains(&fetched.status);
-        if fetched.status >= 500 && stale_on_error(&stale, &c.directives, allowed, now) {
-            zone.stats.stale.fetch_add(1, Relaxed);
-            return Taken::Answered(
-                send_entry(cx, client, (&stale, CacheStatus::Stale), now, true).await,
-            );
-        }
+        return Taken::Answered(send_entry(cx, client, (&entry, status), now, true).await);
     }
     store_and_send(cx, group, client, (up, ubuf), fetched, c).await
+}
+
+/// The answer to a request that validates a stale entry, when the upstream's response
+/// (`status`, its head as `text`) leaves it to that entry: a 304 freshens it (stored again), a
+/// 5xx is answered by it where `stale-if-error` or `use_stale` allow.
+fn from_stale(
+    c: &CacheRequest,
+    status: u16,
+    text: &[u8],
+    now: u64,
+) -> Option<(Arc<Entry>, CacheStatus)> {
+    let stale = c.stale.borrow().clone()?;
+    let zone = &c.rule.zone;
+    if status == 304 {
+        let fresh = Arc::new(freshened(c, &stale, text, now));
+        zone.stats.revalidated.fetch_add(1, Relaxed);
+        zone.store(c.hash, fresh.clone());
+        c.release();
+        return Some((fresh, CacheStatus::Revalidated));
+    }
+    let allowed = c.rule.use_stale.statuses.contains(&status);
+    if status >= 500 && stale_on_error(&stale, &c.directives, allowed, now) {
+        zone.stats.stale.fetch_add(1, Relaxed);
+        return Some((stale, CacheStatus::Stale));
+    }
+    None
 }
 
 /// Stores a fetched response that may be stored (read whole, within `max_object`) and answers
@@ -294,6 +302,9 @@ pub(in crate::proxy) async fn store_whole(
 ) -> Option<Result<crate::proxy::Outcome, Error>> {
     let c = cx.request.cache.as_deref()?;
     let (zone, now) = (&c.rule.zone, unix_now());
+    if let Some((entry, status)) = from_stale(c, status, head, now) {
+        return Some(send_entry(cx, client, (&entry, status), now, true).await);
+    }
     let facts = response_facts(status, head, c.rule.ignore);
     let request = RequestFacts {
         authorization: c.authorization,

@@ -224,7 +224,17 @@ fn build(
     };
     let mut records = Vec::with_capacity(1024 + in_hand.len() + in_hand.len() / 8);
     put_begin_request(&mut records, true);
-    put_cgi_params(&mut records, &vars, head.headers, extra);
+    match p
+        .cache
+        .as_deref()
+        .filter(|c| c.method != crate::cache::Method::Unsafe)
+    {
+        Some(c) => {
+            let (headers, extra) = for_cache(head.headers, extra, &c.validators.borrow());
+            put_cgi_params(&mut records, &vars, &headers, &extra);
+        }
+        None => put_cgi_params(&mut records, &vars, head.headers, extra),
+    }
     for piece in in_hand.chunks(MAX_CONTENT) {
         put_record(&mut records, RecordType::Stdin, piece);
     }
@@ -237,6 +247,46 @@ fn build(
         body_left,
         used: p.head_len + if chunked.is_some() { 0 } else { in_hand.len() },
     })
+}
+
+/// The request fields and extra variables of a request the cache answers, as nginx's
+/// `fastcgi_cache` has them: the client's conditionals and Range do not reach the script (the
+/// cache answers them from the whole response it stores), and a stale entry's `validators`
+/// (field lines, when the cache revalidates) go as `HTTP_IF_NONE_MATCH` and
+/// `HTTP_IF_MODIFIED_SINCE`.
+fn for_cache<'h>(
+    headers: &[httparse::Header<'h>],
+    extra: &[(String, String)],
+    validators: &[u8],
+) -> (Vec<httparse::Header<'h>>, Vec<(String, String)>) {
+    const ANSWERED_BY_THE_CACHE: [&str; 6] = [
+        "if-modified-since",
+        "if-unmodified-since",
+        "if-none-match",
+        "if-match",
+        "range",
+        "if-range",
+    ];
+    let kept = headers
+        .iter()
+        .filter(|h| {
+            !ANSWERED_BY_THE_CACHE
+                .iter()
+                .any(|n| h.name.eq_ignore_ascii_case(n))
+        })
+        .copied()
+        .collect();
+    let mut extra = extra.to_vec();
+    for (name, value) in crate::cache::entry::fields_of_lines(validators) {
+        let name = String::from_utf8_lossy(name)
+            .to_ascii_uppercase()
+            .replace('-', "_");
+        extra.push((
+            format!("HTTP_{name}"),
+            String::from_utf8_lossy(value).into_owned(),
+        ));
+    }
+    (kept, extra)
 }
 
 /// `example.com:8080` without its port (`[::1]:80` keeps its brackets).
