@@ -141,6 +141,9 @@ pub struct CacheRequest {
     pub status: Cell<Option<CacheStatus>>,
     /// Bytes of the answer have reached the client: no stale response can replace it now.
     pub committed: Cell<bool>,
+    /// The fetched answer was not stored (asked fewer than `min_uses` times): its
+    /// `Cache-Status` does not say `stored`.
+    pub unstored: Cell<bool>,
     /// The fetch refreshes a stale response the client already got: its answer is stored,
     /// never sent.
     pub background: Cell<bool>,
@@ -307,6 +310,7 @@ mod tests {
             request_time: Cell::new(0),
             status: Cell::new(None),
             committed: Cell::new(false),
+            unstored: Cell::new(false),
             background: Cell::new(false),
             fetch: RefCell::new(None),
             origin: origin.map(str::to_string),

@@ -281,31 +281,35 @@ impl Zone {
     }
 
     /// Puts `entry` in a tier's table, keeping the key's other variants; the files of the
-    /// variants it replaces are doomed.
+    /// variants it replaces are doomed. One atomic step on the key, so two workers storing
+    /// variants of one key at once keep both.
     fn store_on(&self, store: &Store, hash: u128, entry: Arc<Entry>) {
-        let mut entries = vec![entry.clone()];
-        if let Some(old) = store.get(&hash).filter(|v| v.key == entry.key) {
-            let same_variant = |e: &Arc<Entry>| {
-                e.vary.len() == entry.vary.len()
-                    && e.vary
-                        .iter()
-                        .all(|(n, v)| entry.vary.iter().any(|(n2, v2)| n == n2 && v == v2))
-            };
-            let (replaced, kept): (Vec<_>, Vec<_>) =
-                old.entries.iter().cloned().partition(|e| same_variant(e));
-            let dropped = kept.len().saturating_sub(MAX_VARIANTS - 1);
-            // A freshened entry keeps its predecessor's file: that one stays.
-            let same_file = |e: &&Arc<Entry>| match (&e.file, &entry.file) {
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                _ => false,
-            };
-            let replaced: Vec<_> = replaced.iter().filter(|e| !same_file(e)).cloned().collect();
-            doom(&replaced);
-            doom(&kept[kept.len() - dropped..]);
-            entries.extend(kept.into_iter().take(MAX_VARIANTS - 1));
-        }
-        let key = entry.key.clone();
-        store.insert(hash, Arc::new(Variants { key, entries }));
+        let mut gone = Vec::new();
+        store.entry(hash).and_compute_with(|old| {
+            let mut entries = vec![entry.clone()];
+            if let Some(old) = old.map(|e| e.into_value()).filter(|v| v.key == entry.key) {
+                let same_variant = |e: &Arc<Entry>| {
+                    e.vary.len() == entry.vary.len()
+                        && e.vary
+                            .iter()
+                            .all(|(n, v)| entry.vary.iter().any(|(n2, v2)| n == n2 && v == v2))
+                };
+                let (replaced, kept): (Vec<_>, Vec<_>) =
+                    old.entries.iter().cloned().partition(|e| same_variant(e));
+                let dropped = kept.len().saturating_sub(MAX_VARIANTS - 1);
+                // A freshened entry keeps its predecessor's file: that one stays.
+                let same_file = |e: &&Arc<Entry>| match (&e.file, &entry.file) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                };
+                gone.extend(replaced.iter().filter(|e| !same_file(e)).cloned());
+                gone.extend(kept[kept.len() - dropped..].iter().cloned());
+                entries.extend(kept.into_iter().take(MAX_VARIANTS - 1));
+            }
+            let key = entry.key.clone();
+            moka::ops::compute::Op::Put(Arc::new(Variants { key, entries }))
+        });
+        doom(&gone);
     }
 
     /// Removes every variant of `key` from both tiers (their files too); whether there was
@@ -502,6 +506,26 @@ mod tests {
             .lookup(h, "other", b"GET / HTTP/1.1\r\nX-A: 1\r\n")
             .is_none());
         assert_eq!(zone.store.get(&h).unwrap().entries.len(), 2);
+    }
+
+    #[test]
+    fn variants_stored_at_once_from_several_threads_are_all_kept() {
+        let zone = Arc::new(Zone::new("z", settings()));
+        let h = hash_key("k");
+        let threads: Vec<_> = (0..MAX_VARIANTS)
+            .map(|i| {
+                let zone = zone.clone();
+                std::thread::spawn(move || {
+                    let request = format!("GET / HTTP/1.1\r\nX-A: {i}\r\n");
+                    let head = b"HTTP/1.1 200 OK\r\nVary: X-A\r\n\r\n";
+                    zone.store(h, Arc::new(entry("k", head, request.as_bytes())));
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(zone.store.get(&h).unwrap().entries.len(), MAX_VARIANTS);
     }
 
     #[test]

@@ -572,3 +572,23 @@ fn hits_are_compressed_for_clients_that_accept_it() {
     );
     assert_eq!(upstream.seen().len(), 1);
 }
+
+/// `min_uses`: a key is stored only once asked that many times, and `Cache-Status` says
+/// `stored` only of the answer that was.
+#[test]
+fn min_uses_stores_a_key_once_it_was_asked_enough() {
+    let upstream = Upstream::start(|_| reply("Cache-Control: max-age=60\r\n", "popular"));
+    let server = proxy(&config(upstream.addr, ", min_uses = 2"));
+    let addr = server.local_addrs()[0];
+    let status = |r: &RawResponse| r.header("cache-status").unwrap_or_default().to_string();
+    let first = status(&get(addr, "/p"));
+    assert!(
+        first.contains("fwd=uri-miss") && !first.contains("stored"),
+        "{first}"
+    );
+    let second = status(&get(addr, "/p"));
+    assert!(second.contains("stored"), "{second}");
+    let third = status(&get(addr, "/p"));
+    assert!(third.contains("hit"), "{third}");
+    assert_eq!(upstream.seen().len(), 2);
+}

@@ -202,6 +202,7 @@ fn keep(
         zone.store(c.hash, entry.clone());
         entry
     } else {
+        c.unstored.set(true);
         Arc::new(entry)
     };
     c.release();

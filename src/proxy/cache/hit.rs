@@ -68,7 +68,8 @@ pub(in crate::proxy) async fn send_entry(
     cx.hide_upstream_fields(&mut text);
     cx.add_response_fields(&mut text, 0);
     if c.rule.status_field {
-        put_cache_status(&mut text, &status_value(status, entry.ttl(now), None));
+        let ttl = (!c.unstored.get()).then(|| entry.ttl(now));
+        put_cache_status(&mut text, &status_value(status, ttl, None));
     }
     let code = head.status;
     let out = ClientHead::new(code, framing, text);
@@ -260,18 +261,24 @@ fn append_field(head: &mut Vec<u8>, line: &[u8]) {
 }
 
 /// This cache's member of `Cache-Status` (RFC 9211) for an answer found as `status`, with the
-/// stored response's freshness left (`ttl`) and the upstream's status when it was asked.
-fn status_value(status: CacheStatus, ttl: i64, fwd_status: Option<u16>) -> String {
+/// stored response's freshness left (`ttl`; `None` when the answer was not stored) and the
+/// upstream's status when it was asked.
+fn status_value(status: CacheStatus, ttl: Option<i64>, fwd_status: Option<u16>) -> String {
     let fwd = |kind: &str| match fwd_status {
         Some(s) => format!("slipstream; fwd={kind}; fwd-status={s}"),
         None => format!("slipstream; fwd={kind}"),
     };
+    let stored = |kind: &str| match ttl {
+        Some(ttl) => format!("{}; stored; ttl={ttl}", fwd(kind)),
+        None => fwd(kind),
+    };
+    let ttl = ttl.unwrap_or(0);
     match status {
         CacheStatus::Hit | CacheStatus::Stale | CacheStatus::Updating => {
             format!("slipstream; hit; ttl={ttl}")
         }
-        CacheStatus::Miss => format!("{}; stored; ttl={ttl}", fwd("uri-miss")),
-        CacheStatus::Expired => format!("{}; stored; ttl={ttl}", fwd("stale")),
+        CacheStatus::Miss => stored("uri-miss"),
+        CacheStatus::Expired => stored("stale"),
         CacheStatus::Revalidated => format!("slipstream; fwd=stale; fwd-status=304; ttl={ttl}"),
         CacheStatus::Bypass => fwd("bypass"),
     }

@@ -121,6 +121,7 @@ pub(in crate::proxy) fn cache_request(
         request_time: Cell::new(0),
         status: Cell::new(None),
         committed: Cell::new(false),
+        unstored: Cell::new(false),
         background: Cell::new(false),
         fetch: RefCell::new(None),
         origin: rule
