@@ -287,7 +287,10 @@ impl Zone {
         let mut gone = Vec::new();
         store.entry(hash).and_compute_with(|old| {
             let mut entries = vec![entry.clone()];
-            if let Some(old) = old.map(|e| e.into_value()).filter(|v| v.key == entry.key) {
+            if let Some(old) = old
+                .map(moka::Entry::into_value)
+                .filter(|v| v.key == entry.key)
+            {
                 let same_variant = |e: &Arc<Entry>| {
                     e.vary.len() == entry.vary.len()
                         && e.vary
