@@ -96,8 +96,9 @@ pub struct Zone {
     /// Its sizes.
     pub settings: ZoneSettings,
     store: Store,
-    /// The disk tier, when the zone has a `path`.
-    disk: Option<DiskTier>,
+    /// The disk tier, when the zone has a `path` (shared with the zone it replaces on a reload
+    /// that changed only the memory tier's sizes).
+    disk: Option<Arc<DiskTier>>,
     /// Fetches in flight, by key hash: later misses of the key wait on them.
     flights: Mutex<HashMap<u128, watch::Receiver<()>>>,
     /// Requests seen per key not yet stored (for `min_uses`).
@@ -135,7 +136,23 @@ pub fn shared(name: &str, settings: ZoneSettings) -> Arc<Zone> {
             .find(|z| z.name == name && z.settings == settings)
             .cloned()
     });
-    kept.unwrap_or_else(|| Arc::new(Zone::new(name, settings)))
+    if let Some(kept) = kept {
+        return kept;
+    }
+    // Only the memory tier's sizes changed: the disk tier (its index and files) goes on as it
+    // is, rather than a second index over the same directory.
+    let disk = RUNNING.with(|r| {
+        r.borrow()
+            .iter()
+            .find(|z| {
+                z.name == name
+                    && settings.disk.is_some()
+                    && z.settings.disk == settings.disk
+                    && z.settings.inactive == settings.inactive
+            })
+            .and_then(|z| Some((z.disk.clone()?, z.stats.evictions.clone())))
+    });
+    Arc::new(Zone::with_disk(name, settings, disk))
 }
 
 /// The hash a key is found by.
@@ -146,7 +163,21 @@ pub fn hash_key(key: &str) -> u128 {
 impl Zone {
     /// An empty zone.
     pub fn new(name: &str, settings: ZoneSettings) -> Zone {
-        let stats = ZoneStats::default();
+        Zone::with_disk(name, settings, None)
+    }
+
+    /// A zone with an empty memory tier and `disk` for its disk tier, with the eviction
+    /// counter it counts into (a new, empty one when `None` and the settings name one).
+    fn with_disk(
+        name: &str,
+        settings: ZoneSettings,
+        disk: Option<(Arc<DiskTier>, Arc<AtomicU64>)>,
+    ) -> Zone {
+        let mut stats = ZoneStats::default();
+        let disk = disk.map(|(disk, evictions)| {
+            stats.evictions = evictions;
+            disk
+        });
         let evictions = stats.evictions.clone();
         let store = moka::sync::Cache::builder()
             .max_capacity(settings.memory)
@@ -161,32 +192,11 @@ impl Zone {
                 }
             })
             .build();
-        let disk = settings.disk.as_ref().map(|(dir, bytes)| {
-            let evictions = stats.evictions.clone();
-            let index = moka::sync::Cache::builder()
-                .max_capacity(*bytes)
-                .weigher(|_k: &u128, v: &Arc<Variants>| {
-                    let bytes: u64 = v.entries.iter().map(|e| e.disk_weight()).sum();
-                    u32::try_from(bytes >> 10).unwrap_or(u32::MAX).max(1)
-                })
-                .time_to_idle(settings.inactive)
-                .eviction_listener(move |_k, v: Arc<Variants>, cause| {
-                    use moka::notification::RemovalCause;
-                    if cause == RemovalCause::Size {
-                        evictions.fetch_add(1, Relaxed);
-                    }
-                    // A replaced key's files are doomed by `store_on_disk`, which knows which
-                    // variants the new value keeps.
-                    if cause != RemovalCause::Replaced {
-                        doom(&v.entries);
-                    }
-                })
-                .build();
-            DiskTier {
-                dir: dir.clone(),
-                index,
-                loaded: std::sync::Once::new(),
-            }
+        let disk = disk.or_else(|| {
+            settings
+                .disk
+                .as_ref()
+                .map(|(dir, bytes)| Arc::new(new_disk(&stats, dir, *bytes, settings.inactive)))
         });
         let uses = moka::sync::Cache::builder()
             .max_capacity(1 << 16)
@@ -202,7 +212,38 @@ impl Zone {
             stats,
         }
     }
+}
 
+/// A disk tier's empty index over `dir`, holding `bytes`.
+fn new_disk(stats: &ZoneStats, dir: &std::path::Path, bytes: u64, inactive: Duration) -> DiskTier {
+    let evictions = stats.evictions.clone();
+    let index = moka::sync::Cache::builder()
+        .max_capacity(bytes)
+        .weigher(|_k: &u128, v: &Arc<Variants>| {
+            let bytes: u64 = v.entries.iter().map(|e| e.disk_weight()).sum();
+            u32::try_from(bytes >> 10).unwrap_or(u32::MAX).max(1)
+        })
+        .time_to_idle(inactive)
+        .eviction_listener(move |_k, v: Arc<Variants>, cause| {
+            use moka::notification::RemovalCause;
+            if cause == RemovalCause::Size {
+                evictions.fetch_add(1, Relaxed);
+            }
+            // A replaced key's files are doomed by `store_on`, which knows which
+            // variants the new value keeps.
+            if cause != RemovalCause::Replaced {
+                doom(&v.entries);
+            }
+        })
+        .build();
+    DiskTier {
+        dir: dir.to_path_buf(),
+        index,
+        loaded: std::sync::Once::new(),
+    }
+}
+
+impl Zone {
     /// Reads the disk tier's directory back into its index (once; later calls do nothing):
     /// a restart keeps the cache. Files that do not read back are removed.
     pub fn load_disk(&self) {

@@ -414,3 +414,25 @@ fn php_pages_are_revalidated_and_stand_in_for_errors() {
         "the script ran and failed"
     );
 }
+
+/// A reload that changes only the memory tier's size keeps the disk tier as it is: its
+/// entries answer, and no second index over the directory can remove files the first uses.
+#[test]
+fn a_reload_that_resizes_memory_keeps_the_disk_tier() {
+    let dir = crate::support::temp_path("cache-disk-reload");
+    let _ = std::fs::remove_dir_all(&dir);
+    let upstream = Upstream::start(|_| big_reply(100_000, false));
+    let toml = disk_config(upstream.addr, &dir);
+    let mut running = crate::support::Running::config("cache-disk-reload.toml", &toml);
+    assert_eq!(get(running.addr, "/d").body.len(), 100_000);
+    let path = running.config.clone().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("memory = \"16m\"", "memory = \"32m\"")).unwrap();
+    running.signal("-HUP");
+    assert!(running.wait_logged("reloaded"));
+    let hit = get(running.addr, "/d");
+    assert!(hit.header("cache-status").unwrap().contains("hit"));
+    assert_eq!(hit.body.len(), 100_000);
+    assert_eq!(upstream.seen().len(), 1);
+    assert_eq!(walk(&dir).len(), 1, "one file");
+}
