@@ -103,6 +103,8 @@ pub struct Zone {
     flights: Mutex<HashMap<u128, watch::Receiver<()>>>,
     /// Requests seen per key not yet stored (for `min_uses`).
     uses: moka::sync::Cache<u128, u32>,
+    /// Purges so far: a copy written to disk while one ran is taken out again.
+    removals: AtomicU64,
     /// Its figures.
     pub stats: ZoneStats,
 }
@@ -209,6 +211,7 @@ impl Zone {
             disk,
             flights: Mutex::new(HashMap::new()),
             uses,
+            removals: AtomicU64::new(0),
             stats,
         }
     }
@@ -300,7 +303,7 @@ impl Zone {
     /// Stores `entry` under its key, replacing the variant it matches: a body in memory in
     /// the memory tier (and, with a disk tier, a copy in a file, so a restart keeps it); a
     /// body in a file in the disk tier.
-    pub fn store(&self, hash: u128, entry: Arc<Entry>) {
+    pub fn store(self: &Arc<Self>, hash: u128, entry: Arc<Entry>) {
         self.stats.stored.fetch_add(1, Relaxed);
         if entry.file.is_none() {
             self.store_on(&self.store, hash, entry.clone());
@@ -308,17 +311,59 @@ impl Zone {
         let Some(disk) = &self.disk else {
             return;
         };
-        let on_file = match entry.file {
-            Some(_) => entry,
-            None => match super::disk::write_entry(&disk.dir, hash, &entry) {
-                Ok(e) => Arc::new(e),
-                Err(e) => {
-                    tracing::warn!(zone = %self.name, "cache: a response could not be written to disk: {e}");
-                    return;
+        if entry.file.is_some() {
+            return self.store_on(&disk.index, hash, entry);
+        }
+        // The copy on disk is written off the worker (a body of up to `max_object` would hold
+        // every connection of the worker meanwhile); a purge while it is written wins.
+        let (zone, removals) = (self.clone(), self.removals.load(Relaxed));
+        let write = move || {
+            let Some(disk) = &zone.disk else {
+                return;
+            };
+            match super::disk::write_entry(&disk.dir, hash, &entry) {
+                Ok(on_file) => {
+                    let on_file = Arc::new(on_file);
+                    zone.store_on(&disk.index, hash, on_file.clone());
+                    if zone.removals.load(Relaxed) != removals {
+                        zone.remove_stored(hash, &on_file);
+                    }
                 }
-            },
+                Err(e) => {
+                    tracing::warn!(zone = %zone.name, "cache: a response could not be written to disk: {e}");
+                }
+            }
         };
-        self.store_on(&disk.index, hash, on_file);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(write)),
+            Err(_) => write(),
+        }
+    }
+
+    /// Takes `entry` (stored under `hash` on the disk tier) out again: a purge came while it
+    /// was written.
+    fn remove_stored(&self, hash: u128, entry: &Arc<Entry>) {
+        let Some(disk) = &self.disk else {
+            return;
+        };
+        disk.index.entry(hash).and_compute_with(|old| {
+            let Some(old) = old.map(moka::Entry::into_value) else {
+                return moka::ops::compute::Op::Nop;
+            };
+            let entries: Vec<_> = old
+                .entries
+                .iter()
+                .filter(|e| !Arc::ptr_eq(e, entry))
+                .cloned()
+                .collect();
+            if entries.is_empty() {
+                moka::ops::compute::Op::Remove
+            } else {
+                let key = old.key.clone();
+                moka::ops::compute::Op::Put(Arc::new(Variants { key, entries }))
+            }
+        });
+        entry.file.iter().for_each(|f| f.doom());
     }
 
     /// Puts `entry` in a tier's table, keeping the key's other variants; the files of the
@@ -370,6 +415,7 @@ impl Zone {
             }
         }
         if found {
+            self.removals.fetch_add(1, Relaxed);
             self.stats.purged.fetch_add(1, Relaxed);
             self.settle();
         }
@@ -400,6 +446,7 @@ impl Zone {
                 }
             }
         }
+        self.removals.fetch_add(1, Relaxed);
         self.stats.purged.fetch_add(doomed.len() as u64, Relaxed);
         self.settle();
         doomed.len()
@@ -522,7 +569,7 @@ mod tests {
 
     #[test]
     fn variants_live_side_by_side_and_replace_their_own() {
-        let zone = Zone::new("z", settings());
+        let zone = Arc::new(Zone::new("z", settings()));
         let head = b"HTTP/1.1 200 OK\r\nVary: X-A\r\n\r\n";
         let h = hash_key("k");
         zone.store(
@@ -573,8 +620,36 @@ mod tests {
     }
 
     #[test]
+    fn a_purge_while_the_disk_copy_is_written_leaves_nothing_on_disk() {
+        let dir = std::env::temp_dir().join(format!("slipstream-zone-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut with_disk = settings();
+        with_disk.disk = Some((dir.clone(), 1 << 20));
+        let zone = Arc::new(Zone::new("z", with_disk));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let files = || super::super::disk::load(&dir).len();
+        for round in 0..20 {
+            let key = format!("http://a/{round}");
+            let head = b"HTTP/1.1 200 OK\r\n\r\n";
+            runtime.block_on(async {
+                zone.store(
+                    hash_key(&key),
+                    Arc::new(entry(&key, head, b"GET / HTTP/1.1\r\n")),
+                );
+                assert!(zone.remove(&key));
+            });
+        }
+        drop(runtime); // waits for the writes
+        assert!(zone.disk.as_ref().unwrap().index.iter().next().is_none());
+        assert_eq!(files(), 0, "no purged response can come back at a restart");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn purge_by_key_and_prefix() {
-        let zone = Zone::new("z", settings());
+        let zone = Arc::new(Zone::new("z", settings()));
         let head = b"HTTP/1.1 200 OK\r\n\r\n";
         for key in ["http://a/x/1", "http://a/x/2", "http://a/y"] {
             zone.store(
