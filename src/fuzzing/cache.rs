@@ -1,6 +1,7 @@
 //! The response cache's parsers under fuzzing: `Cache-Control` and `Vary` read from any head,
-//! the freshness decisions made from them, and the disk tier's file format read back from any
-//! bytes (a corrupt or truncated file is a miss, never a panic or another entry).
+//! the freshness decisions made from them, the disk tier's file format read back from any
+//! bytes (a corrupt or truncated file is a miss, never a panic or another entry), and the admin
+//! listener's purge query.
 
 use crate::cache::control::{Directives, MAX_DELTA};
 use crate::cache::disk::{parse_file, trailer_bytes};
@@ -30,6 +31,14 @@ pub(super) fn cache_entry(data: &[u8]) -> bool {
         assert!(v.is_none_or(|v| v <= MAX_DELTA));
     }
     let _ = parse_file(file);
+    if let Ok(purge) = crate::cache::admin::parse_purge(&String::from_utf8_lossy(request)) {
+        if let crate::cache::admin::Target::Pattern(re) = &purge.what {
+            assert!(
+                regex::Regex::new(re).is_ok(),
+                "a pattern is checked when read"
+            );
+        }
+    }
     let mut text = b"HTTP/1.1 200 OK\r\n".to_vec();
     text.extend(head.iter().filter(|&&b| b != b'\r'));
     text.extend_from_slice(b"\r\n\r\n");

@@ -287,9 +287,15 @@ fn status_value(status: CacheStatus, ttl: Option<i64>, fwd_status: Option<u16>) 
 /// Adds this cache's member to the head's `Cache-Status` (after any from caches nearer the
 /// origin), or the field.
 pub(in crate::proxy) fn put_cache_status(text: &mut Vec<u8>, member: &str) {
-    let earlier: Vec<u8> = crate::cache::entry::values(text, "cache-status")
-        .flat_map(|v| v.iter().copied().chain(*b", "))
-        .collect();
+    // The usual head has none: a look at each line's first bytes, no parse.
+    let named = |line: &[u8]| line.len() > 13 && line[..13].eq_ignore_ascii_case(b"cache-status:");
+    let earlier: Vec<u8> = if text.split(|&b| b == b'\n').any(named) {
+        crate::cache::entry::values(text, "cache-status")
+            .flat_map(|v| v.iter().copied().chain(*b", "))
+            .collect()
+    } else {
+        Vec::new()
+    };
     if earlier.is_empty() {
         let line = format!("Cache-Status: {member}\r\n");
         return append_field(text, line.as_bytes());
@@ -300,4 +306,26 @@ pub(in crate::proxy) fn put_cache_status(text: &mut Vec<u8>, member: &str) {
     line.extend_from_slice(member.as_bytes());
     line.extend_from_slice(b"\r\n");
     add_fields(text, 0, &line);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::put_cache_status;
+
+    #[test]
+    fn cache_status_is_added_after_the_members_of_caches_nearer_the_origin() {
+        let mut head = b"HTTP/1.1 200 OK\r\nA: 1\r\n\r\n".to_vec();
+        put_cache_status(&mut head, "slipstream; hit");
+        assert_eq!(
+            head,
+            b"HTTP/1.1 200 OK\r\nA: 1\r\nCache-Status: slipstream; hit\r\n\r\n"
+        );
+        let mut head =
+            b"HTTP/1.1 200 OK\r\ncache-status: origin; fwd=miss\r\nA: 1\r\n\r\n".to_vec();
+        put_cache_status(&mut head, "slipstream; hit");
+        assert_eq!(
+            head,
+            b"HTTP/1.1 200 OK\r\nA: 1\r\nCache-Status: origin; fwd=miss, slipstream; hit\r\n\r\n"
+        );
+    }
 }
