@@ -1,9 +1,11 @@
 //! The disk tier's files, one per stored response (nginx's layout, not a log-structured
 //! store: a body is sent from its file with sendfile(2), ranges are offsets, and an object is
 //! streamed in while it is served, never held whole). A file is the body first, then the
-//! entry's metadata, its length, a checksum and a magic trailer, so a body can be written as
-//! it arrives and the metadata last. A file that does not read back whole and consistent is
-//! removed and counts as a miss ([`read_entry`] never panics; a fuzz target holds it to that).
+//! entry's metadata (with the body's checksum), its length, a checksum and a magic trailer, so
+//! a body can be written as it arrives and the metadata last. A file that does not read back
+//! whole and consistent is removed and counts as a miss ([`read_entry`] never panics; a fuzz
+//! target holds it to that). A body read back at start is checked against its checksum once,
+//! off the worker, before its first hit ([`BodyFile::check`]): a changed byte is a miss too.
 //!
 //! A file's life: written under a temporary name, renamed in place once whole, unlinked when
 //! its entry is evicted, purged or replaced and the last request sending it is done
@@ -22,7 +24,7 @@ use super::entry::Entry;
 use super::freshness::Times;
 
 /// The last bytes of every file.
-const MAGIC: &[u8; 8] = b"SLPCACH1";
+const MAGIC: &[u8; 8] = b"SLPCACH2";
 /// Metadata length (4) + checksum (8) + magic (8).
 const TRAILER: u64 = 20;
 /// Metadata larger than this is not believed.
@@ -39,6 +41,11 @@ pub struct BodyFile {
     doomed: AtomicBool,
     /// The file kept open between hits, when the descriptor budget allowed it.
     kept: std::sync::OnceLock<Kept>,
+    /// Whether its body matches the checksum its metadata carries: known for a file this
+    /// process wrote, found out at the first hit for one read back at start.
+    checked: tokio::sync::OnceCell<bool>,
+    /// The body's checksum, for a file read back.
+    body_hash: u64,
 }
 
 /// A body file's descriptor kept open, with its place in the budget.
@@ -74,7 +81,29 @@ impl BodyFile {
             len,
             doomed: AtomicBool::new(false),
             kept: std::sync::OnceLock::new(),
+            checked: tokio::sync::OnceCell::new_with(Some(true)),
+            body_hash: 0,
         }
+    }
+
+    /// A body file read back from the disk, whose body is to match `body_hash`.
+    fn read_back(path: PathBuf, len: u64, body_hash: u64) -> BodyFile {
+        BodyFile {
+            checked: tokio::sync::OnceCell::new(),
+            body_hash,
+            ..BodyFile::new(path, len)
+        }
+    }
+
+    /// Whether the body is as it was written: for a file read back at start, its bytes are
+    /// hashed once (off the worker; requests for it meanwhile wait for that one check).
+    pub async fn check(&self) -> bool {
+        let verify = || async {
+            let (path, len, want) = (self.path.clone(), self.len, self.body_hash);
+            let hashed = tokio::task::spawn_blocking(move || hash_file(&path, len));
+            hashed.await.ok().flatten() == Some(want)
+        };
+        *self.checked.get_or_init(verify).await
     }
 
     /// The file open for reading. The first hit opens it and keeps the descriptor while the
@@ -107,9 +136,30 @@ impl BodyFile {
     }
 }
 
-/// Appends `entry`'s metadata trailer to a file whose body is written (`body_len` bytes).
-pub fn write_trailer(file: &mut File, entry: &Entry, body_len: u64) -> io::Result<()> {
-    file.write_all(&trailer_bytes(entry, body_len))
+/// Appends `entry`'s metadata trailer to a file whose body is written (`body_len` bytes,
+/// whose xxh3 is `body_hash`).
+pub fn write_trailer(file: &mut File, entry: &Entry, body: (u64, u64)) -> io::Result<()> {
+    file.write_all(&trailer_bytes(entry, body))
+}
+
+/// The xxh3 of a file's first `len` bytes; `None` when it cannot be read or is shorter.
+fn hash_file(path: &Path, len: u64) -> Option<u64> {
+    let mut file = File::open(path).ok()?.take(len);
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut read = 0u64;
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+                read += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    (read == len).then(|| hasher.digest())
 }
 
 /// A unique name for a new file of key `hash` under `dir`: `ab/HASH-SEQ` (two hex digits of
@@ -134,9 +184,10 @@ pub fn write_entry(dir: &Path, hash: u128, entry: &Entry) -> io::Result<Entry> {
     let tmp = path.with_extension("tmp");
     let body = entry.body_bytes()?;
     let mut file = File::create(&tmp)?;
+    let hash = xxhash_rust::xxh3::xxh3_64(&body);
     let written = file
         .write_all(&body)
-        .and_then(|()| write_trailer(&mut file, entry, body.len() as u64))
+        .and_then(|()| write_trailer(&mut file, entry, (body.len() as u64, hash)))
         .and_then(|()| std::fs::rename(&tmp, &path));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
@@ -209,15 +260,16 @@ pub fn read_entry(path: &Path) -> Option<Entry> {
     if xxhash_rust::xxh3::xxh3_64(&meta) != checksum {
         return None;
     }
-    let (entry, body_len) = decode(&meta)?;
+    let (entry, body_len, body_hash) = decode(&meta)?;
     if body_len != meta_start {
         return None;
     }
-    Some(on_file(&entry, BodyFile::new(path.to_path_buf(), body_len)))
+    let file = BodyFile::read_back(path.to_path_buf(), body_len, body_hash);
+    Some(on_file(&entry, file))
 }
 
-/// Reads a whole file's bytes as [`read_entry`] reads the file: its entry (the body is the
-/// first `len` bytes) and that length, or `None`.
+/// Reads a whole file's bytes as [`read_entry`] and [`BodyFile::check`] read the file: its
+/// entry (the body is the first `len` bytes) and that length, or `None`.
 pub fn parse_file(bytes: &[u8]) -> Option<(Entry, u64)> {
     let size = bytes.len() as u64;
     let trailer: &[u8; TRAILER as usize] = bytes
@@ -233,14 +285,16 @@ pub fn parse_file(bytes: &[u8]) -> Option<(Entry, u64)> {
     if xxhash_rust::xxh3::xxh3_64(meta) != checksum {
         return None;
     }
-    let (entry, body_len) = decode(meta)?;
-    (body_len == meta_start).then_some((entry, body_len))
+    let (entry, body_len, body_hash) = decode(meta)?;
+    let body = &bytes[..meta_start as usize];
+    (body_len == meta_start && xxhash_rust::xxh3::xxh3_64(body) == body_hash)
+        .then_some((entry, body_len))
 }
 
 /// The metadata, its checksum and the magic, as they end a file (for a file made in memory:
 /// the fuzz target's).
-pub fn trailer_bytes(entry: &Entry, body_len: u64) -> Vec<u8> {
-    let meta = encode(entry, body_len);
+pub fn trailer_bytes(entry: &Entry, body: (u64, u64)) -> Vec<u8> {
+    let meta = encode(entry, body);
     let checksum = xxhash_rust::xxh3::xxh3_64(&meta);
     let mut tail = meta;
     tail.extend_from_slice(&(tail.len() as u32).to_le_bytes());
@@ -298,7 +352,7 @@ fn is_ours(path: &Path) -> bool {
 }
 
 /// The metadata as bytes: every field length-prefixed.
-fn encode(e: &Entry, body_len: u64) -> Vec<u8> {
+fn encode(e: &Entry, (body_len, body_hash): (u64, u64)) -> Vec<u8> {
     let mut m = Vec::with_capacity(e.head.len() + e.key.len() + 128);
     put_bytes(&mut m, e.key.as_bytes());
     put_bytes(&mut m, &e.head);
@@ -308,7 +362,12 @@ fn encode(e: &Entry, body_len: u64) -> Vec<u8> {
         m.extend_from_slice(&n.to_le_bytes());
     }
     m.push(u8::from(e.no_cache) | u8::from(e.no_stale) << 1);
-    for n in [e.stale_while_revalidate, e.stale_if_error, body_len] {
+    for n in [
+        e.stale_while_revalidate,
+        e.stale_if_error,
+        body_len,
+        body_hash,
+    ] {
         m.extend_from_slice(&n.to_le_bytes());
     }
     put_opt(&mut m, e.etag.as_deref());
@@ -341,7 +400,7 @@ fn put_opt(m: &mut Vec<u8>, b: Option<&[u8]>) {
 }
 
 /// Reads metadata; `None` on anything short, long or malformed.
-pub fn decode(meta: &[u8]) -> Option<(Entry, u64)> {
+pub fn decode(meta: &[u8]) -> Option<(Entry, u64, u64)> {
     let mut r = Reader(meta);
     let key = String::from_utf8(r.bytes()?.to_vec()).ok()?;
     let head = r.bytes()?.to_vec();
@@ -351,7 +410,7 @@ pub fn decode(meta: &[u8]) -> Option<(Entry, u64)> {
         *slot = r.u64()?;
     }
     let flags = r.take(1)?[0];
-    let (swr, sie, body_len) = (r.u64()?, r.u64()?, r.u64()?);
+    let (swr, sie, body_len, body_hash) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
     let etag = r.opt()?;
     let last_modified = r.opt()?;
     let mut no_cache_fields = Vec::new();
@@ -389,7 +448,7 @@ pub fn decode(meta: &[u8]) -> Option<(Entry, u64)> {
         stale_while_revalidate: swr,
         stale_if_error: sie,
     };
-    Some((entry, body_len))
+    Some((entry, body_len, body_hash))
 }
 
 /// A cursor over metadata bytes.
@@ -492,6 +551,28 @@ mod tests {
         std::fs::write(&c.path, &shorter).unwrap();
         assert!(load(&d).is_empty());
         assert!(!a.path.exists() && !b.path.exists() && !c.path.exists());
+    }
+
+    #[test]
+    fn a_body_changed_on_disk_fails_its_check_once_read_back() {
+        let d = dir("body");
+        let file = write_entry(&d, 5, &entry()).unwrap().file.clone().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert!(runtime.block_on(file.check()), "written here: known good");
+        let intact = read_entry(&file.path).unwrap().file.unwrap();
+        assert!(runtime.block_on(intact.check()), "read back and hashed");
+        let mut bytes = std::fs::read(&file.path).unwrap();
+        bytes[2] ^= 0x20; // "the body" becomes "thE body": same length, same metadata
+        std::fs::write(&file.path, &bytes).unwrap();
+        let changed = read_entry(&file.path).expect("the metadata is intact");
+        let changed = changed.file.unwrap();
+        assert!(!runtime.block_on(changed.check()));
+        assert!(
+            !runtime.block_on(changed.check()),
+            "checked once, remembered"
+        );
     }
 
     #[test]

@@ -439,3 +439,31 @@ fn a_reload_that_resizes_memory_keeps_the_disk_tier() {
     assert_eq!(upstream.seen().len(), 1);
     assert_eq!(walk(&dir).len(), 1, "one file");
 }
+
+/// A body changed on the disk while slipstream was down (its metadata intact) is found at its
+/// first hit after the restart: a miss, fetched again, never the changed bytes.
+#[test]
+fn a_body_changed_on_disk_is_a_miss_after_a_restart() {
+    let dir = crate::support::temp_path("cache-disk-bitrot");
+    let _ = std::fs::remove_dir_all(&dir);
+    let upstream = Upstream::start(|_| big_reply(100_000, false));
+    let toml = disk_config(upstream.addr, &dir);
+    let expected: Vec<u8> = (0..100_000).map(|i| (i % 251) as u8).collect();
+    {
+        let running = crate::support::Running::config("cache-disk-bitrot.toml", &toml);
+        assert!(get(running.addr, "/rot").body == expected);
+    }
+    let files = walk(&dir);
+    assert_eq!(files.len(), 1);
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    bytes[50_000] ^= 0xff;
+    std::fs::write(&files[0], &bytes).unwrap();
+    let running = crate::support::Running::config("cache-disk-bitrot.toml", &toml);
+    let answer = get(running.addr, "/rot");
+    assert!(answer.body == expected, "never the changed bytes");
+    assert_eq!(upstream.seen().len(), 2, "fetched again");
+    assert!(get(running.addr, "/rot")
+        .header("cache-status")
+        .unwrap()
+        .contains("hit"));
+}

@@ -42,6 +42,11 @@ pub(in crate::proxy) async fn send_entry(
     // A body on the disk tier is opened before anything is sent: a file purged meanwhile is
     // a miss, not a broken answer.
     let file = match &entry.file {
+        Some(f) if !f.check().await => {
+            // Its body changed on the disk since it was written: a miss, and the file goes.
+            f.doom();
+            return Err(Error::new(Kind::FileFailed));
+        }
         Some(f) => Some(f.open().map_err(|_| Error::new(Kind::FileFailed))?),
         None => None,
     };

@@ -94,7 +94,12 @@ pub(in crate::proxy) async fn relay_and_store(
         up.reuse(cx.worker, group);
     }
     if let Some(file) = file {
-        finish(fill, fetched, (file, &tmp, path), body.stored);
+        finish(
+            fill,
+            fetched,
+            (file, &tmp, path),
+            (body.stored, body.hasher.digest()),
+        );
     } else {
         discard(&tmp);
     }
@@ -110,7 +115,7 @@ fn finish(
     fill: Fill<'_>,
     fetched: &Fetched,
     (mut file, tmp, path): (std::fs::File, &std::path::Path, std::path::PathBuf),
-    len: u64,
+    (len, body_hash): (u64, u64),
 ) {
     let c = fill.c;
     let stored = Stored {
@@ -128,7 +133,8 @@ fn finish(
         fill.facts,
         stored,
     );
-    let done = write_trailer(&mut file, &entry, len).and_then(|()| std::fs::rename(tmp, &path));
+    let done = write_trailer(&mut file, &entry, (len, body_hash))
+        .and_then(|()| std::fs::rename(tmp, &path));
     if done.is_err() {
         discard(tmp);
         return;
@@ -147,6 +153,8 @@ struct Body {
     chunked: Option<ChunkedReader>,
     /// Bytes written to the file.
     stored: u64,
+    /// Their checksum, for the file's metadata.
+    hasher: xxhash_rust::xxh3::Xxh3,
     clean_end: bool,
 }
 
@@ -157,6 +165,7 @@ impl Body {
             framing: BodyReader::new(framing),
             chunked,
             stored: 0,
+            hasher: xxhash_rust::xxh3::Xxh3::new(),
             clean_end: false,
         }
     }
@@ -173,8 +182,10 @@ impl Body {
     /// Chunked framing that does not parse fails.
     fn feed(&mut self, bytes: &[u8], file: &mut Option<std::fs::File>) -> Result<usize, Error> {
         let mut stored = 0u64;
+        let hasher = &mut self.hasher;
         let mut write = |d: &[u8]| {
             stored += d.len() as u64;
+            hasher.update(d);
             if file.as_mut().is_some_and(|f| f.write_all(d).is_err()) {
                 *file = None;
             }
