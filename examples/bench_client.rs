@@ -124,7 +124,9 @@ async fn connection(
             }
         }
         let (head_len, body_len, had) = read_head(&stream, &mut head).await?;
-        let mut left = body_len - (had - head_len) as u64;
+        let mut left = body_len
+            .checked_sub((had - head_len) as u64)
+            .ok_or_else(|| std::io::Error::other("more bytes than Content-Length says"))?;
         while left > 0 {
             left -= discard(&stream, left).await?;
         }

@@ -3,9 +3,9 @@
 //! the kernel hands the socket references to the pages, where a write from a buffer copies
 //! every byte. Small bodies stay on the heap (one write with the head is cheaper than a second
 //! system call). Each held body is one file descriptor, and so is each disk-tier file kept open
-//! between hits ([`super::disk::BodyFile::open`]): their number is capped well below the
-//! open-file limit ([`Slot`]); past the cap, bodies stay on the heap and files are opened per
-//! hit.
+//! between hits ([`super::disk::BodyFile::open`]): their number is capped ([`Slot`]) at half
+//! of what the open-file limit leaves beyond the connections' needs, at least an eighth of the
+//! limit, at most 65,536; past the cap, bodies stay on the heap and files are opened per hit.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -84,15 +84,27 @@ impl MemFile {
     }
 }
 
-/// How many memory files may be open at once: a quarter of the open-file limit (connections
-/// and upstreams need the rest), at most 65,536.
+/// The budget set at start ([`set_budget`]); `usize::MAX` until then.
+static BUDGET: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Sets how many descriptors the cache may hold (the server computes it from the open-file
+/// limit and the connections' needs once it raised the limit).
+pub fn set_budget(descriptors: usize) {
+    BUDGET.store(descriptors.min(65_536), Relaxed);
+}
+
+/// How many descriptors the cache may hold at once: the budget set at start, else a quarter
+/// of the open-file limit (connections and upstreams need the rest), at most 65,536.
 fn cap() -> usize {
-    static CAP: OnceLock<usize> = OnceLock::new();
-    *CAP.get_or_init(|| {
-        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-        let soft = limit.current.unwrap_or(u64::MAX);
-        (soft / 4).min(65_536) as usize
-    })
+    static DEFAULT: OnceLock<usize> = OnceLock::new();
+    match BUDGET.load(Relaxed) {
+        usize::MAX => *DEFAULT.get_or_init(|| {
+            let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+            let soft = limit.current.unwrap_or(u64::MAX);
+            (soft / 4).min(65_536) as usize
+        }),
+        set => set,
+    }
 }
 
 #[cfg(test)]

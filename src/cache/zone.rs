@@ -11,7 +11,7 @@
 //! running zone ([`keeping`]), so a reload keeps the cache.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,6 +55,10 @@ pub struct Variants {
 
 /// Most variants kept under one key (the oldest goes).
 const MAX_VARIANTS: usize = 8;
+
+/// Most disk copies of memory entries being written at once per zone; past it, a copy is
+/// skipped (the entry stays in memory) rather than queued without bound.
+const MAX_WRITING: usize = 64;
 
 /// A zone's figures, for `/metrics`.
 #[derive(Debug, Default)]
@@ -103,8 +107,13 @@ pub struct Zone {
     flights: Mutex<HashMap<u128, watch::Receiver<()>>>,
     /// Requests seen per key not yet stored (for `min_uses`).
     uses: moka::sync::Cache<u128, u32>,
-    /// Purges so far: a copy written to disk while one ran is taken out again.
-    removals: AtomicU64,
+    /// Purges so far per key hash (kept `inactive`): a copy written to disk while its key was
+    /// purged is taken out again.
+    purged_keys: moka::sync::Cache<u128, u64>,
+    /// Purges by prefix or pattern so far: every copy written to disk meanwhile is taken out.
+    bans: AtomicU64,
+    /// Disk copies being written (at most [`MAX_WRITING`]).
+    writing: AtomicUsize,
     /// Its figures.
     pub stats: ZoneStats,
 }
@@ -211,7 +220,12 @@ impl Zone {
             disk,
             flights: Mutex::new(HashMap::new()),
             uses,
-            removals: AtomicU64::new(0),
+            purged_keys: moka::sync::Cache::builder()
+                .max_capacity(1 << 16)
+                .time_to_live(Duration::from_secs(600))
+                .build(),
+            bans: AtomicU64::new(0),
+            writing: AtomicUsize::new(0),
             stats,
         }
     }
@@ -305,6 +319,8 @@ impl Zone {
     /// body in a file in the disk tier.
     pub fn store(self: &Arc<Self>, hash: u128, entry: Arc<Entry>) {
         self.stats.stored.fetch_add(1, Relaxed);
+        // Taken before the entry is visible, so a purge that removes it is seen.
+        let mark = self.purge_mark(hash);
         if entry.file.is_none() {
             self.store_on(&self.store, hash, entry.clone());
         }
@@ -315,24 +331,30 @@ impl Zone {
             return self.store_on(&disk.index, hash, entry);
         }
         // The copy on disk is written off the worker (a body of up to `max_object` would hold
-        // every connection of the worker meanwhile); a purge while it is written wins.
-        let (zone, removals) = (self.clone(), self.removals.load(Relaxed));
+        // every connection of the worker meanwhile), a bounded number at a time; a purge of
+        // the key while it is written wins.
+        if self.writing.fetch_add(1, SeqCst) >= MAX_WRITING {
+            self.writing.fetch_sub(1, SeqCst);
+            tracing::debug!(zone = %self.name, "cache: disk writes behind, a copy skipped");
+            return;
+        }
+        let zone = self.clone();
         let write = move || {
-            let Some(disk) = &zone.disk else {
-                return;
-            };
-            match super::disk::write_entry(&disk.dir, hash, &entry) {
-                Ok(on_file) => {
-                    let on_file = Arc::new(on_file);
-                    zone.store_on(&disk.index, hash, on_file.clone());
-                    if zone.removals.load(Relaxed) != removals {
-                        zone.remove_stored(hash, &on_file);
+            if let Some(disk) = &zone.disk {
+                match super::disk::write_entry(&disk.dir, hash, &entry) {
+                    Ok(on_file) => {
+                        let on_file = Arc::new(on_file);
+                        zone.store_on(&disk.index, hash, on_file.clone());
+                        if zone.purge_mark(hash) != mark {
+                            zone.remove_stored(hash, &on_file);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(zone = %zone.name, "cache: a response could not be written to disk: {e}");
                     }
                 }
-                Err(e) => {
-                    tracing::warn!(zone = %zone.name, "cache: a response could not be written to disk: {e}");
-                }
             }
+            zone.writing.fetch_sub(1, SeqCst);
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(runtime.spawn_blocking(write)),
@@ -340,12 +362,22 @@ impl Zone {
         }
     }
 
-    /// Takes `entry` (stored under `hash` on the disk tier) out again: a purge came while it
-    /// was written.
+    /// How many times `hash`'s key and the zone were purged: a disk copy written while this
+    /// changed is taken out again.
+    fn purge_mark(&self, hash: u128) -> (u64, u64) {
+        (
+            self.purged_keys.get(&hash).unwrap_or(0),
+            self.bans.load(SeqCst),
+        )
+    }
+
+    /// Takes `entry` (stored under `hash` on the disk tier) out again, when it is there: a
+    /// purge came while it was written.
     fn remove_stored(&self, hash: u128, entry: &Arc<Entry>) {
         let Some(disk) = &self.disk else {
             return;
         };
+        let mut found = false;
         disk.index.entry(hash).and_compute_with(|old| {
             let Some(old) = old.map(moka::Entry::into_value) else {
                 return moka::ops::compute::Op::Nop;
@@ -356,19 +388,25 @@ impl Zone {
                 .filter(|e| !Arc::ptr_eq(e, entry))
                 .cloned()
                 .collect();
-            if entries.is_empty() {
-                moka::ops::compute::Op::Remove
-            } else {
-                let key = old.key.clone();
-                moka::ops::compute::Op::Put(Arc::new(Variants { key, entries }))
+            found = entries.len() < old.entries.len();
+            match (found, entries.is_empty()) {
+                (false, _) => moka::ops::compute::Op::Nop,
+                (true, true) => moka::ops::compute::Op::Remove,
+                (true, false) => {
+                    let key = old.key.clone();
+                    moka::ops::compute::Op::Put(Arc::new(Variants { key, entries }))
+                }
             }
         });
-        entry.file.iter().for_each(|f| f.doom());
+        if found {
+            entry.file.iter().for_each(|f| f.doom());
+        }
     }
 
     /// Puts `entry` in a tier's table, keeping the key's other variants; the files of the
-    /// variants it replaces are doomed. One atomic step on the key, so two workers storing
-    /// variants of one key at once keep both.
+    /// variants it replaces are doomed (or its own, when the variant stored is newer: disk
+    /// copies are written off the workers and may land out of order). One atomic step on the
+    /// key, so two workers storing variants of one key at once keep both.
     fn store_on(&self, store: &Store, hash: u128, entry: Arc<Entry>) {
         let mut gone = Vec::new();
         store.entry(hash).and_compute_with(|old| {
@@ -385,6 +423,14 @@ impl Zone {
                 };
                 let (replaced, kept): (Vec<_>, Vec<_>) =
                     old.entries.iter().cloned().partition(|e| same_variant(e));
+                let newer = |e: &Arc<Entry>| e.times.response_time > entry.times.response_time;
+                if replaced.iter().any(newer) {
+                    // A copy written late (disk writes finish in any order): the newer stays.
+                    if !replaced.iter().any(|e| Arc::ptr_eq(e, &entry)) {
+                        gone.push(entry.clone());
+                    }
+                    return moka::ops::compute::Op::Nop;
+                }
                 let dropped = kept.len().saturating_sub(MAX_VARIANTS - 1);
                 // A freshened entry keeps its predecessor's file: that one stays.
                 let same_file = |e: &&Arc<Entry>| match (&e.file, &entry.file) {
@@ -405,6 +451,9 @@ impl Zone {
     /// one.
     pub fn remove(&self, key: &str) -> bool {
         let hash = hash_key(key);
+        // Counted first: a disk copy of the key being written now is taken out again.
+        let purges = self.purged_keys.get(&hash).unwrap_or(0);
+        self.purged_keys.insert(hash, purges + 1);
         let mut found = false;
         for store in self.tiers() {
             if store.get(&hash).is_some_and(|v| &*v.key == key) {
@@ -415,7 +464,6 @@ impl Zone {
             }
         }
         if found {
-            self.removals.fetch_add(1, Relaxed);
             self.stats.purged.fetch_add(1, Relaxed);
             self.settle();
         }
@@ -432,6 +480,9 @@ impl Zone {
 
     /// Removes every key `doomed_key` says goes (a prefix, a pattern); how many.
     pub fn remove_where(&self, doomed_key: impl Fn(&str) -> bool) -> usize {
+        // Counted first: every disk copy being written now is taken out again (its key may
+        // match; a ban is rare enough to lose the others' copies).
+        self.bans.fetch_add(1, SeqCst);
         let mut doomed: Vec<u128> = Vec::new();
         for store in self.tiers() {
             let matching = store.iter().filter(|(_, v)| doomed_key(&v.key));
@@ -446,7 +497,6 @@ impl Zone {
                 }
             }
         }
-        self.removals.fetch_add(1, Relaxed);
         self.stats.purged.fetch_add(doomed.len() as u64, Relaxed);
         self.settle();
         doomed.len()
@@ -645,6 +695,24 @@ mod tests {
         assert!(zone.disk.as_ref().unwrap().index.iter().next().is_none());
         assert_eq!(files(), 0, "no purged response can come back at a restart");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_copy_stored_late_does_not_replace_a_newer_one() {
+        let zone = Arc::new(Zone::new("z", settings()));
+        let h = hash_key("k");
+        let at = |time: u64| {
+            let mut e = entry("k", b"HTTP/1.1 200 OK\r\n\r\n", b"GET / HTTP/1.1\r\n");
+            e.times.response_time = time;
+            Arc::new(e)
+        };
+        zone.store(h, at(10));
+        zone.store(h, at(5));
+        let found = zone.lookup(h, "k", b"GET / HTTP/1.1\r\n").unwrap();
+        assert_eq!(found.times.response_time, 10);
+        zone.store(h, at(11));
+        let found = zone.lookup(h, "k", b"GET / HTTP/1.1\r\n").unwrap();
+        assert_eq!(found.times.response_time, 11);
     }
 
     #[test]

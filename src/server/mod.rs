@@ -60,6 +60,10 @@ impl Server {
         load_caches(&config);
         if let Some(limit) = listener::raise_nofile_limit() {
             let wanted = config.demand().descriptors();
+            // The response cache keeps descriptors (memory files, open disk files) from what
+            // the connections leave (half of it), and at least an eighth of the limit.
+            let budget = (limit.saturating_sub(wanted) / 2).max(limit / 8);
+            crate::cache::memfile::set_budget(usize::try_from(budget).unwrap_or(usize::MAX));
             if limit < wanted {
                 tracing::warn!(
                     "open-file limit {limit} is below the {wanted} descriptors max_connections may need \

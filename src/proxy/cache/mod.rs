@@ -204,6 +204,14 @@ async fn fetch(
     stale: Option<Arc<Entry>>,
 ) -> Result<Outcome, Error> {
     let zone = &c.rule.zone;
+    let stale = match stale {
+        // A stale body changed on the disk can neither be revalidated nor stand in.
+        Some(e) if e.file.is_some() && !check_file(&e).await => {
+            zone.remove(&c.key);
+            None
+        }
+        stale => stale,
+    };
     let validators = match &stale {
         Some(e) if c.rule.revalidate => e.conditional_fields(),
         _ => Vec::new(),
@@ -246,4 +254,12 @@ fn stale_allowed(c: &CacheRequest, stale: &Entry, e: &Error) -> bool {
     let rule = &c.rule.use_stale;
     let rule_allows = if timeout { rule.timeout } else { rule.error };
     stale_on_error(stale, &c.directives, rule_allows, unix_now())
+}
+
+/// Whether an entry's body file is as it was written (see `BodyFile::check`).
+async fn check_file(entry: &Entry) -> bool {
+    match &entry.file {
+        Some(f) => f.check().await,
+        None => true,
+    }
 }

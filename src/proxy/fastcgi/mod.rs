@@ -227,7 +227,7 @@ fn build(
     match p
         .cache
         .as_deref()
-        .filter(|c| c.method != crate::cache::Method::Unsafe)
+        .filter(|c| c.method == crate::cache::Method::Get)
     {
         Some(c) => {
             let (headers, extra) = for_cache(head.headers, extra, &c.validators.borrow());
