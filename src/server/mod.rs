@@ -53,26 +53,32 @@ pub struct Server {
 /// Each worker's listening sockets, with the connection limit each one has.
 type WorkerListeners = Vec<Vec<worker_thread::Listening>>;
 
+/// Raises the open-file limit, warns when it is below what `max_connections` may need, and
+/// gives the response cache its share of descriptors (memory files, open disk files): half of
+/// what the connections leave, at least an eighth of the limit.
+fn open_files(config: &Config) {
+    let Some(limit) = listener::raise_nofile_limit() else {
+        return;
+    };
+    let wanted = config.demand().descriptors();
+    let budget = (limit.saturating_sub(wanted) / 2).max(limit / 8);
+    crate::cache::memfile::set_budget(usize::try_from(budget).unwrap_or(usize::MAX));
+    if limit < wanted {
+        tracing::warn!(
+            "open-file limit {limit} is below the {wanted} descriptors max_connections may need \
+             (two per connection, plus 1024): raise it (LimitNOFILE={wanted} in the unit, \
+             ulimit -n {wanted}) or lower max_connections; accept pauses at the limit \
+             (slipstream_accept_errors_total)"
+        );
+    }
+}
+
 impl Server {
     /// Binds every listener and starts the workers. Fails (with nothing left running) if a
     /// listener, the admin address or the access log cannot be opened.
     pub fn start(mut config: Config) -> io::Result<Server> {
         load_caches(&config);
-        if let Some(limit) = listener::raise_nofile_limit() {
-            let wanted = config.demand().descriptors();
-            // The response cache keeps descriptors (memory files, open disk files) from what
-            // the connections leave (half of it), and at least an eighth of the limit.
-            let budget = (limit.saturating_sub(wanted) / 2).max(limit / 8);
-            crate::cache::memfile::set_budget(usize::try_from(budget).unwrap_or(usize::MAX));
-            if limit < wanted {
-                tracing::warn!(
-                    "open-file limit {limit} is below the {wanted} descriptors max_connections may need \
-                     (two per connection, plus 1024): raise it (LimitNOFILE={wanted} in the unit, \
-                     ulimit -n {wanted}) or lower max_connections; accept pauses at the limit \
-                     (slipstream_accept_errors_total)"
-                );
-            }
-        }
+        open_files(&config);
         let resumption = crate::tls::Resumption::new().map_err(io::Error::other)?;
         prepare_tls(&mut config, &resumption).map_err(io::Error::other)?;
         let workers = config.workers.max(1);

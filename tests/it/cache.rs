@@ -309,13 +309,7 @@ fn purge_from_the_admin_listener_and_the_figures_and_log_show_the_cache() {
     assert_eq!(admin_call("POST", "zone=other&key=x").status, 400);
     assert_eq!(get(addr, "/doc").body, b"v3");
     assert_eq!(get(addr, "/img/a").body, b"v4");
-    let metrics = crate::support::http_client()
-        .get(&format!("http://{admin}/metrics"))
-        .call()
-        .unwrap()
-        .into_body()
-        .read_to_string()
-        .unwrap();
+    let metrics = crate::observe::admin_get(admin, "/metrics");
     for line in [
         "slipstream_cache_responses_total{zone=\"main\",status=\"HIT\"} 1",
         "slipstream_cache_responses_total{zone=\"main\",status=\"MISS\"} 5",

@@ -303,13 +303,7 @@ fn large_bodies_in_memory_go_out_with_sendfile() {
     let server = proxy(&toml);
     let (addr, admin) = (server.local_addrs()[0], server.admin_addr().unwrap());
     let sent_by_sendfile = || {
-        let metrics = crate::support::http_client()
-            .get(&format!("http://{admin}/metrics"))
-            .call()
-            .unwrap()
-            .into_body()
-            .read_to_string()
-            .unwrap();
+        let metrics = crate::observe::admin_get(admin, "/metrics");
         let line = metrics
             .lines()
             .find(|l| l.starts_with("slipstream_sendfile_bytes_total"))

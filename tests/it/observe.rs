@@ -143,7 +143,7 @@ fn stub_status_matches_nginx_format() {
 }
 
 /// The body of an admin page.
-fn admin_get(admin: SocketAddr, path: &str) -> String {
+pub(crate) fn admin_get(admin: SocketAddr, path: &str) -> String {
     let raw = exchange_until_close(
         admin,
         format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes(),
