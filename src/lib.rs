@@ -19,6 +19,7 @@
 // `unsafe` is refused everywhere but `uring`, which lends buffers to the kernel.
 #![deny(unsafe_code)]
 
+pub mod acme;
 pub mod buffers;
 pub mod cache;
 pub mod compress;

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use slipstream::acme::Challenge;
 use slipstream::config::{self, Balance, Config, IoMode, Protocol, ServerSpec};
 use slipstream::observe::access_log::AccessLogTarget;
 use slipstream::observe::doctor;
@@ -177,6 +178,7 @@ enum Command {
 
 /// The TLS, response-header and compression flags of the zero-config commands.
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("https").args(["tls_cert", "acme_domain"]).multiple(true)))]
 struct FrontArgs {
     /// Speak TLS on --listen with this certificate chain (PEM), for every name.
     #[arg(long, requires = "tls_key")]
@@ -185,12 +187,14 @@ struct FrontArgs {
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
     /// Also listen here in plain HTTP, answering every request with a 308 to https.
-    #[arg(long, value_parser = parse_addr, requires = "tls_cert")]
+    #[arg(long, value_parser = parse_addr, requires = "https")]
     redirect_http: Option<SocketAddr>,
     /// Add `Strict-Transport-Security: VALUE` to every response over TLS
     /// (for example "max-age=31536000").
-    #[arg(long, requires = "tls_cert")]
+    #[arg(long, requires = "https")]
     hsts: Option<String>,
+    #[command(flatten)]
+    acme: AcmeArgs,
     /// Add this field to every response ("Name: value"; repeatable), like nginx's add_header.
     #[arg(long = "add-header", value_name = "NAME: VALUE")]
     add_header: Vec<String>,
@@ -198,6 +202,55 @@ struct FrontArgs {
     /// br or gzip, as the client's Accept-Encoding prefers.
     #[arg(long)]
     compress: bool,
+}
+
+/// The automatic-HTTPS flags of the zero-config commands.
+#[derive(clap::Args)]
+struct AcmeArgs {
+    /// Speak TLS on --listen with a certificate for this name from an ACME CA, obtained and
+    /// renewed by slipstream (repeatable: one certificate for all the names).
+    #[arg(long = "acme-domain", value_name = "NAME", conflicts_with = "tls_cert")]
+    acme_domain: Vec<String>,
+    /// The CA's ACME directory URL.
+    #[arg(long, value_name = "URL", default_value = slipstream::acme::LETS_ENCRYPT)]
+    acme_directory: String,
+    /// Trust this PEM root for the CA's HTTPS (a private CA, a test CA).
+    #[arg(long, value_name = "FILE", requires = "acme_domain")]
+    acme_ca_root: Option<PathBuf>,
+    /// The ACME account's contact address.
+    #[arg(long, value_name = "ADDR", requires = "acme_domain")]
+    acme_email: Option<String>,
+    /// Where the ACME account, certificates and keys are kept.
+    #[arg(long, value_name = "DIR", default_value = slipstream::acme::DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
+}
+
+impl AcmeArgs {
+    /// The ACME settings of the flags (HTTP-01 when there is a plain listener to answer on).
+    fn settings(self, plain: bool) -> Result<Option<slipstream::acme::AcmeSettings>, String> {
+        if self.acme_domain.is_empty() {
+            return Ok(None);
+        }
+        let mut names = Vec::new();
+        for n in &self.acme_domain {
+            names.push(
+                slipstream::acme::check_name(n).map_err(|e| format!("--acme-domain {n}: {e}"))?,
+            );
+        }
+        Ok(Some(slipstream::acme::AcmeSettings {
+            directory: self.acme_directory,
+            email: self.acme_email,
+            ca_root: self.acme_ca_root,
+            challenge: if plain {
+                Challenge::Http01
+            } else {
+                Challenge::TlsAlpn01
+            },
+            state_dir: self.state_dir,
+            placeholder: false,
+            certificates: vec![names],
+        }))
+    }
 }
 
 impl FrontArgs {
@@ -216,10 +269,13 @@ impl FrontArgs {
         if self.compress {
             config.router.compress_all();
         }
-        let (Some(cert), Some(key)) = (self.tls_cert, self.tls_key) else {
-            return Ok(());
+        let acme = self.acme.settings(self.redirect_http.is_some())?;
+        let mut tls = match (self.tls_cert, self.tls_key, &acme) {
+            (Some(cert), Some(key), _) => slipstream::tls::TlsSettings::single(&cert, &key)?,
+            (_, _, Some(_)) => slipstream::tls::TlsSettings::acme_only(),
+            _ => return Ok(()),
         };
-        let mut tls = slipstream::tls::TlsSettings::single(&cert, &key)?;
+        config.acme = acme;
         if let Some(value) = &self.hsts {
             tls.hsts =
                 Some(slipstream::tls::hsts_field(value).map_err(|e| format!("--hsts: {e}"))?);

@@ -16,6 +16,7 @@ pub use crate::observe::error_log::ErrorLog;
 use crate::routing::{Router, RouterBuilder, Target, UpstreamTarget};
 use logs::SiteAccessLog;
 
+mod acme;
 mod cache;
 mod compression;
 pub mod fastcgi;
@@ -93,6 +94,8 @@ pub struct Config {
     pub pid_file: Option<PathBuf>,
     /// The response caches (`[cache_zones.NAME]`), for the admin listener's purge and metrics.
     pub cache_zones: Vec<std::sync::Arc<crate::cache::zone::Zone>>,
+    /// Automatic HTTPS: the CA and the names of the sites with `acme = true`.
+    pub acme: Option<crate::acme::AcmeSettings>,
 }
 
 /// One listening address.
@@ -302,6 +305,7 @@ impl Config {
             compression: crate::compress::Settings::default(),
             pid_file: None,
             cache_zones: Vec::new(),
+            acme: None,
         }
     }
 
@@ -464,6 +468,8 @@ struct FileConfig {
     files: FileFilesSection,
     #[serde(default)]
     tls: tls::FileTls,
+    #[serde(default)]
+    acme: acme::FileAcme,
     #[serde(default)]
     http2: http2::FileHttp2,
     #[serde(default)]
@@ -713,6 +719,7 @@ impl Validator<'_> {
             .find(|l| l.tls == Some(true))
             .map(|l| l.address.span().start);
         let tls = self.build_tls(&raw.tls, &raw.sites, tls_listener);
+        let acme = self.build_acme(&raw.acme, &raw.sites, &raw.listen);
         let http2 = self.build_http2(&raw.http2, limits.max_request_head);
         let maps = self.build_maps(&raw.maps);
         let zones = self.build_zones(&raw.rate_zones, &raw.conn_zones);
@@ -762,6 +769,7 @@ impl Validator<'_> {
             pid_file,
             real_ip,
             cache_zones: std::mem::take(&mut self.cache_zones),
+            acme,
         }
     }
 

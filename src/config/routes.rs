@@ -21,6 +21,7 @@ pub(super) struct FileSite {
     pub(super) access_log_format: Option<Spanned<String>>,
     pub(super) cert: Option<Spanned<String>>,
     pub(super) key: Option<Spanned<String>>,
+    pub(super) acme: Option<Spanned<bool>>,
     pub(super) add_headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
     pub(super) add_headers_on_success: Option<Spanned<std::collections::BTreeMap<String, String>>>,
     pub(super) rules: Option<Vec<Spanned<super::policy::FileRule>>>,

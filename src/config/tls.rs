@@ -83,13 +83,20 @@ impl Validator<'_> {
         if let Some((_, first)) = &default {
             resolver.set_default(first);
         }
+        let acme = sites
+            .iter()
+            .any(|s| s.acme.as_ref().is_some_and(|a| *a.get_ref()));
+        resolver.set_acme(acme);
         let at = match tls_listener {
             Some(at) => at,
             None if resolver.is_empty() => return None,
             None => 0,
         };
-        if tls_listener.is_some() && resolver.is_empty() {
-            self.error(at, "a TLS listener needs a site with cert and key");
+        if tls_listener.is_some() && resolver.is_empty() && !acme {
+            self.error(
+                at,
+                "a TLS listener needs a site with cert and key (or acme = true)",
+            );
         }
         let tls13_only = match &section.min_version {
             Some(v) if v.get_ref() == "1.3" => true,

@@ -59,6 +59,7 @@ pub fn json(m: &Metrics) -> String {
             "lines": t(Counter::AccessLogLines),
             "dropped": t(Counter::AccessLogLinesDropped),
         },
+        "acme": crate::acme::statuses(),
         "config": {
             "generation": process.generation.load(Relaxed),
             "reloads_ok": process.reloads_ok.load(Relaxed),

@@ -44,6 +44,23 @@ pub(super) struct Decision {
     pub(super) challenge: Vec<u8>,
 }
 
+/// The answer to a CA's HTTP-01 request for a token slipstream is waiting to be checked on.
+fn acme_http01(head: &RequestHead<'_, '_>) -> Option<Box<Answered>> {
+    if !head.path.starts_with(crate::acme::HTTP01_PREFIX) {
+        return None;
+    }
+    let key_authorization = crate::acme::http01_answer(&head.path)?;
+    Some(Box::new(Answered {
+        answer: Answer {
+            status: 200,
+            location: None,
+            body: Some(key_authorization),
+        },
+        host: String::new(),
+        path: head.path.to_string(),
+    }))
+}
+
 /// An answer with what sending it needs of the request.
 pub(super) struct Answered {
     pub(super) answer: Answer,
@@ -102,6 +119,14 @@ pub(super) fn decide(
     client: &Client<'_>,
     entry: Entry,
 ) -> Decision {
+    if !client.https && entry == Entry::Client {
+        if let Some(answer) = acme_http01(head) {
+            // Before routing: a site's rules and access limits never stand in a CA's way.
+            let mut d = Decision::route(router.routed(router.site_for(head.host), None));
+            d.answer = Some(answer);
+            return d;
+        }
+    }
     let Some(site) = router.site_for(head.host) else {
         return Decision::route(router.routed(None, None));
     };

@@ -171,7 +171,7 @@ impl Client {
 }
 
 /// Answers every request of a plain connection with a 308 to the same URL over https (the
-/// `redirect_https` listener), then closes it.
+/// `redirect_https` listener), then closes it; a CA's HTTP-01 check is answered instead.
 pub async fn redirect_to_https(worker: Rc<Worker>, stream: Stream) {
     let snapshot = worker.snapshot();
     let config = &snapshot.config;
@@ -188,7 +188,11 @@ pub async fn redirect_to_https(worker: Rc<Worker>, stream: Stream) {
         }
         let mut storage = crate::http1::request::header_storage();
         match crate::http1::parse_request(&buf, &mut storage, limits.max_request_head) {
-            Ok(Some(head)) => break https_location(&head, config.https_port()),
+            Ok(Some(head)) => match crate::acme::http01_answer(&head.path) {
+                // A CA checking a token is answered here, not sent to https.
+                Some(key_authorization) => break Some(Err(key_authorization)),
+                None => break https_location(&head, config.https_port()).map(Ok),
+            },
             Ok(None) => continue,
             Err(_) => break None,
         }
@@ -196,7 +200,11 @@ pub async fn redirect_to_https(worker: Rc<Worker>, stream: Stream) {
     let date = crate::http1::date::http_date_now();
     let date = String::from_utf8_lossy(&date);
     let response = match location {
-        Some(url) => format!(
+        Some(Err(token)) => format!(
+            "HTTP/1.1 200 OK\r\nDate: {date}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{token}",
+            token.len()
+        ),
+        Some(Ok(url)) => format!(
             "HTTP/1.1 308 Permanent Redirect\r\nDate: {date}\r\nLocation: {url}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         ),
         None => format!(

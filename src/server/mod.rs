@@ -48,6 +48,8 @@ pub struct Server {
     certificates_changed: Arc<tokio::sync::Notify>,
     /// Dropped to stop the certificate watcher.
     stop_watch: Option<std::sync::mpsc::Sender<()>>,
+    /// The ACME thread, while a site has `acme = true`.
+    acme: std::sync::Mutex<Option<crate::acme::manager::Manager>>,
 }
 
 /// Each worker's listening sockets, with the connection limit each one has.
@@ -81,6 +83,9 @@ impl Server {
         open_files(&config);
         let resumption = crate::tls::Resumption::new().map_err(io::Error::other)?;
         prepare_tls(&mut config, &resumption).map_err(io::Error::other)?;
+        // The stored certificates are served from the first connection on.
+        let acme = config.acme.as_ref().map(crate::acme::manager::prepare);
+        let acme = acme.transpose().map_err(io::Error::other)?;
         let workers = config.workers.max(1);
         let (per_worker, addrs) = bind_listeners(&config, workers)?;
         systemd::close_unclaimed();
@@ -120,7 +125,15 @@ impl Server {
             resumption,
             certificates_changed: Arc::default(),
             stop_watch: None,
+            acme: std::sync::Mutex::default(),
         };
+        if let Some(prepared) = acme {
+            *server
+                .acme
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some(crate::acme::manager::Manager::start(prepared)?);
+        }
         let (stop_watch, stop) = std::sync::mpsc::channel();
         let watcher = cert_watch::spawn(
             server.shared.clone(),
@@ -154,6 +167,7 @@ impl Server {
                 metrics: server.metrics.clone(),
                 more: Arc::new(move |out: &mut String| {
                     crate::upstream::stats::render(&fleet, &shared.current(), out);
+                    crate::acme::render_metrics(out);
                 }),
                 caches: {
                     let shared = server.shared.clone();
@@ -226,7 +240,10 @@ impl Server {
             return Ok(());
         };
         match crate::tls::SniResolver::build(&tls.sources, tls.require_sni) {
-            Ok(resolver) => tls.resolver = Arc::new(resolver),
+            Ok(mut resolver) => {
+                resolver.set_acme(tls.resolver.acme());
+                tls.resolver = Arc::new(resolver);
+            }
             Err(e) => {
                 self.reload_refused();
                 return Err(e);
@@ -262,6 +279,7 @@ impl Server {
                 log.open(&path).map_err(|e| e.to_string())?;
             }
         }
+        self.reload_acme(config.acme.as_ref())?;
         let mut control = self
             .control
             .lock()
@@ -278,6 +296,30 @@ impl Server {
         Ok(())
     }
 
+    /// Hands a reloaded config's ACME settings to the ACME thread (started or stopped as
+    /// sites gain or lose `acme = true`); a state file that does not read back refuses it.
+    fn reload_acme(&self, settings: Option<&crate::acme::AcmeSettings>) -> Result<(), String> {
+        let prepared = settings.map(crate::acme::manager::prepare).transpose()?;
+        let mut acme = self
+            .acme
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match (prepared, acme.as_ref()) {
+            (Some(p), Some(running)) => running.update(p),
+            (Some(p), None) => {
+                *acme = Some(
+                    crate::acme::manager::Manager::start(p)
+                        .map_err(|e| format!("cannot start the ACME thread: {e}"))?,
+                );
+            }
+            (None, _) => {
+                drop(acme.take());
+                crate::acme::manager::forget();
+            }
+        }
+        Ok(())
+    }
+
     /// Stops accepting, lets in-flight requests finish within the drain timeout, then returns.
     pub fn shutdown(mut self) {
         self.stop();
@@ -285,6 +327,12 @@ impl Server {
 
     fn stop(&mut self) {
         let _ = self.shutdown.send(true);
+        drop(
+            self.acme
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
         drop(self.stop_watch.take());
         drop(
             self.control

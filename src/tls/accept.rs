@@ -53,7 +53,12 @@ pub async fn handshake(
     }
     let accept = tokio_rustls::TlsAcceptor::from(config).accept(tcp);
     match tokio::time::timeout_at(deadline, accept).await {
-        Ok(Ok(stream)) => {
+        Ok(Ok(mut stream)) => {
+            if stream.get_ref().1.alpn_protocol() == Some(crate::acme::ACME_TLS_ALPN) {
+                // A TLS-ALPN-01 check (RFC 8737): the handshake was the answer; it ends here.
+                let _ = tokio::time::timeout_at(deadline, stream.shutdown()).await;
+                return None;
+            }
             counters.inc(Counter::TlsHandshakes);
             if stream.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
                 counters.inc(Counter::TlsResumed);

@@ -57,8 +57,22 @@ impl TlsSettings {
             key: key.to_path_buf(),
             default: true,
         }];
-        Ok(TlsSettings {
-            resolver: Arc::new(SniResolver::build(&sources, false)?),
+        Ok(TlsSettings::defaults(
+            SniResolver::build(&sources, false)?,
+            sources,
+        ))
+    }
+
+    /// Settings with the default limits for certificates from ACME only (`--acme-domain`).
+    pub fn acme_only() -> TlsSettings {
+        let mut resolver = SniResolver::default();
+        resolver.set_acme(true);
+        TlsSettings::defaults(resolver, Vec::new())
+    }
+
+    fn defaults(resolver: SniResolver, sources: Vec<CertSource>) -> TlsSettings {
+        TlsSettings {
+            resolver: Arc::new(resolver),
             sources,
             tls13_only: false,
             handshake_timeout: Duration::from_secs(10),
@@ -67,7 +81,7 @@ impl TlsSettings {
             resumption: true,
             hsts: None,
             server: None,
-        })
+        }
     }
 }
 
@@ -156,6 +170,12 @@ pub fn server_config(
         .with_cert_resolver(settings.resolver.clone());
     let alpn: &[&[u8]] = if http2 { &ALPN_H2 } else { &ALPN_H1 };
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    if settings.resolver.acme() {
+        // Chosen only by a CA's TLS-ALPN-01 check, which offers nothing else.
+        config
+            .alpn_protocols
+            .push(crate::acme::ACME_TLS_ALPN.to_vec());
+    }
     // The provider's order (AES-GCM with hardware support first, then ChaCha20) decides, not
     // the client's.
     config.ignore_client_order = true;

@@ -1,5 +1,7 @@
 //! Choosing a certificate by SNI: an exact name, then the longest `*.suffix` wildcard, then the
 //! default (none for clients without SNI when `require_sni` says so: their handshake fails).
+//! With ACME on, the certificates it obtained come after the exact names, and a handshake
+//! offering only the `acme-tls/1` protocol gets the pending TLS-ALPN-01 answer for its name.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,6 +31,8 @@ pub struct SniResolver {
     default: Option<Arc<CertifiedKey>>,
     /// Clients without SNI get no certificate (the handshake fails).
     require_sni: bool,
+    /// Names may also have ACME certificates ([`crate::acme::certificate`]).
+    acme: bool,
 }
 
 impl SniResolver {
@@ -76,6 +80,16 @@ impl SniResolver {
         self.require_sni = require;
     }
 
+    /// Looks up ACME certificates and answers TLS-ALPN-01 challenges too.
+    pub fn set_acme(&mut self, acme: bool) {
+        self.acme = acme;
+    }
+
+    /// Whether ACME certificates are looked up.
+    pub fn acme(&self) -> bool {
+        self.acme
+    }
+
     /// Whether any certificate is configured.
     pub fn is_empty(&self) -> bool {
         self.exact.is_empty() && self.wildcard.is_empty() && self.default.is_none()
@@ -91,18 +105,29 @@ impl SniResolver {
             if let Some(k) = self.exact.get(&name) {
                 return Some(k.clone());
             }
+            if let Some(k) = self.acme.then(|| crate::acme::certificate(&name)).flatten() {
+                return Some(k);
+            }
             for (i, _) in name.match_indices('.') {
                 if let Some(k) = self.wildcard.get(&name[i..]) {
                     return Some(k.clone());
                 }
             }
         }
-        self.default.clone()
+        self.default
+            .clone()
+            .or_else(|| self.acme.then(crate::acme::any_certificate).flatten())
     }
 }
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        if self.acme {
+            let mut offered = hello.alpn().into_iter().flatten();
+            if offered.any(|p| p == crate::acme::ACME_TLS_ALPN) {
+                return crate::acme::alpn_certificate(hello.server_name()?);
+            }
+        }
         self.find(hello.server_name())
     }
 }

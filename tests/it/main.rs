@@ -1,6 +1,7 @@
 //! Integration tests: one binary, every test through real sockets.
 #![allow(clippy::disallowed_methods)] // test threads may block and sleep
 
+mod acme;
 mod added_fields;
 mod auth;
 mod balancing;

@@ -708,6 +708,11 @@ impl Running {
         assert!(status.success());
     }
 
+    /// Its log so far.
+    pub(crate) fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
     /// Whether a line of its log so far contains `needle`.
     pub(crate) fn logged(&self, needle: &str) -> bool {
         self.log.lock().unwrap().iter().any(|l| l.contains(needle))

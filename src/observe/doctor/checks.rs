@@ -372,6 +372,9 @@ pub(super) fn live(admin: SocketAddr) -> Vec<Finding> {
         let evidence = format!("{admin} /status?format=json");
         out.push(finding(severity, check, title, evidence, fix));
     }
+    if let Some(certs) = status.get("acme").and_then(serde_json::Value::as_array) {
+        out.extend(certs.iter().filter_map(|c| acme_finding(admin, c)));
+    }
     let rate = if requests == 0 {
         0.0
     } else {
@@ -389,6 +392,78 @@ pub(super) fn live(admin: SocketAddr) -> Vec<Finding> {
     out.push(finding(severity, "live_499", title, format!("{admin} /status?format=json"),
         "clients give up before responses come: look at upstream response times (slipstream_upstream_server_response_seconds)"));
     out
+}
+
+/// One ACME certificate's standing: not served, served by a placeholder, failing to renew,
+/// or close to expiry (a week: warning; three days: critical).
+fn acme_finding(admin: SocketAddr, cert: &serde_json::Value) -> Option<Finding> {
+    let text = |k: &str| {
+        cert.get(k)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("")
+    };
+    let num = |k: &str| cert.get(k).and_then(serde_json::Value::as_i64).unwrap_or(0);
+    let flag = |k: &str| {
+        cert.get(k)
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false)
+    };
+    let names: Vec<&str> = cert
+        .get("names")?
+        .as_array()?
+        .iter()
+        .filter_map(serde_json::Value::as_str)
+        .collect();
+    let names = names.join(", ");
+    let error = text("last_error");
+    let left = num("not_after") - chrono::Utc::now().timestamp();
+    let evidence = format!("{admin} /status?format=json");
+    let fix = "read the error log (ACME lines): the CA must reach this host on port 80 (HTTP-01) or 443 (TLS-ALPN-01) for every name, and the names must resolve here";
+    let (severity, title) = if !flag("served") {
+        let how = if flag("placeholder") {
+            "a self-signed placeholder is served"
+        } else {
+            "its sites are not served over TLS"
+        };
+        (
+            Severity::Critical,
+            format!(
+                "no ACME certificate yet for {names}: {how}; last error: {}",
+                if error.is_empty() {
+                    "none yet (first attempt pending)"
+                } else {
+                    error
+                }
+            ),
+        )
+    } else if left < 3 * 86_400 {
+        (
+            Severity::Critical,
+            format!(
+                "the ACME certificate for {names} expires in {} h; last error: {error}",
+                left / 3600
+            ),
+        )
+    } else if num("failing") > 0 {
+        (Severity::Warning, format!("renewing the ACME certificate for {names} fails ({} in a row, {} days left): {error}", num("failing"), left / 86_400))
+    } else if left < 7 * 86_400 {
+        (
+            Severity::Warning,
+            format!(
+                "the ACME certificate for {names} expires in {} days",
+                left / 86_400
+            ),
+        )
+    } else {
+        (
+            Severity::Ok,
+            format!(
+                "the ACME certificate for {names} is served, {} days left",
+                left / 86_400
+            ),
+        )
+    };
+    Some(finding(severity, "acme_certificate", title, evidence, fix))
 }
 
 fn fetch_status(admin: SocketAddr) -> std::io::Result<serde_json::Value> {

@@ -1,0 +1,266 @@
+//! The ACME state directory: per ACME directory (CA) a folder with the account's credentials
+//! and, per certificate, its chain and key (`certs/NAME.crt`, `certs/NAME.key`, named by the
+//! certificate's first name). Files are written 0600 and atomically (a temporary file, synced,
+//! renamed over the old one), so a crash never leaves half a key; a file that does not read
+//! back is refused with its path and never overwritten. A lock file per certificate keeps
+//! several instances sharing the directory from ordering the same names at once.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+use rustls::sign::CertifiedKey;
+
+/// One CA's folder under the state directory.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    root: PathBuf,
+}
+
+/// A certificate read back from the state directory.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    /// The chain and key, ready to serve.
+    pub key: Arc<CertifiedKey>,
+    /// The start of its validity, in seconds since the epoch.
+    pub not_before: i64,
+    /// Its expiry, in seconds since the epoch.
+    pub not_after: i64,
+    /// The names it covers (its DNS subject alternative names).
+    pub names: Vec<String>,
+    /// Its ARI identifier (RFC 9773: authority key id "." serial), when it has an AKI.
+    pub ari_id: Option<String>,
+}
+
+impl StateDir {
+    /// The folder for `directory` (the CA's directory URL) under `state_dir`, created 0700.
+    pub fn open(state_dir: &Path, directory: &str) -> Result<StateDir, String> {
+        let root = state_dir.join(folder_name(directory));
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(root.join("certs"))
+            .map_err(|e| {
+                format!(
+                    "cannot create the ACME state directory {}: {e}",
+                    root.display()
+                )
+            })?;
+        Ok(StateDir { root })
+    }
+
+    /// Where the account's credentials are kept.
+    pub fn account_path(&self) -> PathBuf {
+        self.root.join("account.json")
+    }
+
+    /// The chain and key files of the certificate whose first name is `name`.
+    pub fn cert_paths(&self, name: &str) -> (PathBuf, PathBuf) {
+        let certs = self.root.join("certs");
+        (
+            certs.join(format!("{name}.crt")),
+            certs.join(format!("{name}.key")),
+        )
+    }
+
+    /// The stored account credentials (JSON), `None` when there is none yet; a file that
+    /// cannot be read back is an error naming it.
+    pub fn read_account(&self) -> Result<Option<instant_acme::AccountCredentials>, String> {
+        let path = self.account_path();
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                format!(
+                    "{}: not ACME account credentials ({e}); move it away to create a new account",
+                    path.display()
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+
+    /// Saves the account credentials.
+    pub fn write_account(
+        &self,
+        credentials: &instant_acme::AccountCredentials,
+    ) -> Result<(), String> {
+        let json = serde_json::to_vec_pretty(credentials).map_err(|e| e.to_string())?;
+        write_atomically(&self.account_path(), &json)
+    }
+
+    /// The stored certificate named `name`: `None` when there is none; an error naming the
+    /// file when one does not read back (a broken chain, a key that is not its key).
+    pub fn read_cert(&self, name: &str) -> Result<Option<Stored>, String> {
+        let (cert, key) = self.cert_paths(name);
+        if !cert.exists() && !key.exists() {
+            return Ok(None);
+        }
+        let hint = "; move it away to order a new certificate";
+        let certified = crate::tls::certs::load(&cert, &key).map_err(|e| format!("{e}{hint}"))?;
+        let leaf = &certified.cert[0];
+        describe(certified.clone(), leaf)
+            .map(Some)
+            .map_err(|e| format!("{}: {e}{hint}", cert.display()))
+    }
+
+    /// Saves a certificate's chain and key (the key first: a reader never finds a new chain
+    /// beside an old key for long, and refuses the pair while they differ).
+    pub fn write_cert(&self, name: &str, chain_pem: &str, key_pem: &str) -> Result<(), String> {
+        let (cert, key) = self.cert_paths(name);
+        write_atomically(&key, key_pem.as_bytes())?;
+        write_atomically(&cert, chain_pem.as_bytes())
+    }
+
+    /// Takes the lock of the certificate named `name` without waiting; `None` while another
+    /// process holds it. Released when the returned file is dropped.
+    pub fn try_lock(&self, name: &str) -> Result<Option<File>, String> {
+        let path = self.root.join(format!("{name}.lock"));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(Some(file)),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+}
+
+/// What a served certificate says of itself.
+pub fn describe(key: Arc<CertifiedKey>, leaf: &CertificateDer<'_>) -> Result<Stored, String> {
+    use x509_parser::prelude::*;
+    let (_, parsed) =
+        parse_x509_certificate(leaf.as_ref()).map_err(|e| format!("not a certificate: {e}"))?;
+    let validity = parsed.validity();
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = parsed.subject_alternative_name() {
+        for n in &san.value.general_names {
+            if let GeneralName::DNSName(d) = n {
+                names.push(d.to_ascii_lowercase());
+            }
+        }
+    }
+    let ari_id = instant_acme::CertificateIdentifier::try_from(leaf)
+        .ok()
+        .map(|id| id.to_string());
+    Ok(Stored {
+        key,
+        not_before: validity.not_before.timestamp(),
+        not_after: validity.not_after.timestamp(),
+        names,
+        ari_id,
+    })
+}
+
+/// A chain and key in PEM, checked and described.
+pub fn from_pem(chain_pem: &str, key_pem: &str) -> Result<Stored, String> {
+    let key = crate::tls::certs::from_pem(chain_pem.as_bytes(), key_pem.as_bytes())
+        .map_err(|e| format!("{e:?}"))?;
+    let leaf = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .next()
+        .ok_or("no certificate")?
+        .map_err(|e| e.to_string())?;
+    describe(key, &leaf)
+}
+
+/// The folder of one CA: its directory URL without the scheme, every character other than a
+/// letter, digit, dot or dash made `_` (`acme-v02.api.letsencrypt.org_directory`).
+fn folder_name(directory: &str) -> String {
+    let rest = directory.split_once("://").map_or(directory, |(_, r)| r);
+    rest.trim_end_matches('/')
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Writes `bytes` to `path` through a synced temporary file renamed over it, mode 0600.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(fail)?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(fail)?;
+    std::fs::rename(&tmp, path).map_err(fail)?;
+    if let Some(dir) = path.parent() {
+        let _ = File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folders_are_named_after_the_directory_url() {
+        assert_eq!(
+            folder_name("https://acme-v02.api.letsencrypt.org/directory"),
+            "acme-v02.api.letsencrypt.org_directory"
+        );
+        assert_eq!(
+            folder_name("https://127.0.0.1:14000/dir"),
+            "127.0.0.1_14000_dir"
+        );
+    }
+
+    #[test]
+    fn files_are_private_and_a_broken_one_is_refused_not_replaced() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir =
+            std::env::temp_dir().join(format!("slipstream-acme-state-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let state = StateDir::open(&dir, "https://ca.test/dir").unwrap();
+        assert!(state.read_account().unwrap().is_none());
+        assert!(state.read_cert("a.test").unwrap().is_none());
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["a.test".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        state
+            .write_cert("a.test", &cert.pem(), &key.serialize_pem())
+            .unwrap();
+        let stored = state.read_cert("a.test").unwrap().unwrap();
+        assert_eq!(stored.names, ["a.test"]);
+        assert!(stored.not_after > stored.not_before);
+        let (crt, k) = state.cert_paths("a.test");
+        for p in [&crt, &k] {
+            let mode = std::fs::metadata(p).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", p.display());
+        }
+        std::fs::write(&crt, "garbage").unwrap();
+        let err = state.read_cert("a.test").unwrap_err();
+        assert!(err.contains(&crt.display().to_string()), "{err}");
+        assert_eq!(std::fs::read(&crt).unwrap(), b"garbage");
+        std::fs::write(state.account_path(), "{").unwrap();
+        assert!(state.read_account().err().unwrap().contains("account.json"));
+        let first = state.try_lock("a.test").unwrap();
+        assert!(first.is_some());
+        // flock is per open file: a second open (as another process would) is refused.
+        assert!(state.try_lock("a.test").unwrap().is_none());
+        drop(first);
+        assert!(state.try_lock("a.test").unwrap().is_some());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
