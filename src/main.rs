@@ -231,6 +231,9 @@ impl AcmeArgs {
         if self.acme_domain.is_empty() {
             return Ok(None);
         }
+        if !self.acme_directory.starts_with("https://") {
+            return Err("--acme-directory is the CA's https:// directory URL".into());
+        }
         let mut names = Vec::new();
         for n in &self.acme_domain {
             names.push(
@@ -269,7 +272,9 @@ impl FrontArgs {
         if self.compress {
             config.router.compress_all();
         }
-        let acme = self.acme.settings(self.redirect_http.is_some())?;
+        // HTTP-01 where a CA checks it: a plain listener on port 80.
+        let port_80 = self.redirect_http.is_some_and(|a| a.port() == 80);
+        let acme = self.acme.settings(port_80)?;
         let mut tls = match (self.tls_cert, self.tls_key, &acme) {
             (Some(cert), Some(key), _) => slipstream::tls::TlsSettings::single(&cert, &key)?,
             (_, _, Some(_)) => slipstream::tls::TlsSettings::acme_only(),

@@ -6,6 +6,7 @@
 //! the certificate already served keeps serving meanwhile.
 
 use std::borrow::Cow;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,6 +24,8 @@ use super::{AcmeSettings, Challenge, Status};
 const BACKOFF: [i64; 4] = [60, 600, 6000, 21_600];
 /// How long an order may take from the challenges being ready to the certificate.
 const ORDER_TIMEOUT: Duration = Duration::from_secs(90);
+/// The longest one attempt (or one ARI question) may take before it counts as failed.
+const WORK_TIMEOUT: Duration = Duration::from_secs(300);
 /// How often a lock another instance holds is tried again.
 const LOCK_RETRY: i64 = 2;
 
@@ -60,6 +63,14 @@ fn now() -> i64 {
 impl Manager {
     /// Starts the thread on prepared settings (see [`prepare`]).
     pub fn start(prepared: Prepared) -> std::io::Result<Manager> {
+        tracing::info!(
+            "ACME: certificates from {}, answering {} challenges",
+            prepared.settings.directory,
+            match prepared.settings.challenge {
+                Challenge::Http01 => "HTTP-01 (plain listeners)",
+                Challenge::TlsAlpn01 => "TLS-ALPN-01 (TLS listeners)",
+            }
+        );
         let (updates, rx) = mpsc::unbounded_channel();
         let (stop, stopped) = oneshot::channel();
         let thread = std::thread::Builder::new()
@@ -69,7 +80,11 @@ impl Manager {
                     .enable_all()
                     .build();
                 match rt {
-                    Ok(rt) => rt.block_on(run(prepared, rx, stopped)),
+                    Ok(rt) => {
+                        rt.block_on(run(prepared, rx, stopped));
+                        // A name lookup still blocking cannot hold up a reload or a stop.
+                        rt.shutdown_timeout(Duration::from_secs(1));
+                    }
                     Err(e) => tracing::error!("ACME: cannot start its runtime: {e}"),
                 }
             })?;
@@ -103,13 +118,17 @@ impl Drop for Manager {
 pub fn prepare(settings: &AcmeSettings) -> Result<Prepared, String> {
     let state = StateDir::open(&settings.state_dir, &settings.directory)?;
     state.read_account()?;
-    let mut certs = Vec::new();
+    let mut stored = Vec::new();
     for names in &settings.certificates {
-        let stored = state.read_cert(&names[0])?;
-        certs.push(Managed::new(names.clone(), stored, settings.placeholder)?);
+        stored.push(state.read_cert(&names[0])?);
     }
     let all: Vec<String> = settings.certificates.iter().flatten().cloned().collect();
     super::retain(&all);
+    super::share_tokens(Some(state.tokens_dir()));
+    let mut certs = Vec::new();
+    for (names, s) in settings.certificates.iter().zip(stored) {
+        certs.push(Managed::new(names.clone(), s, settings.placeholder)?);
+    }
     super::publish(certs.iter().map(|m| m.status.clone()).collect());
     Ok(Prepared {
         settings: settings.clone(),
@@ -121,6 +140,7 @@ pub fn prepare(settings: &AcmeSettings) -> Result<Prepared, String> {
 /// Serves no ACME certificate any more (the last `acme = true` site is gone).
 pub fn forget() {
     super::retain(&[]);
+    super::share_tokens(None);
     super::publish(Vec::new());
 }
 
@@ -140,13 +160,26 @@ impl Managed {
             renew_at: 0,
             ari_at: 0,
         };
-        match stored.filter(|s| m.usable(s)) {
-            Some(s) => m.serve(s),
-            None if placeholder => {
+        match stored {
+            Some(s) if m.usable(&s) => m.serve(s),
+            Some(s) if s.not_after > now() => {
+                // Names were added: the stored certificate keeps serving those it covers
+                // while one for them all is ordered.
+                let (covered, uncovered): (Vec<String>, Vec<String>) =
+                    m.names.iter().cloned().partition(|n| s.names.contains(n));
+                super::install(&covered, &s.key);
+                if placeholder {
+                    super::install(&uncovered, &self_signed(&uncovered, None)?);
+                    m.status.placeholder = true;
+                }
+                m.status.not_after = s.not_after;
+                m.stored = Some(s);
+            }
+            _ if placeholder => {
                 super::install(&m.names, &self_signed(&m.names, None)?);
                 m.status.placeholder = true;
             }
-            None => {}
+            _ => {}
         }
         Ok(m)
     }
@@ -216,10 +249,20 @@ async fn run(
         for m in &mut certs {
             let work = async {
                 if m.due(now()) {
-                    attempt(&settings, &state, &mut account, m).await;
-                } else if m.ari_at != 0 && now() >= m.ari_at || m.ari_at == 0 && m.stored.is_some()
+                    let work = attempt(&settings, &state, &mut account, m);
+                    if tokio::time::timeout(WORK_TIMEOUT, work).await.is_err() {
+                        m.failed(format!(
+                            "no answer from the CA within {} s",
+                            WORK_TIMEOUT.as_secs()
+                        ));
+                    }
+                } else if (m.ari_at != 0 && now() >= m.ari_at)
+                    || (m.ari_at == 0 && m.stored.is_some())
                 {
-                    ask_ari(&settings, &state, &mut account, m).await;
+                    let work = ask_ari(&settings, &state, &mut account, m);
+                    if tokio::time::timeout(WORK_TIMEOUT, work).await.is_err() {
+                        m.ari_at = now() + 3600;
+                    }
                 }
             };
             tokio::select! {
@@ -253,9 +296,17 @@ async fn run(
 }
 
 /// A reload's certificates, keeping the counts and backoff of those with the same names.
-fn carry_over(old: Vec<Managed>, mut new: Vec<Managed>) -> Vec<Managed> {
+fn carry_over(mut old: Vec<Managed>, mut new: Vec<Managed>) -> Vec<Managed> {
     for n in &mut new {
-        if let Some(o) = old.iter().find(|o| o.names == n.names) {
+        if let Some(i) = old.iter().position(|o| o.names == n.names) {
+            let expiry = |s: &Option<Stored>| s.as_ref().map_or(0, |s| s.not_after);
+            if expiry(&old[i].stored) > expiry(&n.stored) {
+                // The thread renewed after the reload read the state: keep that one.
+                if let Some(s) = old[i].stored.clone() {
+                    n.serve(s);
+                }
+            }
+            let o = &old[i];
             let s = &o.status;
             n.status.orders = s.orders;
             n.status.issued = s.issued;
@@ -263,12 +314,18 @@ fn carry_over(old: Vec<Managed>, mut new: Vec<Managed>) -> Vec<Managed> {
             n.status.failing = s.failing;
             n.status.retry_at = s.retry_at;
             n.status.last_error.clone_from(&s.last_error);
-            n.ari_at = o.ari_at;
-            if n.stored.is_some() && o.stored.is_some() {
+            let same_cert = match (&o.stored, &n.stored) {
+                (Some(a), Some(b)) => a.key.cert == b.key.cert,
+                _ => false,
+            };
+            if same_cert {
+                n.ari_at = o.ari_at;
                 n.renew_at = o.renew_at;
+                n.status.renew_at = o.renew_at;
             }
         }
     }
+    old.clear();
     new
 }
 
@@ -409,7 +466,11 @@ async fn order(
             .ok_or_else(|| format!("the CA offers no {kind:?} challenge for {name}"))?;
         let key_authorization = challenge.key_authorization();
         match settings.challenge {
-            Challenge::Http01 => answers.http(&challenge.token, key_authorization.as_str()),
+            Challenge::Http01 => answers.http(
+                &challenge.token,
+                key_authorization.as_str(),
+                &state.tokens_dir(),
+            ),
             Challenge::TlsAlpn01 => {
                 let key = self_signed(
                     std::slice::from_ref(&name),
@@ -484,11 +545,16 @@ async fn ask_ari(
             } else {
                 start
             };
-            // Never in the last tenth of the lifetime: an order takes time, and may fail.
-            let latest = m
-                .stored
-                .as_ref()
-                .map_or(at, |s| s.not_before + (s.not_after - s.not_before) * 9 / 10);
+            // Not before half the lifetime unless the CA says now (a window already over: a
+            // revoked certificate), and never in the last tenth: an order takes time.
+            let (earliest, latest) = m.stored.as_ref().map_or((at, at), |s| {
+                let lifetime = s.not_after - s.not_before;
+                (
+                    s.not_before + lifetime / 2,
+                    s.not_before + lifetime * 9 / 10,
+                )
+            });
+            let at = if end <= now() { at } else { at.max(earliest) };
             let at = at.min(latest);
             m.renew_at = at;
             m.status.renew_at = at;
@@ -533,12 +599,16 @@ fn self_signed(names: &[String], acme_digest: Option<&[u8]>) -> Result<Arc<Certi
 struct Answers {
     tokens: Vec<String>,
     names: Vec<String>,
+    shared: Option<std::path::PathBuf>,
 }
 
 impl Answers {
-    fn http(&mut self, token: &str, key_authorization: &str) {
+    /// Publishes an HTTP-01 answer, also in the state directory for the other instances.
+    fn http(&mut self, token: &str, key_authorization: &str, shared: &Path) {
         super::set_http01(token, Some(key_authorization.to_string()));
+        let _ = super::state::write_atomically(&shared.join(token), key_authorization.as_bytes());
         self.tokens.push(token.to_string());
+        self.shared = Some(shared.to_path_buf());
     }
 
     fn alpn(&mut self, name: &str, key: Arc<CertifiedKey>) {
@@ -551,6 +621,9 @@ impl Drop for Answers {
     fn drop(&mut self) {
         for t in &self.tokens {
             super::set_http01(t, None);
+            if let Some(dir) = &self.shared {
+                let _ = std::fs::remove_file(dir.join(t));
+            }
         }
         for n in &self.names {
             super::set_alpn(n, None);

@@ -91,6 +91,14 @@ pub struct AcmeSettings {
 struct Store {
     /// Served certificates by name.
     certs: ArcSwap<HashMap<String, Arc<CertifiedKey>>>,
+    /// The names configured now: a certificate installed late (an order that outlived a
+    /// reload) is never served for a name no longer configured.
+    configured: ArcSwap<Vec<String>>,
+    /// The certificate for clients without SNI or with an unknown name: the first name's.
+    fallback: ArcSwap<Option<Arc<CertifiedKey>>>,
+    /// Where pending HTTP-01 answers are also written, for the instances sharing the state
+    /// directory (any of them may receive the CA's check).
+    shared_tokens: ArcSwap<Option<PathBuf>>,
     /// HTTP-01 key authorizations by token.
     http: ArcSwap<HashMap<String, String>>,
     /// TLS-ALPN-01 answers by name.
@@ -112,16 +120,33 @@ pub fn certificate(name: &str) -> Option<Arc<CertifiedKey>> {
 
 /// Whether any ACME certificate is served (the fallback for clients without SNI).
 pub fn any_certificate() -> Option<Arc<CertifiedKey>> {
-    let certs = STORE.certs.load();
-    let mut names: Vec<&String> = certs.keys().collect();
-    names.sort();
-    names.first().and_then(|n| certs.get(*n).cloned())
+    STORE.fallback.load().as_ref().clone()
 }
 
-/// The answer to an HTTP-01 request for `path`, when it asks for a pending token.
+/// The answer to an HTTP-01 request for `path`, when it asks for a pending token: this
+/// instance's, or one another instance sharing the state directory wrote there (a small
+/// file read, only for a well-formed token while ACME is on).
 pub fn http01_answer(path: &str) -> Option<String> {
     let token = path.strip_prefix(HTTP01_PREFIX)?;
-    STORE.http.load().get(token).cloned()
+    if let Some(answer) = STORE.http.load().get(token) {
+        return Some(answer.clone());
+    }
+    let shared = STORE.shared_tokens.load();
+    let dir = shared.as_ref().as_ref()?;
+    let well_formed = (1..=128).contains(&token.len())
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !well_formed {
+        return None;
+    }
+    let answer = std::fs::read_to_string(dir.join(token)).ok()?;
+    answer.starts_with(token).then_some(answer)
+}
+
+/// Where HTTP-01 answers are shared with other instances (`None`: nowhere).
+fn share_tokens(dir: Option<PathBuf>) {
+    STORE.shared_tokens.store(Arc::new(dir));
 }
 
 /// The TLS-ALPN-01 certificate for `name`, while its challenge is pending.
@@ -132,22 +157,37 @@ pub fn alpn_certificate(name: &str) -> Option<Arc<CertifiedKey>> {
 
 /// Serves `key` for `names` (a new or renewed certificate, or a placeholder).
 fn install(names: &[String], key: &Arc<CertifiedKey>) {
+    let configured = STORE.configured.load();
     STORE.certs.rcu(|old| {
         let mut map = HashMap::clone(old);
-        for n in names {
+        for n in names.iter().filter(|n| configured.contains(n)) {
             map.insert(n.clone(), key.clone());
         }
         map
     });
+    pick_fallback();
 }
 
-/// Stops serving certificates for names no longer configured.
+/// Serves certificates only for `names` (the configured ones) from now on.
 fn retain(names: &[String]) {
+    STORE.configured.store(Arc::new(names.to_vec()));
     STORE.certs.rcu(|old| {
         let mut map = HashMap::clone(old);
         map.retain(|k, _| names.contains(k));
         map
     });
+    pick_fallback();
+}
+
+/// The fallback certificate: the first configured name's.
+fn pick_fallback() {
+    let certs = STORE.certs.load();
+    let first = STORE
+        .configured
+        .load()
+        .iter()
+        .find_map(|n| certs.get(n).cloned());
+    STORE.fallback.store(Arc::new(first));
 }
 
 /// Publishes an HTTP-01 token (`Some`) or withdraws it (`None`).

@@ -1,9 +1,11 @@
 //! The ACME state directory: per ACME directory (CA) a folder with the account's credentials
-//! and, per certificate, its chain and key (`certs/NAME.crt`, `certs/NAME.key`, named by the
-//! certificate's first name). Files are written 0600 and atomically (a temporary file, synced,
-//! renamed over the old one), so a crash never leaves half a key; a file that does not read
-//! back is refused with its path and never overwritten. A lock file per certificate keeps
-//! several instances sharing the directory from ordering the same names at once.
+//! and, per certificate, its chain and key in one PEM file (`certs/NAME.pem`, named by the
+//! certificate's first name; the chain first, then the key), and the pending HTTP-01 answers
+//! (`http-01/TOKEN`) that other instances sharing the folder serve too. Files are written
+//! 0600 and atomically (a temporary file, synced, renamed over the old one), so a crash never
+//! leaves a key beside another chain; a file that does not read back is refused with its path
+//! and never overwritten. A lock file per certificate keeps several instances sharing the
+//! directory from ordering the same names at once.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -40,10 +42,10 @@ impl StateDir {
     /// The folder for `directory` (the CA's directory URL) under `state_dir`, created 0700.
     pub fn open(state_dir: &Path, directory: &str) -> Result<StateDir, String> {
         let root = state_dir.join(folder_name(directory));
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(root.join("certs"))
+        let mut dirs = std::fs::DirBuilder::new();
+        dirs.recursive(true).mode(0o700);
+        dirs.create(root.join("certs"))
+            .and_then(|()| dirs.create(root.join("http-01")))
             .map_err(|e| {
                 format!(
                     "cannot create the ACME state directory {}: {e}",
@@ -58,13 +60,14 @@ impl StateDir {
         self.root.join("account.json")
     }
 
-    /// The chain and key files of the certificate whose first name is `name`.
-    pub fn cert_paths(&self, name: &str) -> (PathBuf, PathBuf) {
-        let certs = self.root.join("certs");
-        (
-            certs.join(format!("{name}.crt")),
-            certs.join(format!("{name}.key")),
-        )
+    /// The file of the certificate whose first name is `name`: its chain, then its key.
+    pub fn cert_path(&self, name: &str) -> PathBuf {
+        self.root.join("certs").join(format!("{name}.pem"))
+    }
+
+    /// The folder of pending HTTP-01 answers, one file per token.
+    pub fn tokens_dir(&self) -> PathBuf {
+        self.root.join("http-01")
     }
 
     /// The stored account credentials (JSON), `None` when there is none yet; a file that
@@ -95,24 +98,27 @@ impl StateDir {
     /// The stored certificate named `name`: `None` when there is none; an error naming the
     /// file when one does not read back (a broken chain, a key that is not its key).
     pub fn read_cert(&self, name: &str) -> Result<Option<Stored>, String> {
-        let (cert, key) = self.cert_paths(name);
-        if !cert.exists() && !key.exists() {
-            return Ok(None);
-        }
-        let hint = "; move it away to order a new certificate";
-        let certified = crate::tls::certs::load(&cert, &key).map_err(|e| format!("{e}{hint}"))?;
-        let leaf = &certified.cert[0];
-        describe(certified.clone(), leaf)
-            .map(Some)
-            .map_err(|e| format!("{}: {e}{hint}", cert.display()))
+        let path = self.cert_path(name);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        from_pem(&text, &text).map(Some).map_err(|e| {
+            format!(
+                "{}: {e}; move it away to order a new certificate",
+                path.display()
+            )
+        })
     }
 
-    /// Saves a certificate's chain and key (the key first: a reader never finds a new chain
-    /// beside an old key for long, and refuses the pair while they differ).
+    /// Saves a certificate's chain and key, in one file.
     pub fn write_cert(&self, name: &str, chain_pem: &str, key_pem: &str) -> Result<(), String> {
-        let (cert, key) = self.cert_paths(name);
-        write_atomically(&key, key_pem.as_bytes())?;
-        write_atomically(&cert, chain_pem.as_bytes())
+        let mut both = String::with_capacity(chain_pem.len() + key_pem.len() + 1);
+        both.push_str(chain_pem.trim_end());
+        both.push('\n');
+        both.push_str(key_pem);
+        write_atomically(&self.cert_path(name), both.as_bytes())
     }
 
     /// Takes the lock of the certificate named `name` without waiting; `None` while another
@@ -160,22 +166,28 @@ pub fn describe(key: Arc<CertifiedKey>, leaf: &CertificateDer<'_>) -> Result<Sto
     })
 }
 
-/// A chain and key in PEM, checked and described.
+/// A chain and key in PEM, checked (the key is the leaf's) and described.
 pub fn from_pem(chain_pem: &str, key_pem: &str) -> Result<Stored, String> {
-    let key = crate::tls::certs::from_pem(chain_pem.as_bytes(), key_pem.as_bytes())
-        .map_err(|e| format!("{e:?}"))?;
-    let leaf = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
-        .next()
-        .ok_or("no certificate")?
-        .map_err(|e| e.to_string())?;
-    describe(key, &leaf)
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("the certificate chain does not read: {e}"))?;
+    let leaf = chain.first().cloned().ok_or("no certificate in it")?;
+    let private = rustls::pki_types::PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|e| format!("the private key does not read: {e}"))?;
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let key = CertifiedKey::from_der(chain, private, &provider).map_err(|e| match e {
+        rustls::Error::InconsistentKeys(_) => "the key is not the certificate's".to_string(),
+        e => e.to_string(),
+    })?;
+    describe(Arc::new(key), &leaf)
 }
 
 /// The folder of one CA: its directory URL without the scheme, every character other than a
 /// letter, digit, dot or dash made `_` (`acme-v02.api.letsencrypt.org_directory`).
 fn folder_name(directory: &str) -> String {
     let rest = directory.split_once("://").map_or(directory, |(_, r)| r);
-    rest.trim_end_matches('/')
+    let name: String = rest
+        .trim_end_matches('/')
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
@@ -184,7 +196,12 @@ fn folder_name(directory: &str) -> String {
                 '_'
             }
         })
-        .collect()
+        .collect();
+    if name.bytes().all(|b| b == b'.') {
+        // Never `.` or `..`: the folder stays inside the state directory.
+        return name.replace('.', "_");
+    }
+    name
 }
 
 /// Writes `bytes` to `path` through a synced temporary file renamed over it, mode 0600.
@@ -222,6 +239,7 @@ mod tests {
             folder_name("https://127.0.0.1:14000/dir"),
             "127.0.0.1_14000_dir"
         );
+        assert_eq!(folder_name("https://.."), "__");
     }
 
     #[test]
@@ -244,11 +262,9 @@ mod tests {
         let stored = state.read_cert("a.test").unwrap().unwrap();
         assert_eq!(stored.names, ["a.test"]);
         assert!(stored.not_after > stored.not_before);
-        let (crt, k) = state.cert_paths("a.test");
-        for p in [&crt, &k] {
-            let mode = std::fs::metadata(p).unwrap().permissions().mode();
-            assert_eq!(mode & 0o777, 0o600, "{}", p.display());
-        }
+        let crt = state.cert_path("a.test");
+        let mode = std::fs::metadata(&crt).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
         std::fs::write(&crt, "garbage").unwrap();
         let err = state.read_cert("a.test").unwrap_err();
         assert!(err.contains(&crt.display().to_string()), "{err}");

@@ -56,8 +56,7 @@ impl Validator<'_> {
                 "acme = true needs a [[listen]] with tls = true to serve the certificate on",
             );
         }
-        let plain = listen.iter().any(|l| l.tls != Some(true));
-        let challenge = self.acme_challenge(section, plain);
+        let challenge = self.acme_challenge(section, listen);
         let directory = match &section.directory {
             Some(d) if d.get_ref().starts_with("https://") => d.get_ref().clone(),
             Some(d) => {
@@ -114,14 +113,19 @@ impl Validator<'_> {
         })
     }
 
-    /// The challenge: `auto` is HTTP-01 when a plain listener exists, else TLS-ALPN-01.
-    fn acme_challenge(&mut self, section: &FileAcme, plain: bool) -> Challenge {
+    /// The challenge: `auto` is HTTP-01 when a plain listener is on port 80 (where a CA
+    /// checks it), else TLS-ALPN-01 (port 443).
+    fn acme_challenge(&mut self, section: &FileAcme, listen: &[FileListener]) -> Challenge {
+        let plain = listen.iter().any(|l| l.tls != Some(true));
+        let port_80 = listen
+            .iter()
+            .any(|l| l.tls != Some(true) && l.address.get_ref().rsplit(':').next() == Some("80"));
         match section
             .challenge
             .as_ref()
             .map(|c| (c.get_ref().as_str(), c.span().start))
         {
-            None | Some(("auto", _)) if plain => Challenge::Http01,
+            None | Some(("auto", _)) if port_80 => Challenge::Http01,
             None | Some(("auto", _)) => Challenge::TlsAlpn01,
             Some(("http-01", at)) => {
                 if !plain {

@@ -22,6 +22,11 @@ pub(super) struct FileSite {
     pub(super) cert: Option<Spanned<String>>,
     pub(super) key: Option<Spanned<String>>,
     pub(super) acme: Option<Spanned<bool>>,
+    pub(super) client_ca: Option<Spanned<String>>,
+    pub(super) verify_client: Option<Spanned<String>>,
+    pub(super) verify_depth: Option<Spanned<usize>>,
+    #[serde(default)]
+    pub(super) client_crl: Vec<Spanned<String>>,
     pub(super) add_headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
     pub(super) add_headers_on_success: Option<Spanned<std::collections::BTreeMap<String, String>>>,
     pub(super) rules: Option<Vec<Spanned<super::policy::FileRule>>>,

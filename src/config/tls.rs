@@ -11,6 +11,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{FileSite, Validator};
+use crate::tls::client_auth::{ClientAuth, SiteClientAuth};
 use crate::tls::{CertSource, SniResolver, TlsSettings};
 
 /// Default time allowed for a handshake.
@@ -114,6 +115,7 @@ impl Validator<'_> {
                 .map_err(|e| self.error(v.span().start, e))
                 .ok()
         });
+        let client_auth = self.client_auth(sites);
         Some(TlsSettings {
             resolver: Arc::new(resolver),
             sources,
@@ -127,7 +129,72 @@ impl Validator<'_> {
             resumption: section.resumption.unwrap_or(true),
             hsts,
             server: None,
+            client_auth,
+            by_name: None,
         })
+    }
+
+    /// Every site's client-certificate settings (`client_ca`, `verify_client`,
+    /// `verify_depth`, `client_crl`), or none when no site asks for client certificates. The
+    /// files are read and checked at load.
+    fn client_auth(&mut self, sites: &[FileSite]) -> Vec<SiteClientAuth> {
+        let mut all = Vec::new();
+        for site in sites {
+            let auth = match &site.client_ca {
+                Some(ca) => {
+                    let required = match site
+                        .verify_client
+                        .as_ref()
+                        .map(|v| (v.get_ref().as_str(), v.span().start))
+                    {
+                        None | Some(("required", _)) => true,
+                        Some(("optional", _)) => false,
+                        Some((_, at)) => {
+                            self.error(at, "verify_client is \"required\" or \"optional\"");
+                            true
+                        }
+                    };
+                    let auth = ClientAuth {
+                        ca: self.relative(ca.get_ref()),
+                        required,
+                        depth: site.verify_depth.as_ref().map_or(1, |d| *d.get_ref()),
+                        crls: site
+                            .client_crl
+                            .iter()
+                            .map(|c| self.relative(c.get_ref()))
+                            .collect(),
+                    };
+                    if let Err(e) = auth.verifier() {
+                        self.error(ca.span().start, format!("client certificates: {e}"));
+                    }
+                    Some(auth)
+                }
+                None => {
+                    let stray = site
+                        .verify_client
+                        .as_ref()
+                        .map(Spanned::span)
+                        .or(site.verify_depth.as_ref().map(Spanned::span))
+                        .or(site.client_crl.first().map(Spanned::span));
+                    if let Some(span) = stray {
+                        self.error(
+                            span.start,
+                            "verify_client, verify_depth and client_crl need client_ca",
+                        );
+                    }
+                    None
+                }
+            };
+            all.push(SiteClientAuth {
+                names: site.hosts.iter().map(|h| h.get_ref().clone()).collect(),
+                default: site.default.as_ref().is_some_and(|d| *d.get_ref()),
+                auth,
+            });
+        }
+        if all.iter().all(|s| s.auth.is_none()) {
+            all.clear();
+        }
+        all
     }
 
     /// A path from the config, relative to the config file's folder.

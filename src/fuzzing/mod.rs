@@ -634,7 +634,8 @@ pub fn proc_files(data: &[u8]) {
 }
 
 /// A certificate file and a key file (the data split at the first NUL): never panics; a pair
-/// accepted has a certificate chain.
+/// accepted has a certificate chain. The same bytes as an ACME state file, and the first part
+/// as a client certificate's DER for the `$ssl_client_*` variables.
 pub fn tls_pem(data: &[u8]) {
     let (cert, key) = match data.iter().position(|b| *b == 0) {
         Some(i) => (&data[..i], &data[i + 1..]),
@@ -643,4 +644,14 @@ pub fn tls_pem(data: &[u8]) {
     if let Ok(certified) = crate::tls::certs::from_pem(cert, key) {
         assert!(!certified.cert.is_empty());
     }
+    // An ACME state file (chain and key in one file) reads back or is refused.
+    let text = String::from_utf8_lossy(data);
+    if let Ok(stored) = crate::acme::state::from_pem(&text, &text) {
+        assert!(!stored.key.cert.is_empty());
+    }
+    // A client certificate's DER (whatever a client sends) gives the variables or blanks.
+    let der = rustls::pki_types::CertificateDer::from(cert);
+    let client = crate::tls::client_auth::ClientCert::of(Some(std::slice::from_ref(&der)));
+    assert_eq!(client.verify, "SUCCESS");
+    assert_eq!(client.fingerprint.len(), 40);
 }

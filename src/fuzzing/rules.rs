@@ -83,6 +83,7 @@ pub fn request_rules(data: &[u8]) {
         headers: &headers,
         maps: &[],
         host_captures: None,
+        tls_client: None,
     };
     let mut current = Current {
         uri: path.to_string(),

@@ -34,6 +34,8 @@ pub struct H2Stream {
     writer: RefCell<ResponseWriter>,
     /// The TLS version of the connection (nginx's names), `""` for h2c.
     pub tls_version: &'static str,
+    /// The connection's client certificate, when the client sent one.
+    pub client_cert: Option<std::rc::Rc<crate::tls::client_auth::ClientCert>>,
     /// The local address of the connection.
     pub local: Option<SocketAddr>,
     /// What the stream is reset with if its response does not end: INTERNAL_ERROR, or the
@@ -63,6 +65,7 @@ impl H2Stream {
             }),
             request,
             tls_version: "",
+            client_cert: None,
             local: None,
             abort: Reason::INTERNAL_ERROR,
         }

@@ -184,6 +184,21 @@ impl Stream {
         }
     }
 
+    /// The certificate a TLS client sent (verified in the handshake), read for the
+    /// `$ssl_client_*` variables; `None` when it sent none.
+    pub fn client_cert(&self) -> Option<std::rc::Rc<crate::tls::client_auth::ClientCert>> {
+        match self {
+            Stream::TlsServer(s) => {
+                let chain = s.get_ref().1.peer_certificates()?;
+                Some(std::rc::Rc::new(crate::tls::client_auth::ClientCert::of(
+                    Some(chain),
+                )))
+            }
+            Stream::H2(s) => s.client_cert.clone(),
+            _ => None,
+        }
+    }
+
     /// The TLS version of a client connection over TLS (nginx's names), else `""`.
     pub fn tls_version(&self) -> &'static str {
         match self {

@@ -178,7 +178,11 @@ fn page_request(
     page_head.keep_alive = keep_alive;
     let https = !client.stream.tls_version().is_empty();
     let port = || client.stream.local_addr().map_or(0, |a| a.port());
-    let peer = (client.peer, client.ip_text.as_bytes());
+    let peer = (
+        client.peer,
+        client.ip_text.as_bytes(),
+        client.tls_client.as_deref(),
+    );
     let mut prepared = Prepared::new(&page_head, config, peer, (false, https), &port, entry);
     if let ErrorTarget::Redirect(url) = &page.target {
         let status = match page.status {

@@ -69,6 +69,8 @@ struct Client {
     id: u64,
     /// The address the client connected to, once a FastCGI request needed it.
     local: Option<SocketAddr>,
+    /// The certificate the client sent, read once (mutual TLS; `None` without one).
+    tls_client: Option<std::rc::Rc<crate::tls::client_auth::ClientCert>>,
     buf: Option<Vec<u8>>,
     /// When its last request ended (or it was accepted): the keep-alive timeout runs from here.
     idle_since: Instant,

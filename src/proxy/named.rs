@@ -81,7 +81,11 @@ fn prepare(cx: &Ctx<'_>, route: usize, client: &Client, buf: &[u8]) -> Result<Pr
     }
     let https = !client.stream.tls_version().is_empty();
     let port = || client.stream.local_addr().map_or(0, |a| a.port());
-    let peer = (client.peer, client.ip_text.as_bytes());
+    let peer = (
+        client.peer,
+        client.ip_text.as_bytes(),
+        client.tls_client.as_deref(),
+    );
     let entry = Entry::Named(route);
     let mut named = Prepared::new(&head, config, peer, (false, https), &port, entry);
     named.named_hops = p.named_hops + 1;

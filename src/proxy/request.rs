@@ -150,11 +150,19 @@ impl LogFields {
     }
 }
 
+/// The client as a request sees it: its address, the address as text, and its certificate
+/// when it sent one.
+pub(super) type Peer<'a> = (
+    SocketAddr,
+    &'a [u8],
+    Option<&'a crate::tls::client_auth::ClientCert>,
+);
+
 impl Prepared {
     pub(super) fn new(
         head: &RequestHead<'_, '_>,
         config: &Config,
-        (peer, ip_text): (SocketAddr, &[u8]),
+        (peer, ip_text, tls_client): Peer<'_>,
         (log, https): (bool, bool),
         local_port: &dyn Fn() -> u16,
         entry: super::rules::Entry,
@@ -170,6 +178,7 @@ impl Prepared {
             ip_text: std::str::from_utf8(ip_text).unwrap_or_default(),
             https,
             local_port,
+            tls_client,
         };
         let decision = super::rules::decide(&config.router, head, &client, entry);
         let routed = decision.routed;
@@ -298,6 +307,7 @@ fn cached(
             .map_or("", |s| config.router.server_name(usize::from(s))),
         local_port: client.local_port,
         maps: config.router.maps(),
+        tls_client: client.tls_client,
     };
     let mut c = super::cache::cache_request(head, rule, &asker);
     if config.upstreams[u.upstream].fastcgi.is_some() && c.method == crate::cache::Method::Head {
@@ -397,7 +407,11 @@ pub(super) async fn read_head(
 ) -> Result<Option<Prepared>, Error> {
     let limits = &config.limits;
     let https = !client.stream.tls_version().is_empty();
-    let peer = (client.peer, client.ip_text.as_bytes());
+    let peer = (
+        client.peer,
+        client.ip_text.as_bytes(),
+        client.tls_client.as_deref(),
+    );
     if let Some(request) = client.stream.carried_request() {
         let mut storage = header_storage();
         let head = request.head(&mut storage, limits.max_request_head)?;

@@ -80,6 +80,8 @@ pub(super) struct Client<'a> {
     pub(super) https: bool,
     /// The local port it connected to (read only if a rule needs it).
     pub(super) local_port: &'a dyn Fn() -> u16,
+    /// Its certificate, when it sent one (mutual TLS).
+    pub(super) tls_client: Option<&'a crate::tls::client_auth::ClientCert>,
 }
 
 /// How a request reaches the rules.
@@ -164,6 +166,7 @@ pub(super) fn decide(
         headers: head.headers,
         maps: router.maps(),
         host_captures: host_captures.as_ref(),
+        tls_client: client.tls_client,
     };
     let mut current = Current {
         uri: path.to_string(),

@@ -95,6 +95,7 @@ impl Client {
     /// A client connection with no buffer yet.
     fn new(stream: Stream, peer: SocketAddr, id: u64) -> Client {
         Client {
+            tls_client: stream.client_cert(),
             stream,
             peer,
             ip_text: crate::net::IpText::new(peer.ip()),

@@ -97,6 +97,7 @@ mod tests {
                 headers: &headers,
                 maps: &[],
                 host_captures: None,
+                tls_client: None,
             };
             let mut out = String::new();
             map.render(&facts, &Current::default(), &mut out);

@@ -40,6 +40,26 @@ pub enum Var {
     Named(Box<str>),
     /// `$NAME` of a `[maps.NAME]`: its value for this request, by index.
     Map(usize),
+    /// `$ssl_client_verify`, `_s_dn`, `_i_dn`, `_serial`, `_fingerprint`, `_san`: the client
+    /// certificate (mutual TLS).
+    SslClient(SslClient),
+}
+
+/// Which part of the client certificate a `$ssl_client_*` variable reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SslClient {
+    /// `SUCCESS` or `NONE`.
+    Verify,
+    /// The subject (RFC 2253).
+    Subject,
+    /// The issuer (RFC 2253).
+    Issuer,
+    /// The serial number (hexadecimal).
+    Serial,
+    /// The SHA-1 fingerprint (hexadecimal).
+    Fingerprint,
+    /// The subject alternative names (`DNS:a,email:b`).
+    San,
 }
 
 /// A text with variables, as compiled at load.
@@ -90,6 +110,8 @@ pub struct Facts<'a> {
     /// The groups of the site's regex host name that matched the host (its named groups are
     /// variables unless the last regex has a group of the same name).
     pub host_captures: Option<&'a super::pattern::Captures>,
+    /// The client certificate of a connection whose client sent one (`$ssl_client_*`).
+    pub tls_client: Option<&'a crate::tls::client_auth::ClientCert>,
 }
 
 /// The parts of a request that rules change: the path, the query and the last captures.
@@ -258,6 +280,12 @@ fn variable(name: &str, groups: &[&str]) -> Result<Var, String> {
         // nginx's packed form counts the same clients apart: the text does too.
         "remote_addr" | "binary_remote_addr" => Var::RemoteAddr,
         "request_method" => Var::RequestMethod,
+        "ssl_client_verify" => Var::SslClient(SslClient::Verify),
+        "ssl_client_s_dn" => Var::SslClient(SslClient::Subject),
+        "ssl_client_i_dn" => Var::SslClient(SslClient::Issuer),
+        "ssl_client_serial" => Var::SslClient(SslClient::Serial),
+        "ssl_client_fingerprint" => Var::SslClient(SslClient::Fingerprint),
+        "ssl_client_san" => Var::SslClient(SslClient::San),
         _ if name.len() == 1 && name.as_bytes()[0].is_ascii_digit() => {
             Var::Capture(usize::from(name.as_bytes()[0] - b'0'))
         }
@@ -325,6 +353,26 @@ fn value(var: &Var, facts: &Facts<'_>, at: (&Current, Option<&Captures>), out: &
                 map.render(facts, current, out);
             }
         }
+        Var::SslClient(part) => out.push_str(ssl_client(facts.tls_client, *part)),
+    }
+}
+
+/// One part of the client certificate (`NONE` and empty without one).
+fn ssl_client(cert: Option<&crate::tls::client_auth::ClientCert>, part: SslClient) -> &str {
+    let Some(c) = cert else {
+        return if part == SslClient::Verify {
+            "NONE"
+        } else {
+            ""
+        };
+    };
+    match part {
+        SslClient::Verify => c.verify,
+        SslClient::Subject => &c.subject,
+        SslClient::Issuer => &c.issuer,
+        SslClient::Serial => &c.serial,
+        SslClient::Fingerprint => &c.fingerprint,
+        SslClient::San => &c.san,
     }
 }
 
@@ -379,6 +427,7 @@ mod tests {
             headers: &headers,
             maps: &[],
             host_captures: None,
+            tls_client: None,
         };
         let p = super::super::pattern::Pattern::new("^/(?<w>a) (b)$", false).unwrap();
         let current = Current {

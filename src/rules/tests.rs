@@ -23,6 +23,7 @@ fn facts_run(rules: &[Rule], target: &str, method: &str) -> (Step, Current) {
         headers: &headers,
         maps: &[],
         host_captures: None,
+        tls_client: None,
     };
     let (path, args) = target.split_once('?').unwrap_or((target, ""));
     let mut current = Current {

@@ -93,16 +93,7 @@ impl Server {
         for path in config.access_log_paths() {
             log.open(&path)?;
         }
-        let admin_listener = match config.admin {
-            Some(a) => {
-                let l = std::net::TcpListener::bind(a).map_err(|e| {
-                    io::Error::new(e.kind(), format!("cannot listen on admin {a}: {e}"))
-                })?;
-                l.set_nonblocking(true)?;
-                Some(l)
-            }
-            None => None,
-        };
+        let admin_listener = config.admin.map(bind_admin).transpose()?;
         let admin_addr = admin_listener
             .as_ref()
             .map(std::net::TcpListener::local_addr)
@@ -360,9 +351,19 @@ impl Drop for Server {
 fn prepare_tls(config: &mut Config, resumption: &crate::tls::Resumption) -> Result<(), String> {
     let http2 = config.http2.enabled;
     if let Some(tls) = &mut config.tls {
-        tls.server = Some(crate::tls::server_config(tls, resumption, http2)?);
+        let server = crate::tls::server_config(tls, resumption, http2)?;
+        tls.by_name = crate::tls::client_auth_configs(tls, http2)?;
+        tls.server = Some(server);
     }
     Ok(())
+}
+
+/// The admin listener's socket.
+fn bind_admin(a: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(a)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on admin {a}: {e}")))?;
+    l.set_nonblocking(true)?;
+    Ok(l)
 }
 
 /// Binds every configured address once per worker; returns each worker's sockets and the

@@ -234,6 +234,7 @@ async fn serve_tls(worker: Rc<Worker>, stream: tokio::net::TcpStream, peer: std:
     let Some(server) = tls.server.clone() else {
         return;
     };
+    let server = (server, tls.by_name.clone());
     if worker.handshakes.get() >= tls.max_handshakes {
         worker.counters.inc(Counter::TlsHandshakesBusy);
         return;

@@ -10,6 +10,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
+use super::client_auth::ByName;
 use crate::observe::metrics::{Counter, Shard};
 
 /// The answer to plain HTTP on a TLS port, around its `Date` field.
@@ -18,10 +19,11 @@ const PLAIN_HTTP: [&[u8]; 2] = [
     b"\r\nContent-Type: text/plain\r\nContent-Length: 48\r\nConnection: close\r\n\r\nThis port speaks HTTPS: use https:// to reach it\n",
 ];
 
-/// Runs the handshake; `None` when it failed (counted).
+/// Runs the handshake with `config`, or with the config `by_name` has for the client's SNI
+/// (a site asking for client certificates); `None` when it failed (counted).
 pub async fn handshake(
     tcp: TcpStream,
-    config: Arc<ServerConfig>,
+    (config, by_name): (Arc<ServerConfig>, Option<Arc<ByName>>),
     timeout: Duration,
     counters: &Shard,
 ) -> Option<TlsStream<TcpStream>> {
@@ -51,7 +53,7 @@ pub async fn handshake(
             return None;
         }
     }
-    let accept = tokio_rustls::TlsAcceptor::from(config).accept(tcp);
+    let accept = accept(tcp, config, by_name);
     match tokio::time::timeout_at(deadline, accept).await {
         Ok(Ok(mut stream)) => {
             if stream.get_ref().1.alpn_protocol() == Some(crate::acme::ACME_TLS_ALPN) {
@@ -76,6 +78,32 @@ pub async fn handshake(
             None
         }
     }
+}
+
+/// The handshake itself: with a site's own config when `by_name` has one for the SNI; a
+/// client chain longer than the site's verification depth fails it.
+async fn accept(
+    tcp: TcpStream,
+    config: Arc<ServerConfig>,
+    by_name: Option<Arc<ByName>>,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let Some(by_name) = by_name else {
+        return tokio_rustls::TlsAcceptor::from(config).accept(tcp).await;
+    };
+    let acceptor = rustls::server::Acceptor::default();
+    let start = tokio_rustls::LazyConfigAcceptor::new(acceptor, tcp).await?;
+    let site = by_name.find(start.client_hello().server_name());
+    let Some((site_config, depth)) = site else {
+        return start.into_stream(config).await;
+    };
+    let stream = start.into_stream(site_config).await?;
+    let chain = stream.get_ref().1.peer_certificates().unwrap_or_default();
+    if !super::client_auth::within_depth(chain, depth) {
+        return Err(std::io::Error::other(rustls::Error::General(format!(
+            "the client's chain is longer than verify_depth {depth}"
+        ))));
+    }
+    Ok(stream)
 }
 
 /// The counter of a failed handshake.

@@ -7,6 +7,7 @@
 pub mod accept;
 pub mod certs;
 pub mod client;
+pub mod client_auth;
 pub mod resolve;
 
 use std::sync::Arc;
@@ -45,6 +46,11 @@ pub struct TlsSettings {
     /// The rustls config built from these settings by the server (with the process's
     /// resumption state); `None` until then.
     pub server: Option<Arc<ServerConfig>>,
+    /// Every site's names and client-certificate settings, when any site asks for client
+    /// certificates (else empty).
+    pub client_auth: Vec<client_auth::SiteClientAuth>,
+    /// The configs of the sites that ask for client certificates, built with `server`.
+    pub by_name: Option<Arc<client_auth::ByName>>,
 }
 
 impl TlsSettings {
@@ -81,6 +87,8 @@ impl TlsSettings {
             resumption: true,
             hsts: None,
             server: None,
+            client_auth: Vec::new(),
+            by_name: None,
         }
     }
 }
@@ -155,6 +163,16 @@ pub fn server_config(
     resumption: &Resumption,
     http2: bool,
 ) -> Result<Arc<ServerConfig>, String> {
+    server_config_verifying(settings, resumption, http2, None)
+}
+
+/// [`server_config`] asking clients for certificates that `verifier` checks.
+fn server_config_verifying(
+    settings: &TlsSettings,
+    resumption: &Resumption,
+    http2: bool,
+    verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+) -> Result<Arc<ServerConfig>, String> {
     let mut provider = rustls::crypto::aws_lc_rs::default_provider();
     provider.cipher_suites = preferred_suites(provider.cipher_suites);
     let provider = Arc::new(provider);
@@ -163,11 +181,14 @@ pub fn server_config(
     } else {
         &[&rustls::version::TLS13, &rustls::version::TLS12]
     };
-    let mut config = ServerConfig::builder_with_provider(provider)
+    let config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(versions)
-        .map_err(|e| format!("TLS versions: {e}"))?
-        .with_no_client_auth()
-        .with_cert_resolver(settings.resolver.clone());
+        .map_err(|e| format!("TLS versions: {e}"))?;
+    let config = match verifier {
+        Some(v) => config.with_client_cert_verifier(v),
+        None => config.with_no_client_auth(),
+    };
+    let mut config = config.with_cert_resolver(settings.resolver.clone());
     let alpn: &[&[u8]] = if http2 { &ALPN_H2 } else { &ALPN_H1 };
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     if settings.resolver.acme() {
@@ -191,6 +212,26 @@ pub fn server_config(
         config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     }
     Ok(Arc::new(config))
+}
+
+/// The configs of the sites that ask for client certificates (`None` when none does): the
+/// listener's settings with each site's verifier, and session state of their own, so that a
+/// session begun without a client certificate is never resumed where one is required.
+pub fn client_auth_configs(
+    settings: &TlsSettings,
+    http2: bool,
+) -> Result<Option<Arc<client_auth::ByName>>, String> {
+    if !settings.client_auth.iter().any(|s| s.auth.is_some()) {
+        return Ok(None);
+    }
+    let make = |verifier| {
+        let own = Resumption::new()?;
+        server_config_verifying(settings, &own, http2, Some(verifier))
+    };
+    Ok(Some(Arc::new(client_auth::ByName::build(
+        &settings.client_auth,
+        &make,
+    )?)))
 }
 
 #[cfg(test)]

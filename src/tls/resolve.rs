@@ -123,8 +123,10 @@ impl SniResolver {
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         if self.acme {
-            let mut offered = hello.alpn().into_iter().flatten();
-            if offered.any(|p| p == crate::acme::ACME_TLS_ALPN) {
+            // A CA's TLS-ALPN-01 check offers that protocol and no other (RFC 8737).
+            let mut offered = hello.alpn().into_iter().flatten().peekable();
+            let first = offered.peek().is_some();
+            if first && offered.all(|p| p == crate::acme::ACME_TLS_ALPN) {
                 return crate::acme::alpn_certificate(hello.server_name()?);
             }
         }

@@ -28,6 +28,7 @@ mod io_paths;
 mod large_bodies;
 mod lifecycle;
 mod limits;
+mod mtls;
 mod nginx_forward_auth;
 mod nginx_headers;
 mod nginx_names;

@@ -29,6 +29,7 @@ pub(in crate::proxy) struct Asker<'a> {
     pub(in crate::proxy) server_name: &'a str,
     pub(in crate::proxy) local_port: &'a dyn Fn() -> u16,
     pub(in crate::proxy) maps: &'a [crate::rules::map::Map],
+    pub(in crate::proxy) tls_client: Option<&'a crate::tls::client_auth::ClientCert>,
 }
 
 /// The request's side of caching under `rule`.
@@ -53,6 +54,7 @@ pub(in crate::proxy) fn cache_request(
         headers: head.headers,
         maps: asker.maps,
         host_captures: None,
+        tls_client: asker.tls_client,
     };
     let (path, args) = head.path.split_once('?').unwrap_or((&head.path, ""));
     let current = Current {

@@ -61,6 +61,7 @@ pub async fn serve_http2(worker: Rc<Worker>, mut stream: Stream, peer: SocketAdd
     }
     let info = StreamInfo {
         tls_version: stream.tls_version(),
+        client_cert: stream.client_cert(),
         local: stream.local_addr(),
         peer,
         id: worker.new_connection_id(),
@@ -158,7 +159,7 @@ async fn drive(
                 let (request, respond) = *accepted;
                 counters.inc(Counter::Http2Streams);
                 idle_deadline = tokio::time::Instant::now() + idle;
-                let task = serve_stream(worker.clone(), request, respond, info);
+                let task = serve_stream(worker.clone(), request, respond, info.clone());
                 tokio::task::spawn_local(task);
             }
             Event::Accepted(Some(Err(e))) if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) => {
@@ -226,9 +227,11 @@ async fn linger(stream: &mut Stream, time: Duration) {
 }
 
 /// What each stream of a connection needs to know about it.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct StreamInfo {
     tls_version: &'static str,
+    /// The connection's client certificate, read once.
+    client_cert: Option<Rc<crate::tls::client_auth::ClientCert>>,
     local: Option<SocketAddr>,
     peer: SocketAddr,
     /// The connection's serial number on this worker (the error log's `conn=`).
@@ -255,6 +258,7 @@ async fn serve_stream(
     let expects_continue = request.expects_continue();
     let mut stream = H2Stream::new(request, body, respond);
     stream.tls_version = info.tls_version;
+    stream.client_cert = info.client_cert;
     stream.local = info.local;
     if !expects_continue {
         // Only what has already arrived: a body that trickles is forwarded as it comes.
