@@ -9,6 +9,7 @@ pub mod listener;
 pub mod pid_file;
 mod proxy_header;
 mod run;
+mod stapling;
 pub mod systemd;
 mod worker_thread;
 
@@ -50,6 +51,8 @@ pub struct Server {
     stop_watch: Option<std::sync::mpsc::Sender<()>>,
     /// The ACME thread, while a site has `acme = true`.
     acme: std::sync::Mutex<Option<crate::acme::manager::Manager>>,
+    /// The OCSP stapling thread, when the config has TLS.
+    stapler: Option<stapling::Stapler>,
 }
 
 /// Each worker's listening sockets, with the connection limit each one has.
@@ -100,6 +103,8 @@ impl Server {
             .transpose()?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let metrics = Metrics::default();
+        let stapler = config.tls.as_ref().map(|t| t.resolver.slots().to_vec());
+        let stapler = stapler.map(stapling::Stapler::start).transpose()?;
         let shared = Arc::new(SharedConfig::new(config));
         let fleet = Arc::new(Fleet::new(Table::default()));
         let control = Control::start(fleet.clone(), shared.current(), 0)?;
@@ -117,6 +122,7 @@ impl Server {
             certificates_changed: Arc::default(),
             stop_watch: None,
             acme: std::sync::Mutex::default(),
+            stapler,
         };
         if let Some(prepared) = acme {
             *server
@@ -159,6 +165,7 @@ impl Server {
                 more: Arc::new(move |out: &mut String| {
                     crate::upstream::stats::render(&fleet, &shared.current(), out);
                     crate::acme::render_metrics(out);
+                    stapling::render_metrics(out);
                 }),
                 caches: {
                     let shared = server.shared.clone();
@@ -252,6 +259,9 @@ impl Server {
 
     fn try_reload(&self, mut config: Config) -> Result<(), String> {
         prepare_tls(&mut config, &self.resumption)?;
+        if let (Some(stapler), Some(tls)) = (&self.stapler, &config.tls) {
+            stapler.adopt(tls.resolver.slots());
+        }
         load_caches(&config);
         let current = self.shared.current();
         if current.listeners != config.listeners {
@@ -324,6 +334,7 @@ impl Server {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .take(),
         );
+        drop(self.stapler.take());
         drop(self.stop_watch.take());
         drop(
             self.control

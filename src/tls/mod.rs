@@ -8,6 +8,7 @@ pub mod accept;
 pub mod certs;
 pub mod client;
 pub mod client_auth;
+pub mod ocsp;
 pub mod resolve;
 
 use std::sync::Arc;

@@ -22,13 +22,55 @@ pub struct CertSource {
     pub default: bool,
 }
 
+/// One configured certificate as served: the chain and key, with its OCSP staple once the
+/// stapling thread has a good one ([`Slot::staple`]); swapped whole, read without a lock.
+#[derive(Debug)]
+pub struct Slot {
+    plain: Arc<CertifiedKey>,
+    served: arc_swap::ArcSwap<CertifiedKey>,
+}
+
+impl Slot {
+    fn new(key: &Arc<CertifiedKey>) -> Slot {
+        Slot {
+            plain: key.clone(),
+            served: arc_swap::ArcSwap::new(key.clone()),
+        }
+    }
+
+    /// The certificate as served now.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.served.load_full()
+    }
+
+    /// Its chain, leaf first.
+    pub fn chain(&self) -> &[rustls::pki_types::CertificateDer<'static>] {
+        &self.plain.cert
+    }
+
+    /// Staples `response` (DER) from the next handshake on, or stops stapling (`None`).
+    pub fn staple(&self, response: Option<Vec<u8>>) {
+        let mut key = CertifiedKey::clone(&self.plain);
+        key.ocsp = response;
+        self.served.store(Arc::new(key));
+    }
+
+    /// The staple served now, if any.
+    pub fn stapled(&self) -> Option<Vec<u8>> {
+        self.served.load().ocsp.clone()
+    }
+}
+
 /// Certificates by server name.
 #[derive(Debug, Default)]
 pub struct SniResolver {
-    exact: HashMap<String, Arc<CertifiedKey>>,
+    exact: HashMap<String, Arc<Slot>>,
     /// By suffix with its leading dot (`.example.com`).
-    wildcard: HashMap<String, Arc<CertifiedKey>>,
-    default: Option<Arc<CertifiedKey>>,
+    wildcard: HashMap<String, Arc<Slot>>,
+    default: Option<Arc<Slot>>,
+    /// Every configured certificate once (by the address of its key while building).
+    slots: Vec<Arc<Slot>>,
+    by_key: HashMap<usize, usize>,
     /// Clients without SNI get no certificate (the handshake fails).
     require_sni: bool,
     /// Names may also have ACME certificates ([`crate::acme::certificate`]).
@@ -62,17 +104,37 @@ impl SniResolver {
 
     /// Adds `name` (`example.com` or `*.example.com`) for `key`; the first one for a name wins.
     pub fn add(&mut self, name: &str, key: &Arc<CertifiedKey>) {
+        let slot = self.slot(key);
         let name = name.trim_end_matches('.').to_ascii_lowercase();
         let (map, k) = match name.strip_prefix('*') {
             Some(suffix) => (&mut self.wildcard, suffix.to_string()),
             None => (&mut self.exact, name),
         };
-        map.entry(k).or_insert_with(|| key.clone());
+        map.entry(k).or_insert(slot);
     }
 
     /// Sets the certificate for clients without SNI or with an unknown name.
     pub fn set_default(&mut self, key: &Arc<CertifiedKey>) {
-        self.default.get_or_insert_with(|| key.clone());
+        if self.default.is_none() {
+            self.default = Some(self.slot(key));
+        }
+    }
+
+    /// The slot of `key`, one per certificate however many names it serves.
+    fn slot(&mut self, key: &Arc<CertifiedKey>) -> Arc<Slot> {
+        let at = Arc::as_ptr(key) as usize;
+        if let Some(&i) = self.by_key.get(&at) {
+            return self.slots[i].clone();
+        }
+        let slot = Arc::new(Slot::new(key));
+        self.by_key.insert(at, self.slots.len());
+        self.slots.push(slot.clone());
+        slot
+    }
+
+    /// Every configured certificate (for OCSP stapling).
+    pub fn slots(&self) -> &[Arc<Slot>] {
+        &self.slots
     }
 
     /// Refuses clients without SNI (`require_sni`).
@@ -103,19 +165,20 @@ impl SniResolver {
         if let Some(name) = name {
             let name = name.trim_end_matches('.').to_ascii_lowercase();
             if let Some(k) = self.exact.get(&name) {
-                return Some(k.clone());
+                return Some(k.current());
             }
             if let Some(k) = self.acme.then(|| crate::acme::certificate(&name)).flatten() {
                 return Some(k);
             }
             for (i, _) in name.match_indices('.') {
                 if let Some(k) = self.wildcard.get(&name[i..]) {
-                    return Some(k.clone());
+                    return Some(k.current());
                 }
             }
         }
         self.default
-            .clone()
+            .as_ref()
+            .map(|s| s.current())
             .or_else(|| self.acme.then(crate::acme::any_certificate).flatten())
     }
 }

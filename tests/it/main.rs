@@ -35,6 +35,7 @@ mod nginx_names;
 mod nginx_nested;
 mod nginx_parity;
 mod observe;
+mod ocsp;
 mod operate;
 mod proxy_http1;
 mod proxy_protocol;

@@ -1,0 +1,272 @@
+//! The OCSP stapling thread: for each configured certificate that names an OCSP responder,
+//! fetches a response off the workers, checks it (`tls::ocsp::check`) and staples it onto the
+//! certificate's slot; refreshed halfway to its `nextUpdate`, retried with backoff on failure,
+//! and withdrawn when it would go stale. Good responses are remembered across reloads, so a
+//! reload staples at once without asking the responder again.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use crate::tls::ocsp::{self, Staple, Target};
+use crate::tls::resolve::Slot;
+
+/// Time allowed to connect to a responder, and for each read and write.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest response read.
+const MAX_RESPONSE: u64 = 64 * 1024;
+
+/// Responses stapled, and fetches that failed (a response refused counts as failed).
+static STAPLED: AtomicU64 = AtomicU64::new(0);
+/// See [`STAPLED`].
+static FAILED: AtomicU64 = AtomicU64::new(0);
+
+/// Good responses by leaf certificate (DER).
+type Cache = Arc<Mutex<HashMap<Vec<u8>, Staple>>>;
+
+/// The running thread; dropping it stops the thread.
+pub(super) struct Stapler {
+    updates: Option<mpsc::Sender<Vec<Arc<Slot>>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    cache: Cache,
+}
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+impl Stapler {
+    /// Starts the thread on the running config's certificates.
+    pub(super) fn start(slots: Vec<Arc<Slot>>) -> std::io::Result<Stapler> {
+        let (tx, rx) = mpsc::channel();
+        let cache: Cache = Arc::default();
+        let shared = cache.clone();
+        let thread = std::thread::Builder::new()
+            .name("ocsp".into())
+            .spawn(move || run(&rx, slots, &shared))?;
+        Ok(Stapler {
+            updates: Some(tx),
+            thread: Some(thread),
+            cache,
+        })
+    }
+
+    /// A reloaded config's certificates: the responses still good are stapled at once (before
+    /// the config serves), then the thread looks after them.
+    pub(super) fn adopt(&self, slots: &[Arc<Slot>]) {
+        let t = now();
+        if let Ok(cache) = self.cache.lock() {
+            for slot in slots {
+                if let Some(s) = cache.get(slot.chain()[0].as_ref()) {
+                    if s.next_update > t {
+                        slot.staple(Some(s.der.clone()));
+                    }
+                }
+            }
+        }
+        if let Some(tx) = &self.updates {
+            let _ = tx.send(slots.to_vec());
+        }
+    }
+}
+
+impl Drop for Stapler {
+    fn drop(&mut self) {
+        drop(self.updates.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One certificate the thread looks after.
+struct Entry {
+    slot: Arc<Slot>,
+    target: Target,
+    /// When to fetch next (seconds since the epoch).
+    due: i64,
+    failures: u32,
+}
+
+fn entries(slots: Vec<Arc<Slot>>, cache: &Cache) -> Vec<Entry> {
+    let cache = cache.lock().map(|c| c.clone()).unwrap_or_default();
+    slots
+        .into_iter()
+        .filter_map(|slot| {
+            let target = match ocsp::target(slot.chain())? {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!("OCSP stapling off for a certificate: {e}");
+                    return None;
+                }
+            };
+            let due = cache
+                .get(slot.chain()[0].as_ref())
+                .map_or(0, Staple::refresh_at);
+            Some(Entry {
+                slot,
+                target,
+                due,
+                failures: 0,
+            })
+        })
+        .collect()
+}
+
+fn run(updates: &mpsc::Receiver<Vec<Arc<Slot>>>, slots: Vec<Arc<Slot>>, cache: &Cache) {
+    let mut list = entries(slots, cache);
+    loop {
+        for e in &mut list {
+            if now() >= e.due {
+                refresh(e, cache);
+            }
+            // A staple that was not refreshed in time is withdrawn before it goes stale.
+            let leaf = e.slot.chain()[0].as_ref();
+            let stale = cache
+                .lock()
+                .ok()
+                .and_then(|c| c.get(leaf).map(|s| s.next_update <= now()));
+            if stale == Some(true) {
+                e.slot.staple(None);
+                if let Ok(mut c) = cache.lock() {
+                    c.remove(leaf);
+                }
+            }
+        }
+        // Also when a staple would go stale (withdrawn then, if no fresh one came).
+        let expiry = cache
+            .lock()
+            .ok()
+            .and_then(|c| c.values().map(|s| s.next_update).min());
+        let due = list.iter().map(|e| e.due).min();
+        let wake = due.into_iter().chain(expiry).min().unwrap_or(now() + 3600);
+        let wait = Duration::from_secs(wake.saturating_sub(now()).clamp(1, 3600) as u64);
+        match updates.recv_timeout(wait) {
+            Ok(slots) => list = entries(slots, cache),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// Fetches and checks one response; a good one is stapled, a failure retried after 1, 2, 4
+/// ... minutes (at most an hour), the current staple kept while it is still good.
+fn refresh(e: &mut Entry, cache: &Cache) {
+    let result = fetch(&e.target.url, &ocsp::request(&e.target))
+        .and_then(|der| ocsp::check(&e.target, &der, now()));
+    match result {
+        Ok(staple) => {
+            e.slot.staple(Some(staple.der.clone()));
+            e.due = staple.refresh_at().max(now() + 60);
+            e.failures = 0;
+            STAPLED.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut c) = cache.lock() {
+                c.insert(e.slot.chain()[0].as_ref().to_vec(), staple);
+            }
+        }
+        Err(reason) => {
+            FAILED.fetch_add(1, Ordering::Relaxed);
+            e.failures += 1;
+            let wait = (60i64 << (e.failures - 1).min(6)).min(3600);
+            e.due = now() + wait;
+            tracing::warn!(
+                "OCSP: no staple from {} ({reason}); next attempt in {wait} s",
+                e.target.url
+            );
+        }
+    }
+}
+
+/// POSTs an OCSP request to an `http://` responder and returns the response body.
+fn fetch(url: &str, body: &[u8]) -> Result<Vec<u8>, String> {
+    let rest = url.strip_prefix("http://").ok_or("not an http:// URL")?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let with_port = if authority
+        .rsplit(':')
+        .next()
+        .is_some_and(|p| p.parse::<u16>().is_ok())
+        && !authority.ends_with(']')
+    {
+        authority.to_string()
+    } else {
+        format!("{authority}:80")
+    };
+    let addr = with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("{authority}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{authority}: no address"))?;
+    let mut tcp = TcpStream::connect_timeout(&addr, FETCH_TIMEOUT).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(FETCH_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    tcp.set_write_timeout(Some(FETCH_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let head = format!(
+        "POST {path} HTTP/1.0\r\nHost: {authority}\r\nContent-Type: application/ocsp-request\r\nAccept: application/ocsp-response\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes())
+        .and_then(|()| tcp.write_all(body))
+        .map_err(|e| e.to_string())?;
+    // Read the head, then the body by its Content-Length (some responders keep the
+    // connection open), else to the end.
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let split = loop {
+        if let Some(i) = answer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        let n = tcp.read(&mut chunk).map_err(|e| e.to_string())?;
+        if n == 0 || answer.len() as u64 > MAX_RESPONSE {
+            return Err("no HTTP response".into());
+        }
+        answer.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&answer[..split]).into_owned();
+    let ok = head.split_whitespace().nth(1).is_some_and(|s| s == "200");
+    if !ok {
+        let line = head.lines().next().unwrap_or_default().to_string();
+        return Err(format!("the responder answered {line:?}"));
+    }
+    let length = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("content-length")
+            .then(|| value.trim().parse::<u64>().ok())?
+    });
+    let mut body = answer[split + 4..].to_vec();
+    let want = length.unwrap_or(MAX_RESPONSE).min(MAX_RESPONSE);
+    let have = body.len() as u64;
+    if have < want {
+        let mut rest = Vec::new();
+        let read = tcp.take(want - have).read_to_end(&mut rest);
+        if length.is_some() {
+            read.map_err(|e| e.to_string())?;
+        }
+        body.extend_from_slice(&rest);
+    }
+    if length.is_some_and(|l| body.len() as u64 != l) {
+        return Err("the response ended early".into());
+    }
+    Ok(body)
+}
+
+/// The Prometheus lines of stapling.
+pub(super) fn render_metrics(out: &mut String) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        out,
+        "# HELP slipstream_ocsp_responses_stapled_total OCSP responses fetched, checked and stapled.\n\
+         # TYPE slipstream_ocsp_responses_stapled_total counter\n\
+         slipstream_ocsp_responses_stapled_total {}\n\
+         # HELP slipstream_ocsp_fetch_failures_total OCSP fetches that failed or whose response was refused.\n\
+         # TYPE slipstream_ocsp_fetch_failures_total counter\n\
+         slipstream_ocsp_fetch_failures_total {}",
+        STAPLED.load(Ordering::Relaxed),
+        FAILED.load(Ordering::Relaxed)
+    );
+}
