@@ -59,6 +59,9 @@ pub enum Kind {
     ClientClosed,
     /// No site or route matches the request.
     NoRoute,
+    /// The request's Host names a site other than the one its TLS connection was made for,
+    /// and one of them asks for client certificates (421: the client connects again).
+    Misdirected,
     /// The route's `access` rules refuse the client (or its authorization service, 403).
     AccessDenied,
     /// The route's authorization service asks for credentials (401).
@@ -133,6 +136,7 @@ impl Kind {
             | Kind::BodyTooLarge
             | Kind::BodyOverLimit => Side::Client,
             Kind::NoRoute
+            | Kind::Misdirected
             | Kind::AccessDenied
             | Kind::Unauthorized
             | Kind::AuthFailed
@@ -170,6 +174,9 @@ impl Kind {
             Kind::ClientTimeout => "client timed out",
             Kind::ClientClosed => "client closed the connection",
             Kind::NoRoute => "no route",
+            Kind::Misdirected => {
+                "Host names another site than the TLS connection's (client certificates)"
+            }
             Kind::AccessDenied => "access denied by the route's rules",
             Kind::Unauthorized => "credentials required",
             Kind::AuthFailed => "authorization service failed",
@@ -378,6 +385,7 @@ impl Error {
             Kind::ClientTimeout => (408, Counter::ClientTimeouts),
             Kind::ClientClosed => (499, Counter::ClientClosed),
             Kind::NoRoute => (404, Counter::NoRoute),
+            Kind::Misdirected => (421, Counter::AccessDenied),
             Kind::AccessDenied => (403, Counter::AccessDenied),
             Kind::Unauthorized => (401, Counter::AuthRefusals),
             Kind::AuthFailed => (500, Counter::AuthFailures),
@@ -445,7 +453,7 @@ impl Kind {
             Kind::ClientTimeout | Kind::ConnectTimeout | Kind::UpstreamTimeout => DEADLINE_EXCEEDED,
             Kind::NotCached => UNAVAILABLE,
             Kind::ClientClosed => CANCELLED,
-            Kind::FileForbidden | Kind::AccessDenied => PERMISSION_DENIED,
+            Kind::FileForbidden | Kind::AccessDenied | Kind::Misdirected => PERMISSION_DENIED,
             Kind::Unauthorized => UNAUTHENTICATED,
             Kind::AuthFailed => INTERNAL,
             Kind::RewriteFailed | Kind::RegexLimit | Kind::Replaced(_) => INTERNAL,

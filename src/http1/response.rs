@@ -478,6 +478,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
         401 => "Unauthorized",
         409 => "Conflict",
         410 => "Gone",
+        421 => "Misdirected Request",
         422 => "Unprocessable Content",
         429 => "Too Many Requests",
         403 => "Forbidden",

@@ -36,6 +36,8 @@ pub struct H2Stream {
     pub tls_version: &'static str,
     /// The connection's client certificate, when the client sent one.
     pub client_cert: Option<std::rc::Rc<crate::tls::client_auth::ClientCert>>,
+    /// The server name (SNI) of the connection's handshake.
+    pub tls_sni: Option<std::rc::Rc<str>>,
     /// The local address of the connection.
     pub local: Option<SocketAddr>,
     /// What the stream is reset with if its response does not end: INTERNAL_ERROR, or the
@@ -66,6 +68,7 @@ impl H2Stream {
             request,
             tls_version: "",
             client_cert: None,
+            tls_sni: None,
             local: None,
             abort: Reason::INTERNAL_ERROR,
         }

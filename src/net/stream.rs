@@ -199,6 +199,15 @@ impl Stream {
         }
     }
 
+    /// The server name (SNI) a TLS client asked for, if any.
+    pub fn tls_server_name(&self) -> Option<&str> {
+        match self {
+            Stream::TlsServer(s) => s.get_ref().1.server_name(),
+            Stream::H2(s) => s.tls_sni.as_deref(),
+            _ => None,
+        }
+    }
+
     /// The TLS version of a client connection over TLS (nginx's names), else `""`.
     pub fn tls_version(&self) -> &'static str {
         match self {

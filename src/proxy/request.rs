@@ -397,6 +397,27 @@ pub(super) fn may_go_to_named(config: &Config, route: Option<Target>) -> bool {
     matches!(fallback, Some(Fallback::Location(_)))
 }
 
+/// Refuses (421) a request whose Host names another site than its TLS connection's SNI when
+/// one of the two asks for client certificates: the handshake checked the other site's.
+fn refuse_misdirected(
+    config: &Config,
+    stream: &crate::net::Stream,
+    head: &RequestHead<'_, '_>,
+    prepared: &mut Prepared,
+) {
+    let Some(by_name) = config.tls.as_ref().and_then(|t| t.by_name.as_ref()) else {
+        return;
+    };
+    if stream.tls_version().is_empty() {
+        return;
+    }
+    if by_name.misdirected(stream.tls_server_name(), head.host) {
+        prepared.refused = Some(crate::error::Kind::Misdirected);
+        prepared.answer = None;
+        prepared.route = None;
+    }
+}
+
 /// Reads until `buf` holds a whole, valid request head. `Ok(None)`: the client closed (or went
 /// quiet) before sending anything that needs an answer.
 pub(super) async fn read_head(
@@ -418,7 +439,8 @@ pub(super) async fn read_head(
         let log = worker.log.enabled();
         let port = || local_port(&client.stream);
         let entry = super::rules::Entry::Client;
-        let prepared = Prepared::new(&head, config, peer, (log, https), &port, entry);
+        let mut prepared = Prepared::new(&head, config, peer, (log, https), &port, entry);
+        refuse_misdirected(config, &client.stream, &head, &mut prepared);
         // As an HTTP/1.1 connection's first read would: a body already in hand goes with the
         // head, and a request whose whole body is in hand may be sent again elsewhere.
         read_staged(&mut client.stream, buf, limits.max_request_head + 1).await;
@@ -432,14 +454,10 @@ pub(super) async fn read_head(
             if let Some(head) = parse_request(buf, &mut storage, limits.max_request_head)? {
                 let log = worker.log.enabled();
                 let port = || local_port(&client.stream);
-                return Ok(Some(Prepared::new(
-                    &head,
-                    config,
-                    peer,
-                    (log, https),
-                    &port,
-                    super::rules::Entry::Client,
-                )));
+                let entry = super::rules::Entry::Client;
+                let mut prepared = Prepared::new(&head, config, peer, (log, https), &port, entry);
+                refuse_misdirected(config, &client.stream, &head, &mut prepared);
+                return Ok(Some(prepared));
             }
         }
         let room = limits.max_request_head + 1;

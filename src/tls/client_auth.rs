@@ -127,6 +127,11 @@ impl ByName {
 
     /// The config and verification depth for a ClientHello's name (`None`: the base one).
     pub fn find(&self, name: Option<&str>) -> Option<(Arc<ServerConfig>, usize)> {
+        self.configs.get(self.site(name)?).cloned().flatten()
+    }
+
+    /// The site a name selects, as for certificates: exact, wildcard, else the default.
+    fn site(&self, name: Option<&str>) -> Option<usize> {
         let site = name.and_then(|name| {
             let name = name.trim_end_matches('.').to_ascii_lowercase();
             self.exact.get(&name).copied().or_else(|| {
@@ -134,8 +139,27 @@ impl ByName {
                     .find_map(|(i, _)| self.wildcard.get(&name[i..]).copied())
             })
         });
-        let site = site.or(self.default)?;
-        self.configs.get(site).cloned().flatten()
+        site.or(self.default)
+    }
+
+    /// Whether a request for `host` on a connection made for `sni` must be refused (421):
+    /// they select different sites and one of the two asks for client certificates, so the
+    /// handshake did not check what the request's site requires (nginx's rule).
+    pub fn misdirected(&self, sni: Option<&str>, host: Option<&[u8]>) -> bool {
+        let Some(host) = host.and_then(|h| std::str::from_utf8(h).ok()) else {
+            return false;
+        };
+        let name = if host.starts_with('[') {
+            host
+        } else {
+            host.rsplit_once(':').map_or(host, |(name, _)| name)
+        };
+        let (a, b) = (self.site(sni), self.site(Some(name)));
+        let asks = |s: Option<usize>| {
+            s.and_then(|i| self.configs.get(i))
+                .is_some_and(Option::is_some)
+        };
+        a != b && (asks(a) || asks(b))
     }
 }
 

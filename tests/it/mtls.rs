@@ -99,13 +99,11 @@ fn openssl_sha1(pem: &str) -> String {
     hex.replace(':', "").to_ascii_lowercase()
 }
 
-#[test]
-fn client_certificates_required_optional_or_not_asked_per_site() {
-    let upstream = Upstream::ok(b"app");
-    let pki = TestPki::new("mtls-pki");
-    client_pki(&pki.dir);
+/// Three sites on one TLS listener: `a.test` requires a client certificate (with a CRL),
+/// `*.w.test` takes one optionally, the default asks for none; each forwards the variables.
+fn mtls_config(pki: &TestPki, upstream: std::net::SocketAddr) -> String {
     let forward = r#"proxy_set_headers = { "X-Client-Verify" = "$ssl_client_verify", "X-Client-DN" = "$ssl_client_s_dn", "X-Client-Issuer" = "$ssl_client_i_dn", "X-Client-SAN" = "$ssl_client_san", "X-Client-Fingerprint" = "$ssl_client_fingerprint", "X-Client-Serial" = "$ssl_client_serial" }"#;
-    let config = format!(
+    format!(
         r#"
 [[listen]]
 address = "{{listen}}"
@@ -135,7 +133,7 @@ key = "{default_key}"
 {forward}
 routes = [{{ path = "/", upstream = "app" }}]
 "#,
-        upstream = upstream.addr,
+        upstream = upstream,
         exact = pki.path("exact.pem"),
         exact_key = pki.path("exact.key"),
         wild = pki.path("wild.pem"),
@@ -144,7 +142,58 @@ routes = [{{ path = "/", upstream = "app" }}]
         default_key = pki.path("default.key"),
         ca = pki.path("client-ca.pem"),
         crl = pki.path("crl.pem"),
-    );
+    )
+}
+
+/// A connection made for a site that asks for nothing cannot carry a request for one that
+/// requires a certificate (nor the other way round): 421, over HTTP/1.1 and HTTP/2.
+fn misdirected_requests_are_421(pki: &TestPki, addr: SocketAddr) {
+    for version in ["--http1.1", "--http2"] {
+        for (sni, host) in [
+            ("default.test", "a.test"),
+            ("x.w.test", "a.test"),
+            ("a.test", "default.test"),
+        ] {
+            let mut cmd = Command::new("curl");
+            cmd.args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                version,
+                "--cacert",
+                &pki.path("ca.pem"),
+            ])
+            .args(["--resolve", &format!("{sni}:{}:127.0.0.1", addr.port())])
+            .args(["-H", &format!("Host: {host}")]);
+            if sni == "a.test" {
+                cmd.args([
+                    "--cert",
+                    &pki.path("good.pem"),
+                    "--key",
+                    &pki.path("good.key"),
+                ]);
+            }
+            let out = cmd
+                .arg(format!("https://{sni}:{}/", addr.port()))
+                .output()
+                .unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                "421",
+                "{version} {sni} -> {host}: {out:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn client_certificates_required_optional_or_not_asked_per_site() {
+    let upstream = Upstream::ok(b"app");
+    let pki = TestPki::new("mtls-pki");
+    client_pki(&pki.dir);
+    let config = mtls_config(&pki, upstream.addr);
     let running = Running::config("mtls.toml", &config);
     let addr = running.addr;
     let last = || upstream.seen().last().cloned().unwrap();
@@ -185,6 +234,13 @@ routes = [{{ path = "/", upstream = "app" }}]
     );
     assert_eq!(last().header("x-client-verify"), Some("SUCCESS"));
     assert_eq!(curl(&pki, addr, "x.w.test", Some("stranger")), None);
+
+    misdirected_requests_are_421(&pki, addr);
+    assert_eq!(
+        upstream.seen().len(),
+        before + 2,
+        "no misdirected request reached the upstream"
+    );
 
     // A site that asks for none: served either way, never SUCCESS.
     assert_eq!(

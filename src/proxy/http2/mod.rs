@@ -62,6 +62,7 @@ pub async fn serve_http2(worker: Rc<Worker>, mut stream: Stream, peer: SocketAdd
     let info = StreamInfo {
         tls_version: stream.tls_version(),
         client_cert: stream.client_cert(),
+        tls_sni: stream.tls_server_name().map(Rc::from),
         local: stream.local_addr(),
         peer,
         id: worker.new_connection_id(),
@@ -232,6 +233,8 @@ struct StreamInfo {
     tls_version: &'static str,
     /// The connection's client certificate, read once.
     client_cert: Option<Rc<crate::tls::client_auth::ClientCert>>,
+    /// The server name of its handshake.
+    tls_sni: Option<Rc<str>>,
     local: Option<SocketAddr>,
     peer: SocketAddr,
     /// The connection's serial number on this worker (the error log's `conn=`).
@@ -259,6 +262,7 @@ async fn serve_stream(
     let mut stream = H2Stream::new(request, body, respond);
     stream.tls_version = info.tls_version;
     stream.client_cert = info.client_cert;
+    stream.tls_sni = info.tls_sni;
     stream.local = info.local;
     if !expects_continue {
         // Only what has already arrived: a body that trickles is forwarded as it comes.
