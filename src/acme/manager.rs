@@ -245,6 +245,7 @@ async fn run(
         mut certs,
     } = prepared;
     let mut account: Option<Account> = None;
+    tokio::spawn(super::scan_shared_tokens());
     loop {
         for m in &mut certs {
             let work = async {
@@ -302,7 +303,7 @@ fn carry_over(mut old: Vec<Managed>, mut new: Vec<Managed>) -> Vec<Managed> {
             let expiry = |s: &Option<Stored>| s.as_ref().map_or(0, |s| s.not_after);
             if expiry(&old[i].stored) > expiry(&n.stored) {
                 // The thread renewed after the reload read the state: keep that one.
-                if let Some(s) = old[i].stored.clone() {
+                if let Some(s) = old[i].stored.clone().filter(|s| n.usable(s)) {
                     n.serve(s);
                 }
             }
@@ -466,11 +467,16 @@ async fn order(
             .ok_or_else(|| format!("the CA offers no {kind:?} challenge for {name}"))?;
         let key_authorization = challenge.key_authorization();
         match settings.challenge {
-            Challenge::Http01 => answers.http(
-                &challenge.token,
-                key_authorization.as_str(),
-                &state.tokens_dir(),
-            ),
+            Challenge::Http01 => {
+                answers.http(
+                    &challenge.token,
+                    key_authorization.as_str(),
+                    &state.tokens_dir(),
+                );
+                // Other instances sharing the state directory (the CA may reach any of
+                // them) read the answer within one scan.
+                tokio::time::sleep(super::SHARED_TOKEN_SCAN * 2).await;
+            }
             Challenge::TlsAlpn01 => {
                 let key = self_signed(
                     std::slice::from_ref(&name),
@@ -606,6 +612,10 @@ impl Answers {
     /// Publishes an HTTP-01 answer, also in the state directory for the other instances.
     fn http(&mut self, token: &str, key_authorization: &str, shared: &Path) {
         super::set_http01(token, Some(key_authorization.to_string()));
+        if !super::well_formed_token(token) {
+            // Answered from memory only: never a file name made of what a CA sent.
+            return;
+        }
         let _ = super::state::write_atomically(&shared.join(token), key_authorization.as_bytes());
         self.tokens.push(token.to_string());
         self.shared = Some(shared.to_path_buf());

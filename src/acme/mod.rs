@@ -99,6 +99,8 @@ struct Store {
     /// Where pending HTTP-01 answers are also written, for the instances sharing the state
     /// directory (any of them may receive the CA's check).
     shared_tokens: ArcSwap<Option<PathBuf>>,
+    /// The answers found there (other instances' pending tokens), read by the ACME thread.
+    shared_http: ArcSwap<HashMap<String, String>>,
     /// HTTP-01 key authorizations by token.
     http: ArcSwap<HashMap<String, String>>,
     /// TLS-ALPN-01 answers by name.
@@ -124,24 +126,53 @@ pub fn any_certificate() -> Option<Arc<CertifiedKey>> {
 }
 
 /// The answer to an HTTP-01 request for `path`, when it asks for a pending token: this
-/// instance's, or one another instance sharing the state directory wrote there (a small
-/// file read, only for a well-formed token while ACME is on).
+/// instance's, or one another instance sharing the state directory published there (both
+/// in memory: no file is read on a worker).
 pub fn http01_answer(path: &str) -> Option<String> {
     let token = path.strip_prefix(HTTP01_PREFIX)?;
     if let Some(answer) = STORE.http.load().get(token) {
         return Some(answer.clone());
     }
-    let shared = STORE.shared_tokens.load();
-    let dir = shared.as_ref().as_ref()?;
-    let well_formed = (1..=128).contains(&token.len())
+    STORE.shared_http.load().get(token).cloned()
+}
+
+/// A token as a CA sends it (base64url): safe as a file name.
+fn well_formed_token(token: &str) -> bool {
+    (1..=128).contains(&token.len())
         && token
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if !well_formed {
-        return None;
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// How often the state directory's pending HTTP-01 answers are read.
+pub(crate) const SHARED_TOKEN_SCAN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Reads the other instances' pending HTTP-01 answers from the state directory (every
+/// [`SHARED_TOKEN_SCAN`], on the ACME thread).
+async fn scan_shared_tokens() {
+    loop {
+        let dir = STORE.shared_tokens.load().as_ref().clone();
+        let mut found = HashMap::new();
+        if let Some(entries) = dir.and_then(|d| std::fs::read_dir(d).ok()) {
+            for entry in entries.flatten().take(1000) {
+                let Some(token) = entry.file_name().to_str().map(str::to_string) else {
+                    continue;
+                };
+                if !well_formed_token(&token) {
+                    continue;
+                }
+                if let Ok(answer) = std::fs::read_to_string(entry.path()) {
+                    if answer.starts_with(&token) && answer.len() < 512 {
+                        found.insert(token, answer);
+                    }
+                }
+            }
+        }
+        if *STORE.shared_http.load().as_ref() != found {
+            STORE.shared_http.store(Arc::new(found));
+        }
+        tokio::time::sleep(SHARED_TOKEN_SCAN).await;
     }
-    let answer = std::fs::read_to_string(dir.join(token)).ok()?;
-    answer.starts_with(token).then_some(answer)
 }
 
 /// Where HTTP-01 answers are shared with other instances (`None`: nowhere).

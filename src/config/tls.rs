@@ -167,6 +167,12 @@ impl Validator<'_> {
                     if let Err(e) = auth.verifier() {
                         self.error(ca.span().start, format!("client certificates: {e}"));
                     }
+                    if site.hosts.iter().any(|h| h.get_ref().starts_with('~')) {
+                        self.error(
+                            ca.span().start,
+                            "client_ca needs exact or *. host names: the TLS handshake chooses the site by SNI before any regex could",
+                        );
+                    }
                     Some(auth)
                 }
                 None => {

@@ -103,8 +103,8 @@ impl Server {
             .transpose()?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let metrics = Metrics::default();
-        let stapler = config.tls.as_ref().map(|t| t.resolver.slots().to_vec());
-        let stapler = stapler.map(stapling::Stapler::start).transpose()?;
+        let slots = config.tls.as_ref().map(|t| t.resolver.slots().to_vec());
+        let stapler = Some(stapling::Stapler::start(slots.unwrap_or_default())?);
         let shared = Arc::new(SharedConfig::new(config));
         let fleet = Arc::new(Fleet::new(Table::default()));
         let control = Control::start(fleet.clone(), shared.current(), 0)?;
@@ -259,8 +259,9 @@ impl Server {
 
     fn try_reload(&self, mut config: Config) -> Result<(), String> {
         prepare_tls(&mut config, &self.resumption)?;
-        if let (Some(stapler), Some(tls)) = (&self.stapler, &config.tls) {
-            stapler.adopt(tls.resolver.slots());
+        let slots = config.tls.as_ref().map(|t| t.resolver.slots().to_vec());
+        if let (Some(stapler), Some(slots)) = (&self.stapler, &slots) {
+            stapler.staple_from_cache(slots);
         }
         load_caches(&config);
         let current = self.shared.current();
@@ -288,6 +289,9 @@ impl Server {
         // The old checks stop before the new ones start; their results carry over.
         drop(control.take());
         let generation = self.shared.replace(config);
+        if let Some(stapler) = &self.stapler {
+            stapler.watch(slots.unwrap_or_default());
+        }
         let process = &self.metrics.process;
         process.generation.store(generation, Ordering::Relaxed);
         *control = Some(

@@ -27,10 +27,10 @@ static FAILED: AtomicU64 = AtomicU64::new(0);
 /// Good responses by leaf certificate (DER).
 type Cache = Arc<Mutex<HashMap<Vec<u8>, Staple>>>;
 
-/// The running thread; dropping it stops the thread.
+/// The running thread; dropping it stops the thread (at its next step: a fetch in progress
+/// is not waited for).
 pub(super) struct Stapler {
-    updates: Option<mpsc::Sender<Vec<Arc<Slot>>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    updates: mpsc::Sender<Vec<Arc<Slot>>>,
     cache: Cache,
 }
 
@@ -39,46 +39,36 @@ fn now() -> i64 {
 }
 
 impl Stapler {
-    /// Starts the thread on the running config's certificates.
+    /// Starts the thread on the running config's certificates (none without TLS: a reload
+    /// may bring some).
     pub(super) fn start(slots: Vec<Arc<Slot>>) -> std::io::Result<Stapler> {
         let (tx, rx) = mpsc::channel();
         let cache: Cache = Arc::default();
         let shared = cache.clone();
-        let thread = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("ocsp".into())
             .spawn(move || run(&rx, slots, &shared))?;
-        Ok(Stapler {
-            updates: Some(tx),
-            thread: Some(thread),
-            cache,
-        })
+        Ok(Stapler { updates: tx, cache })
     }
 
-    /// A reloaded config's certificates: the responses still good are stapled at once (before
-    /// the config serves), then the thread looks after them.
-    pub(super) fn adopt(&self, slots: &[Arc<Slot>]) {
+    /// Staples onto a reloaded config's certificates the responses still good, before that
+    /// config serves (a certificate already stapled keeps its staple across the reload).
+    pub(super) fn staple_from_cache(&self, slots: &[Arc<Slot>]) {
         let t = now();
         if let Ok(cache) = self.cache.lock() {
             for slot in slots {
                 if let Some(s) = cache.get(slot.chain()[0].as_ref()) {
-                    if s.next_update > t {
+                    if t < s.withdraw_at() {
                         slot.staple(Some(s.der.clone()));
                     }
                 }
             }
         }
-        if let Some(tx) = &self.updates {
-            let _ = tx.send(slots.to_vec());
-        }
     }
-}
 
-impl Drop for Stapler {
-    fn drop(&mut self) {
-        drop(self.updates.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+    /// Hands the running config's certificates to the thread (after a reload succeeded).
+    pub(super) fn watch(&self, slots: Vec<Arc<Slot>>) {
+        let _ = self.updates.send(slots);
     }
 }
 
@@ -88,12 +78,20 @@ struct Entry {
     target: Target,
     /// When to fetch next (seconds since the epoch).
     due: i64,
+    /// When the staple served now must go (0: none is).
+    withdraw_at: i64,
     failures: u32,
 }
 
+/// The entries of `slots`, with the staples the cache still holds; the cache keeps only
+/// theirs.
 fn entries(slots: Vec<Arc<Slot>>, cache: &Cache) -> Vec<Entry> {
-    let cache = cache.lock().map(|c| c.clone()).unwrap_or_default();
-    slots
+    let mut cache = match cache.lock() {
+        Ok(c) => c,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    let t = now();
+    let list: Vec<Entry> = slots
         .into_iter()
         .filter_map(|slot| {
             let target = match ocsp::target(slot.chain())? {
@@ -103,46 +101,64 @@ fn entries(slots: Vec<Arc<Slot>>, cache: &Cache) -> Vec<Entry> {
                     return None;
                 }
             };
-            let due = cache
+            let held = cache
                 .get(slot.chain()[0].as_ref())
-                .map_or(0, Staple::refresh_at);
+                .filter(|s| t < s.withdraw_at());
             Some(Entry {
+                due: held.map_or(0, |s| next_fetch(s, t)),
+                withdraw_at: held.map_or(0, Staple::withdraw_at),
                 slot,
                 target,
-                due,
                 failures: 0,
             })
         })
-        .collect()
+        .collect();
+    cache.retain(|leaf, _| {
+        list.iter()
+            .any(|e| e.slot.chain()[0].as_ref() == leaf.as_slice())
+    });
+    list
+}
+
+/// When to fetch again after `staple` came at `t`: its refresh time, but no sooner than
+/// halfway to `nextUpdate` from now (between a second and an hour), and before it must go.
+fn next_fetch(staple: &Staple, t: i64) -> i64 {
+    let soonest = t + ((staple.next_update - t) / 2).clamp(1, 3600);
+    staple.refresh_at().max(soonest).min(staple.withdraw_at())
 }
 
 fn run(updates: &mpsc::Receiver<Vec<Arc<Slot>>>, slots: Vec<Arc<Slot>>, cache: &Cache) {
     let mut list = entries(slots, cache);
     loop {
         for e in &mut list {
+            // Stopped, or a reload's certificates waiting: no more work on these.
+            match updates.try_recv() {
+                Ok(slots) => {
+                    list = entries(slots, cache);
+                    break;
+                }
+                Err(mpsc::TryRecvError::Disconnected) => return,
+                Err(mpsc::TryRecvError::Empty) => {}
+            }
+            // A staple not refreshed in time goes before it is stale.
+            if e.withdraw_at != 0 && now() >= e.withdraw_at {
+                e.slot.staple(None);
+                e.withdraw_at = 0;
+                tracing::warn!(
+                    "OCSP: the staple from {} expired unrefreshed: withdrawn",
+                    e.target.url
+                );
+            }
             if now() >= e.due {
                 refresh(e, cache);
             }
-            // A staple that was not refreshed in time is withdrawn before it goes stale.
-            let leaf = e.slot.chain()[0].as_ref();
-            let stale = cache
-                .lock()
-                .ok()
-                .and_then(|c| c.get(leaf).map(|s| s.next_update <= now()));
-            if stale == Some(true) {
-                e.slot.staple(None);
-                if let Ok(mut c) = cache.lock() {
-                    c.remove(leaf);
-                }
-            }
         }
-        // Also when a staple would go stale (withdrawn then, if no fresh one came).
-        let expiry = cache
-            .lock()
-            .ok()
-            .and_then(|c| c.values().map(|s| s.next_update).min());
-        let due = list.iter().map(|e| e.due).min();
-        let wake = due.into_iter().chain(expiry).min().unwrap_or(now() + 3600);
+        let wake = list
+            .iter()
+            .flat_map(|e| [Some(e.due), (e.withdraw_at != 0).then_some(e.withdraw_at)])
+            .flatten()
+            .min()
+            .unwrap_or(now() + 3600);
         let wait = Duration::from_secs(wake.saturating_sub(now()).clamp(1, 3600) as u64);
         match updates.recv_timeout(wait) {
             Ok(slots) => list = entries(slots, cache),
@@ -160,7 +176,8 @@ fn refresh(e: &mut Entry, cache: &Cache) {
     match result {
         Ok(staple) => {
             e.slot.staple(Some(staple.der.clone()));
-            e.due = staple.refresh_at().max(now() + 60);
+            e.due = next_fetch(&staple, now());
+            e.withdraw_at = staple.withdraw_at();
             e.failures = 0;
             STAPLED.fetch_add(1, Ordering::Relaxed);
             if let Ok(mut c) = cache.lock() {
@@ -200,11 +217,18 @@ fn fetch(url: &str, body: &[u8]) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("{authority}: {e}"))?
         .next()
         .ok_or_else(|| format!("{authority}: no address"))?;
+    let deadline = std::time::Instant::now() + FETCH_TIMEOUT;
     let mut tcp = TcpStream::connect_timeout(&addr, FETCH_TIMEOUT).map_err(|e| e.to_string())?;
-    tcp.set_read_timeout(Some(FETCH_TIMEOUT))
-        .map_err(|e| e.to_string())?;
     tcp.set_write_timeout(Some(FETCH_TIMEOUT))
         .map_err(|e| e.to_string())?;
+    // One deadline for the whole exchange, however slowly the bytes come.
+    let left = |tcp: &TcpStream| {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err("the responder took longer than 10 s".to_string());
+        }
+        tcp.set_read_timeout(Some(left)).map_err(|e| e.to_string())
+    };
     let head = format!(
         "POST {path} HTTP/1.0\r\nHost: {authority}\r\nContent-Type: application/ocsp-request\r\nAccept: application/ocsp-response\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
@@ -220,6 +244,7 @@ fn fetch(url: &str, body: &[u8]) -> Result<Vec<u8>, String> {
         if let Some(i) = answer.windows(4).position(|w| w == b"\r\n\r\n") {
             break i;
         }
+        left(&tcp)?;
         let n = tcp.read(&mut chunk).map_err(|e| e.to_string())?;
         if n == 0 || answer.len() as u64 > MAX_RESPONSE {
             return Err("no HTTP response".into());
@@ -243,6 +268,7 @@ fn fetch(url: &str, body: &[u8]) -> Result<Vec<u8>, String> {
     let have = body.len() as u64;
     if have < want {
         let mut rest = Vec::new();
+        left(&tcp)?;
         let read = tcp.take(want - have).read_to_end(&mut rest);
         if length.is_some() {
             read.map_err(|e| e.to_string())?;

@@ -92,7 +92,18 @@ async fn accept(
     };
     let acceptor = rustls::server::Acceptor::default();
     let start = tokio_rustls::LazyConfigAcceptor::new(acceptor, tcp).await?;
-    let site = by_name.find(start.client_hello().server_name());
+    let site = {
+        let hello = start.client_hello();
+        let mut offered = hello.alpn().into_iter().flatten().peekable();
+        let acme_check =
+            offered.peek().is_some() && offered.all(|p| p == crate::acme::ACME_TLS_ALPN);
+        // A CA's TLS-ALPN-01 check is answered without asking it for a certificate.
+        if acme_check {
+            None
+        } else {
+            by_name.find(hello.server_name())
+        }
+    };
     let Some((site_config, depth)) = site else {
         return start.into_stream(config).await;
     };

@@ -64,7 +64,7 @@ impl ClientAuth {
         let mut builder =
             rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .with_crls(crls)
-                .allow_unknown_revocation_status();
+                .enforce_revocation_expiration();
         if !self.required {
             builder = builder.allow_unauthenticated();
         }
@@ -207,7 +207,13 @@ impl ClientCert {
         if let Ok((_, parsed)) = x509_parser::parse_x509_certificate(leaf.as_ref()) {
             c.subject = rfc2253(parsed.subject());
             c.issuer = rfc2253(parsed.issuer());
-            c.serial = hex(parsed.raw_serial()).to_ascii_uppercase();
+            // As OpenSSL prints it: the DER sign byte is not part of the number.
+            let raw = parsed.raw_serial();
+            let serial = match raw {
+                [0, next, ..] if *next >= 0x80 => &raw[1..],
+                _ => raw,
+            };
+            c.serial = hex(serial).to_ascii_uppercase();
             c.san = sans(&parsed);
         }
         c
@@ -216,29 +222,55 @@ impl ClientCert {
 
 /// A name in RFC 2253's order (most specific first) and form.
 fn rfc2253(name: &x509_parser::x509::X509Name<'_>) -> String {
-    let mut parts: Vec<String> = Vec::new();
+    let mut rdns: Vec<String> = Vec::new();
     for rdn in name.iter() {
+        let mut attrs = Vec::new();
         for attr in rdn.iter() {
-            let key = x509_parser::objects::oid2abbrev(
-                attr.attr_type(),
-                x509_parser::objects::oid_registry(),
-            )
-            .map_or_else(|_| attr.attr_type().to_id_string(), str::to_string);
-            let value = attr.as_str().unwrap_or_default();
-            let mut escaped = String::with_capacity(value.len());
-            for (i, ch) in value.chars().enumerate() {
-                let special = matches!(ch, ',' | '+' | '"' | '\\' | '<' | '>' | ';')
-                    || (i == 0 && (ch == '#' || ch == ' '));
-                if special {
-                    escaped.push('\\');
-                }
-                escaped.push(ch);
+            let oid = attr.attr_type().to_id_string();
+            // OpenSSL's names where they differ from the registry's.
+            let key = match oid.as_str() {
+                "1.2.840.113549.1.9.1" => "emailAddress".to_string(),
+                "2.5.4.42" => "GN".to_string(),
+                _ => x509_parser::objects::oid2abbrev(
+                    attr.attr_type(),
+                    x509_parser::objects::oid_registry(),
+                )
+                .map_or(oid, str::to_string),
+            };
+            attrs.push(format!(
+                "{key}={}",
+                escape_dn(attr.as_str().unwrap_or_default())
+            ));
+        }
+        rdns.push(attrs.join("+"));
+    }
+    rdns.reverse();
+    rdns.join(",")
+}
+
+/// An attribute value escaped as RFC 2253 says (and OpenSSL prints): the special characters,
+/// a leading `#` or space, a trailing space, and bytes outside printable ASCII as `\XX`.
+fn escape_dn(value: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(value.len());
+    let last = value.len().saturating_sub(1);
+    for (i, ch) in value.char_indices() {
+        let special = matches!(ch, ',' | '+' | '"' | '\\' | '<' | '>' | ';')
+            || (i == 0 && (ch == '#' || ch == ' '))
+            || (i == last && ch == ' ');
+        if special {
+            out.push('\\');
+            out.push(ch);
+        } else if ch.is_ascii_graphic() || ch == ' ' {
+            out.push(ch);
+        } else {
+            let mut buf = [0u8; 4];
+            for b in ch.encode_utf8(&mut buf).bytes() {
+                let _ = write!(out, "\\{b:02X}");
             }
-            parts.push(format!("{key}={escaped}"));
         }
     }
-    parts.reverse();
-    parts.join(",")
+    out
 }
 
 /// The subject alternative names, `TYPE:value` comma-separated.

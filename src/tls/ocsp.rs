@@ -46,6 +46,13 @@ impl Staple {
         let half = self.this_update + (self.next_update - self.this_update) / 2;
         half.min(self.next_update - 3600).max(self.this_update)
     }
+
+    /// When it must stop being stapled: a little before `nextUpdate` (a tenth of its life,
+    /// at most a minute), so that no client ever receives it stale.
+    pub fn withdraw_at(&self) -> i64 {
+        let life = (self.next_update - self.this_update).max(0);
+        self.next_update - (life / 10).min(60)
+    }
 }
 
 /// The stapling target of a chain (leaf first, its issuer second): `None` when the leaf names
@@ -64,6 +71,9 @@ fn target_of(
 ) -> Result<Target, String> {
     let (_, issuer) = x509_parser::parse_x509_certificate(issuer_der.as_ref())
         .map_err(|e| format!("the issuer certificate does not read: {e}"))?;
+    if leaf.issuer().as_raw() != issuer.subject().as_raw() {
+        return Err("the certificate after the leaf in the file is not its issuer".into());
+    }
     let sha1 = |b: &[u8]| {
         let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY, b);
         OctetString::new(d.as_ref()).map_err(|e| e.to_string())
@@ -172,7 +182,7 @@ pub fn check(target: &Target, der: &[u8], now: i64) -> Result<Staple, String> {
         .tbs_response_data
         .to_der()
         .map_err(|e| e.to_string())?;
-    let signer = signer_spki(target, basic.certs.as_deref().unwrap_or_default())?;
+    let signer = signer_spki(target, basic.certs.as_deref().unwrap_or_default(), now)?;
     verify(
         &signer,
         &basic.signature_algorithm.oid,
@@ -197,7 +207,11 @@ fn same_cert(a: &CertId, b: &CertId) -> bool {
 
 /// The key that must have signed the response: the issuer's, or a delegated responder's
 /// (a certificate in the response, issued by the issuer for OCSP signing).
-fn signer_spki(target: &Target, certs: &[x509_cert::Certificate]) -> Result<Vec<u8>, String> {
+fn signer_spki(
+    target: &Target,
+    certs: &[x509_cert::Certificate],
+    now: i64,
+) -> Result<Vec<u8>, String> {
     let Some(delegate) = certs.first() else {
         return Ok(target.issuer_spki.clone());
     };
@@ -228,6 +242,10 @@ fn signer_spki(target: &Target, certs: &[x509_cert::Certificate]) -> Result<Vec<
     });
     if !for_ocsp {
         return Err("the delegated responder's certificate is not for OCSP signing".into());
+    }
+    let at = |t: &x509_cert::time::Time| t.to_unix_duration().as_secs() as i64;
+    if now < at(&tbs.validity.not_before) || now > at(&tbs.validity.not_after) {
+        return Err("the delegated responder's certificate is not valid now".into());
     }
     Ok(spki)
 }

@@ -324,10 +324,8 @@ fn http01_issues_a_certificate_that_verifies_and_a_restart_reuses_it() {
     )
     .unwrap();
     running.signal("-HUP");
-    assert_eq!(
-        verified_serial(tls, "a.test", &root).as_deref(),
-        Some(serial.as_str())
-    );
+    // Served all along (the old certificate, or already the new one).
+    assert!(verified_serial(tls, "a.test", &root).is_some());
     assert!(
         running.wait_logged("ACME: certificate for a.test, www.a.test, new.a.test obtained"),
         "{}",
