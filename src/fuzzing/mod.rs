@@ -655,3 +655,30 @@ pub fn tls_pem(data: &[u8]) {
     assert_eq!(client.verify, "SUCCESS");
     assert_eq!(client.fingerprint.len(), 40);
 }
+
+/// An OCSP responder's answer (network input) checked for a fixed certificate: never panics;
+/// a response accepted is the bytes given, current, for a window that has a length.
+pub fn ocsp_response(data: &[u8]) {
+    static TARGET: std::sync::OnceLock<crate::tls::ocsp::Target> = std::sync::OnceLock::new();
+    let target = TARGET.get_or_init(|| {
+        let ca_key = rcgen::KeyPair::generate().expect("key");
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "fuzz CA");
+        let issuer = rcgen::CertifiedIssuer::self_signed(ca, ca_key).expect("CA");
+        let leaf_key = rcgen::KeyPair::generate().expect("key");
+        let leaf = rcgen::CertificateParams::new(vec!["a.test".to_string()])
+            .expect("params")
+            .signed_by(&leaf_key, &issuer)
+            .expect("leaf");
+        crate::tls::ocsp::target_with(leaf.der(), issuer.der(), "http://127.0.0.1/")
+            .expect("target")
+    });
+    let now = chrono::Utc::now().timestamp();
+    if let Ok(staple) = crate::tls::ocsp::check(target, data, now) {
+        assert_eq!(staple.der, data);
+        assert!(staple.next_update > now);
+        assert!(staple.withdraw_at() <= staple.next_update);
+    }
+}

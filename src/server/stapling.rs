@@ -5,8 +5,6 @@
 //! reload staples at once without asking the responder again.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
@@ -197,88 +195,29 @@ fn refresh(e: &mut Entry, cache: &Cache) {
     }
 }
 
-/// POSTs an OCSP request to an `http://` responder and returns the response body.
+/// POSTs an OCSP request to an `http://` responder and returns the response body, within
+/// one deadline for the whole exchange.
 fn fetch(url: &str, body: &[u8]) -> Result<Vec<u8>, String> {
-    let rest = url.strip_prefix("http://").ok_or("not an http:// URL")?;
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let path = if path.is_empty() { "/" } else { path };
-    let with_port = if authority
-        .rsplit(':')
-        .next()
-        .is_some_and(|p| p.parse::<u16>().is_ok())
-        && !authority.ends_with(']')
-    {
-        authority.to_string()
-    } else {
-        format!("{authority}:80")
-    };
-    let addr = with_port
-        .to_socket_addrs()
-        .map_err(|e| format!("{authority}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{authority}: no address"))?;
-    let deadline = std::time::Instant::now() + FETCH_TIMEOUT;
-    let mut tcp = TcpStream::connect_timeout(&addr, FETCH_TIMEOUT).map_err(|e| e.to_string())?;
-    tcp.set_write_timeout(Some(FETCH_TIMEOUT))
+    if !url.starts_with("http://") {
+        return Err("not an http:// URL".into());
+    }
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(FETCH_TIMEOUT))
+        .http_status_as_error(true)
+        .build()
+        .into();
+    let mut response = agent
+        .post(url)
+        .header("Content-Type", "application/ocsp-request")
+        .header("Accept", "application/ocsp-response")
+        .send(body)
         .map_err(|e| e.to_string())?;
-    // One deadline for the whole exchange, however slowly the bytes come.
-    let left = |tcp: &TcpStream| {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return Err("the responder took longer than 10 s".to_string());
-        }
-        tcp.set_read_timeout(Some(left)).map_err(|e| e.to_string())
-    };
-    let head = format!(
-        "POST {path} HTTP/1.0\r\nHost: {authority}\r\nContent-Type: application/ocsp-request\r\nAccept: application/ocsp-response\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    tcp.write_all(head.as_bytes())
-        .and_then(|()| tcp.write_all(body))
-        .map_err(|e| e.to_string())?;
-    // Read the head, then the body by its Content-Length (some responders keep the
-    // connection open), else to the end.
-    let mut answer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let split = loop {
-        if let Some(i) = answer.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
-        }
-        left(&tcp)?;
-        let n = tcp.read(&mut chunk).map_err(|e| e.to_string())?;
-        if n == 0 || answer.len() as u64 > MAX_RESPONSE {
-            return Err("no HTTP response".into());
-        }
-        answer.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&answer[..split]).into_owned();
-    let ok = head.split_whitespace().nth(1).is_some_and(|s| s == "200");
-    if !ok {
-        let line = head.lines().next().unwrap_or_default().to_string();
-        return Err(format!("the responder answered {line:?}"));
-    }
-    let length = head.lines().find_map(|l| {
-        let (name, value) = l.split_once(':')?;
-        name.trim()
-            .eq_ignore_ascii_case("content-length")
-            .then(|| value.trim().parse::<u64>().ok())?
-    });
-    let mut body = answer[split + 4..].to_vec();
-    let want = length.unwrap_or(MAX_RESPONSE).min(MAX_RESPONSE);
-    let have = body.len() as u64;
-    if have < want {
-        let mut rest = Vec::new();
-        left(&tcp)?;
-        let read = tcp.take(want - have).read_to_end(&mut rest);
-        if length.is_some() {
-            read.map_err(|e| e.to_string())?;
-        }
-        body.extend_from_slice(&rest);
-    }
-    if length.is_some_and(|l| body.len() as u64 != l) {
-        return Err("the response ended early".into());
-    }
-    Ok(body)
+    response
+        .body_mut()
+        .with_config()
+        .limit(MAX_RESPONSE)
+        .read_to_vec()
+        .map_err(|e| e.to_string())
 }
 
 /// The Prometheus lines of stapling.

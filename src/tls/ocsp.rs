@@ -64,6 +64,17 @@ pub fn target(chain: &[CertificateDer<'_>]) -> Option<Result<Target, String>> {
     Some(target_of(&leaf, issuer_der, url))
 }
 
+/// The target of `leaf` as issued by `issuer`, asking `url` (for the fuzz target).
+pub fn target_with(
+    leaf: &CertificateDer<'_>,
+    issuer: &CertificateDer<'_>,
+    url: &str,
+) -> Result<Target, String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf.as_ref())
+        .map_err(|e| format!("the certificate does not read: {e}"))?;
+    target_of(&parsed, issuer, url.to_string())
+}
+
 fn target_of(
     leaf: &x509_parser::certificate::X509Certificate<'_>,
     issuer_der: &CertificateDer<'_>,

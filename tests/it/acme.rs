@@ -6,23 +6,13 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::*;
 use crate::tls::TestPki;
-
-/// A child process killed when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// pebble and its DNS server, for one test.
 struct Pebble {
@@ -185,18 +175,6 @@ fn verified_serial(addr: SocketAddr, name: &str, root: &str) -> Option<String> {
         .unwrap();
     let out = x509.wait_with_output().unwrap();
     Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-/// Waits up to `secs` for `cond`.
-fn within(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    false
 }
 
 /// A config with a plain listener (`{listen}`), a TLS one, an ACME site and a plain site.
@@ -729,14 +707,8 @@ fn names_a_certificate_cannot_carry_are_refused_with_their_line() {
         let text = format!(
             "[[listen]]\naddress = \"127.0.0.1:1\"\ntls = true\n[upstreams.app]\nservers = [\"127.0.0.1:2\"]\n[[sites]]\n{hosts}\nacme = true\nroutes = [{{ path = \"/\", upstream = \"app\" }}]\n"
         );
-        let path = temp_path("acme-refused.toml");
-        std::fs::write(&path, text).unwrap();
-        let out = Command::new(BIN)
-            .args(["check", "--config", path.to_str().unwrap()])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{hosts}");
+        let (code, err) = check_config("acme-refused.toml", &text);
+        assert_eq!(code, Some(1), "{hosts}");
         assert!(err.contains(reason), "{hosts}: {err}");
         assert!(err.contains("acme-refused.toml:"), "{err}");
     }

@@ -99,6 +99,11 @@ fn tls_pem_seeds() {
 }
 
 #[test]
+fn ocsp_response_seeds() {
+    replay("ocsp_response", slipstream::fuzzing::ocsp_response);
+}
+
+#[test]
 fn http2_frames_seeds() {
     replay("http2_frames", slipstream::fuzzing::http2_frames);
 }

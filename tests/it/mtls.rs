@@ -265,14 +265,8 @@ fn a_client_ca_that_does_not_read_is_refused_with_its_line() {
         pki.path("exact.pem"),
         pki.path("exact.key"),
     );
-    let path = temp_path("mtls-bad.toml");
-    std::fs::write(&path, text).unwrap();
-    let out = Command::new(BIN)
-        .args(["check", "--config", path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, err) = check_config("mtls-bad.toml", &text);
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("mtls-bad.toml:10"), "{err}");
     assert!(err.contains("no CA certificate"), "{err}");
 }

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use crate::support::*;
 
@@ -104,16 +104,6 @@ fn pki(dir: &Path, responder: u16) {
     std::fs::write(dir.join("index.txt"), index).unwrap();
 }
 
-/// A child process killed when dropped (a failing test leaves no responder behind).
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `openssl ocsp` answering on `port`, its responses valid for `minutes`.
 fn responder(dir: &Path, port: u16, minutes: u32) -> Killed {
     let child = Command::new("openssl")
@@ -175,17 +165,6 @@ fn config(dir: &Path, upstream: SocketAddr) -> String {
         site("r", dir),
         site("n", dir)
     )
-}
-
-fn within(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    while std::time::Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-    false
 }
 
 #[test]

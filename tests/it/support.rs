@@ -836,3 +836,39 @@ impl Drop for Nginx {
         let _ = self.child.wait();
     }
 }
+
+/// A child process killed when dropped (a failing test leaves nothing running).
+pub(crate) struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits up to `secs` for `cond` (for waits longer than [`eventually`]'s five seconds).
+pub(crate) fn within(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    false
+}
+
+/// `slipstream check` of `text` written to the file `name`: its exit code and stderr.
+pub(crate) fn check_config(name: &str, text: &str) -> (Option<i32>, String) {
+    let path = temp_path(name);
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
