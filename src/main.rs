@@ -62,8 +62,8 @@ enum Command {
         /// Worker threads, 1 to 1024 (default: one per core).
         #[arg(long, value_parser = parse_workers)]
         workers: Option<usize>,
-        /// How plain TCP connections are read and written: uring or epoll (default: epoll,
-        /// or SLIPSTREAM_IO).
+        /// How plain TCP connections are read and written: uring or epoll (default: uring
+        /// where the kernel gives a ring, else epoll; or SLIPSTREAM_IO).
         #[arg(long, value_parser = ["uring", "epoll"])]
         io: Option<String>,
         #[command(flatten)]
@@ -86,8 +86,8 @@ enum Command {
         /// Worker threads, 1 to 1024 (default: one per core).
         #[arg(long, value_parser = parse_workers)]
         workers: Option<usize>,
-        /// How plain TCP connections are read and written: uring or epoll (default: epoll,
-        /// or SLIPSTREAM_IO).
+        /// How plain TCP connections are read and written: uring or epoll (default: uring
+        /// where the kernel gives a ring, else epoll; or SLIPSTREAM_IO).
         #[arg(long, value_parser = ["uring", "epoll"])]
         io: Option<String>,
         #[command(flatten)]
@@ -438,7 +438,7 @@ fn apply_proxy_flags(config: &mut Config, max_conns: Option<usize>, balance: Opt
     };
 }
 
-/// `--io`, when given, over the default (`SLIPSTREAM_IO`, else epoll).
+/// `--io`, when given, over the default (`SLIPSTREAM_IO`, else io_uring).
 fn apply_io(config: &mut Config, io: Option<&str>) {
     if let Some(mode) = io.and_then(IoMode::parse) {
         config.io = mode;

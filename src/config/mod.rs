@@ -182,12 +182,13 @@ impl IoMode {
     }
 
     /// The default: `SLIPSTREAM_IO` (`epoll` or `uring`) when set, so a test suite or a fleet
-    /// can be switched without editing configs; else epoll.
+    /// can be switched without editing configs; else io_uring (where the kernel refuses a
+    /// ring, the workers fall back to epoll at start).
     pub fn default_mode() -> IoMode {
         std::env::var("SLIPSTREAM_IO")
             .ok()
             .and_then(|v| IoMode::parse(&v))
-            .unwrap_or(IoMode::Epoll)
+            .unwrap_or(IoMode::Uring)
     }
 
     /// The name, as the config spells it.

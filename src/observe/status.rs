@@ -54,6 +54,8 @@ pub fn json(m: &Metrics) -> String {
         },
         "workers": {
             "uring_unavailable": t(Counter::UringUnavailable),
+            "uring_failed": t(Counter::UringFailed),
+            "uring_refused_because": crate::uring::refused(),
         },
         "access_log": {
             "lines": t(Counter::AccessLogLines),

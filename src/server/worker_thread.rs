@@ -27,6 +27,23 @@ pub(super) struct Listening {
     pub(super) proxy_protocol: bool,
 }
 
+/// Starts this worker's ring if the process probe found io_uring usable (a refusal was
+/// logged once there); a worker whose ring is refused is counted and runs on epoll.
+fn start_ring(worker: &Worker) {
+    if crate::uring::probe().is_err() {
+        return worker.counters.inc(Counter::UringUnavailable);
+    }
+    let counters = worker.counters.clone();
+    let failed = move |_: &std::io::Error| counters.inc(Counter::UringFailed);
+    if let Err(e) = crate::uring::start(failed) {
+        worker.counters.inc(Counter::UringUnavailable);
+        tracing::warn!(
+            "worker {}: the kernel refused a ring ({e}); this worker uses epoll",
+            worker.id
+        );
+    }
+}
+
 /// Runs `worker` on this thread until shutdown has drained its connections.
 pub(super) fn run(worker: Worker, listeners: Vec<Listening>) {
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -39,15 +56,7 @@ pub(super) fn run(worker: Worker, listeners: Vec<Listening>) {
     let local = LocalSet::new();
     local.block_on(&rt, async move {
         if worker.snapshot().config.io == crate::config::IoMode::Uring {
-            let counters = worker.counters.clone();
-            let failed = move |_: &std::io::Error| counters.inc(Counter::UringFailed);
-            if let Err(e) = crate::uring::start(failed) {
-                worker.counters.inc(Counter::UringUnavailable);
-                tracing::warn!(
-                    "worker {}: io = \"uring\" but the kernel refused a ring ({e}); using epoll",
-                    worker.id
-                );
-            }
+            start_ring(&worker);
         }
         let worker = Rc::new(worker);
         for l in listeners {

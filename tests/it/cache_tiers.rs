@@ -317,7 +317,7 @@ fn large_bodies_in_memory_go_out_with_sendfile() {
     assert!(hit.body == body && hit.header("cache-status").unwrap().contains("hit"));
     // The io_uring path has no sendfile yet: it reads the memory file and writes (a worker
     // the kernel refuses a ring is on epoll, with sendfile).
-    let on_ring = std::env::var("SLIPSTREAM_IO").is_ok_and(|io| io == "uring");
+    let on_ring = std::env::var("SLIPSTREAM_IO").as_deref() != Ok("epoll");
     let by_sendfile = sent_by_sendfile() - before;
     assert!(
         by_sendfile == body.len() as u64 || (on_ring && by_sendfile == 0),

@@ -5,8 +5,12 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::process::Command;
 
-use crate::support::{eventually, temp_path, without_uring, Reply, Running, Upstream, BIN};
+use crate::observe::admin_get;
+use crate::support::{
+    eventually, free_port, temp_path, without_uring, Reply, Running, Upstream, BIN,
+};
 
 /// Completions posted so far by each io_uring the process `pid` holds (the `CqHead` line of
 /// each ring's fdinfo).
@@ -71,7 +75,8 @@ fn uring_moves_the_bytes_through_one_ring_per_worker_and_epoll_through_none() {
         let before: u64 = ring_completions(pid).iter().sum();
         requests(&proxy, 50);
         let after = ring_completions(pid);
-        if rings > 0 && after.is_empty() && eventually(|| proxy.logged("refused a ring")) {
+        let refused = || proxy.logged("io_uring is not available");
+        if rings > 0 && after.is_empty() && eventually(refused) {
             // A kernel without io_uring (or with it disabled): the workers run epoll. That
             // fails, unless SLIPSTREAM_SKIP_URING=1 says this machine may skip it.
             without_uring("the workers logged that the kernel refused a ring");
@@ -84,7 +89,7 @@ fn uring_moves_the_bytes_through_one_ring_per_worker_and_epoll_through_none() {
             let done = after.iter().sum::<u64>() - before;
             assert!(done >= 200, "{mode}: {done} completions for 50 requests");
         }
-        assert!(!proxy.logged("refused a ring"), "{mode}");
+        assert!(!proxy.logged("io_uring is not available"), "{mode}");
     }
 }
 
@@ -104,4 +109,95 @@ fn an_unknown_io_mode_is_refused_with_its_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     let want = format!("{}:2:6: io must be \"uring\" or \"epoll\"", path.display());
     assert!(err.contains(&want), "{err}");
+}
+
+#[test]
+fn io_uring_is_the_default() {
+    let up = Upstream::start(|_| {
+        Reply::Bytes(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello".to_vec())
+    });
+    let upstream = up.addr.to_string();
+    let mut proxy = Running::proxy(&["--upstream", &upstream, "--workers", "1"]);
+    if std::env::var_os("SLIPSTREAM_IO").is_some() {
+        return; // The environment chose the path; the test is about the default.
+    }
+    let pid = proxy.child.id();
+    requests(&proxy, 10);
+    if ring_completions(pid).is_empty() && proxy.wait_logged("io_uring is not available") {
+        without_uring("the kernel refused a ring");
+        return;
+    }
+    assert_eq!(ring_completions(pid).len(), 1, "one ring for one worker");
+}
+
+/// Applies a seccomp filter to the command's process that answers `io_uring_setup` with
+/// EPERM, as Docker's default profile does (and `io_uring_disabled = 2` would).
+fn refuse_io_uring(command: &mut Command) {
+    use seccompiler::{BpfProgram, SeccompAction, SeccompFilter};
+    use std::os::unix::process::CommandExt;
+    let filter = SeccompFilter::new(
+        [(libc::SYS_io_uring_setup, vec![])].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        std::env::consts::ARCH.try_into().unwrap(),
+    )
+    .unwrap();
+    let program: BpfProgram = filter.try_into().unwrap();
+    // SAFETY: the closure runs in the forked child before exec; it only makes the two system
+    // calls that install the filter (prctl and seccomp) on memory built before the fork.
+    #[allow(unsafe_code)]
+    unsafe {
+        command
+            .pre_exec(move || seccompiler::apply_filter(&program).map_err(std::io::Error::other));
+    }
+}
+
+#[test]
+fn a_refused_ring_falls_back_to_epoll_logged_once_counted_and_named_by_doctor() {
+    let up = Upstream::start(|_| {
+        Reply::Bytes(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello".to_vec())
+    });
+    let toml = format!(
+        r#"
+workers = 2
+admin = "{{admin}}"
+[[listen]]
+address = "{{listen}}"
+[upstreams.app]
+servers = ["{}"]
+[[sites]]
+default = true
+routes = [{{ location = "/", upstream = "app" }}]
+"#,
+        up.addr
+    );
+    let addr = ([127, 0, 0, 1], free_port()).into();
+    let proxy = Running::config_with("seccomp-uring.toml", &toml, addr, &refuse_io_uring);
+    requests(&proxy, 10);
+    assert!(ring_completions(proxy.child.id()).is_empty(), "no ring");
+    let refusals = proxy
+        .log_text()
+        .matches("io_uring is not available")
+        .count();
+    assert_eq!(refusals, 1, "logged once: {}", proxy.log_text());
+    assert!(
+        proxy.logged("Operation not permitted"),
+        "{}",
+        proxy.log_text()
+    );
+    let admin = proxy.admin.unwrap();
+    let status: serde_json::Value =
+        serde_json::from_str(&admin_get(admin, "/status?format=json")).unwrap();
+    assert_eq!(status["workers"]["uring_unavailable"], 2, "{status}");
+    let why = status["workers"]["uring_refused_because"].as_str().unwrap();
+    assert!(why.contains("Operation not permitted"), "{why}");
+    let out = Command::new(BIN)
+        .args(["doctor", "--admin", &admin.to_string(), "--sample", "0"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("workers run on epoll, not io_uring (the default): the kernel refused a ring: 2 (Operation not permitted"),
+        "{text}"
+    );
 }

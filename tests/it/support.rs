@@ -635,6 +635,17 @@ impl Running {
 
     /// [`Running::config`] with `{listen}` set to `addr` (one another instance may share).
     pub(crate) fn config_on(name: &str, toml: &str, addr: SocketAddr) -> Running {
+        Running::config_with(name, toml, addr, &|_| {})
+    }
+
+    /// [`Running::config_on`], with `customise` applied to the command before it is spawned
+    /// (a seccomp filter, say).
+    pub(crate) fn config_with(
+        name: &str,
+        toml: &str,
+        addr: SocketAddr,
+        customise: &dyn Fn(&mut Command),
+    ) -> Running {
         let admin: Option<SocketAddr> = toml
             .contains("{admin}")
             .then(|| ([127, 0, 0, 1], free_port()).into());
@@ -643,7 +654,7 @@ impl Running {
         let text = text.replace("{admin}", &admin.map(|a| a.to_string()).unwrap_or_default());
         std::fs::write(&path, text).unwrap();
         let args = ["run", "--config", path.to_str().unwrap()];
-        Running::spawn(&args, addr, admin, Some(path.clone()))
+        Running::spawn_with(&args, addr, admin, Some(path.clone()), customise)
     }
 
     fn spawn(
@@ -651,6 +662,16 @@ impl Running {
         addr: SocketAddr,
         admin: Option<SocketAddr>,
         config: Option<PathBuf>,
+    ) -> Running {
+        Running::spawn_with(args, addr, admin, config, &|_| {})
+    }
+
+    fn spawn_with(
+        args: &[&str],
+        addr: SocketAddr,
+        admin: Option<SocketAddr>,
+        config: Option<PathBuf>,
+        customise: &dyn Fn(&mut Command),
     ) -> Running {
         if asks_for_uring(args, config.as_deref()) {
             require_uring();
@@ -660,14 +681,15 @@ impl Running {
         static STARTED: AtomicUsize = AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, Ordering::SeqCst);
         let runtime = temp_path(&format!("run-{}-{n}", addr.port()));
-        let mut child = Command::new(BIN)
+        let mut command = Command::new(BIN);
+        command
             .args(args)
             .env("RUNTIME_DIRECTORY", runtime)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::piped());
+        customise(&mut command);
+        let mut child = command.spawn().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
         let stderr = child.stderr.take().unwrap();
         let sink = log.clone();
@@ -745,7 +767,7 @@ impl Running {
 }
 
 /// Whether the binary run with `args` (and the config file `config`) asks for io_uring: by
-/// `--io`, else the config's `io`, else `SLIPSTREAM_IO`.
+/// `--io`, else the config's `io`, else `SLIPSTREAM_IO`, else the default (io_uring).
 fn asks_for_uring(args: &[&str], config: Option<&std::path::Path>) -> bool {
     if let Some(i) = args.iter().position(|a| *a == "--io") {
         return args.get(i + 1) == Some(&"uring");
@@ -758,7 +780,7 @@ fn asks_for_uring(args: &[&str], config: Option<&std::path::Path>) -> bool {
         .find_map(|l| l.trim().strip_prefix("io = ").map(|v| v.trim_matches('"')))
         .map(str::to_string)
         .or_else(|| std::env::var("SLIPSTREAM_IO").ok());
-    io.as_deref() == Some("uring")
+    io.as_deref() != Some("epoll")
 }
 
 impl Drop for Running {

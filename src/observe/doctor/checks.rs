@@ -44,7 +44,37 @@ pub(super) fn host(inputs: &Inputs) -> Vec<Finding> {
     out.extend(ports(root, demand));
     out.extend(conntrack(root, demand));
     out.extend(kernel_counters(root, inputs.sample));
+    out.extend(uring_sysctl(root));
     out
+}
+
+/// `kernel.io_uring_disabled`: 2 refuses every ring and 1 all but root and `io_uring_group`,
+/// and a refused ring puts the workers on epoll (`io = "uring"` is the default).
+fn uring_sysctl(root: &Path) -> Option<Finding> {
+    let value = read(root, "sys/kernel/io_uring_disabled")?;
+    let (severity, title) = match value.trim() {
+        "0" => (
+            Severity::Ok,
+            "io_uring is allowed (kernel.io_uring_disabled = 0)",
+        ),
+        "1" => (
+            Severity::Warning,
+            "io_uring only for root and kernel.io_uring_group (kernel.io_uring_disabled = 1)",
+        ),
+        _ => (
+            Severity::Warning,
+            "io_uring is disabled (kernel.io_uring_disabled = 2): the workers run on epoll",
+        ),
+    };
+    let evidence = format!("sys/kernel/io_uring_disabled: {}", value.trim());
+    let fix = "sysctl kernel.io_uring_disabled=0 (or run as a member of kernel.io_uring_group)";
+    Some(finding(
+        severity,
+        "uring_sysctl",
+        title.to_string(),
+        evidence,
+        fix,
+    ))
 }
 
 fn nofile(root: &Path, d: &Demand) -> Option<Finding> {
@@ -279,7 +309,7 @@ type LiveCounter = (
     &'static str,
 );
 
-const LIVE_COUNTERS: [LiveCounter; 8] = [
+const LIVE_COUNTERS: [LiveCounter; 9] = [
     (
         "live_connection_limit",
         ["connections", "accept_paused_at_limit"],
@@ -326,8 +356,15 @@ const LIVE_COUNTERS: [LiveCounter; 8] = [
         "live_uring_unavailable",
         ["workers", "uring_unavailable"],
         Severity::Warning,
-        "workers asked for io_uring run on epoll: the kernel refused a ring",
-        "allow io_uring (sysctl kernel.io_uring_disabled=0; no seccomp filter on io_uring_setup) or set io = \"epoll\"",
+        "workers run on epoll, not io_uring (the default): the kernel refused a ring",
+        "allow io_uring (sysctl kernel.io_uring_disabled=0; no seccomp filter on io_uring_setup, as in Docker's default profile) or set io = \"epoll\" to choose it",
+    ),
+    (
+        "live_uring_failed",
+        ["workers", "uring_failed"],
+        Severity::Warning,
+        "workers whose io_uring failed while serving (they went on with epoll)",
+        "read the error log for the io_uring_enter error; restart to get the ring back",
     ),
     (
         "live_reloads_failed",
@@ -365,7 +402,11 @@ pub(super) fn live(admin: SocketAddr) -> Vec<Finding> {
     for (check, path, severity, what, fix) in LIVE_COUNTERS {
         let value = n(&path);
         let (severity, title) = if value > 0 {
-            (severity, format!("{what}: {value}"))
+            let why = status["workers"]["uring_refused_because"].as_str();
+            match why.filter(|_| check == "live_uring_unavailable") {
+                Some(why) => (severity, format!("{what}: {value} ({why})")),
+                None => (severity, format!("{what}: {value}")),
+            }
         } else {
             (Severity::Ok, format!("no {what}"))
         };
