@@ -2,9 +2,9 @@
 # Question: what does each proxy cost per request, against the same origin, in the same run?
 #
 # wrk -> proxy -> nginx origin serving 0 B, 1 KB and 91 KB files, all on loopback. Proxies:
-#   slipstream      `slipstream proxy` with defaults (one worker, for fairness on 2 cores)
-#   slipstream-uring the same with --io uring: plain TCP read and written through one io_uring
-#                   per worker (issue 15)
+#   slipstream      `slipstream proxy` with defaults (one worker, for fairness on 2 cores): plain
+#                   TCP read and written through one io_uring per worker, the default
+#   slipstream-epoll the same with --io epoll: tokio's reactor (the default before issue 36)
 #   slipstream-log  the same with --access-log (nginx's combined format, the default): what the
 #                   per-worker buffered log written by one thread costs (target: <= 3% req/s)
 #   nginx-default   the field report's config (upstream keepalive, HTTP/1.1 upstream, unbuffered
@@ -26,6 +26,8 @@
 # raw_syscalls:sys_enter on the proxy's processes during the same run).
 #
 # Usage: bench/compare.sh [seconds per run, default 10] [connections, default 50]
+# WRK_THREADS=N (default 1) sets wrk's threads: issue 36's goals are at WRK_THREADS=2 with 100
+# connections, the earlier tables at 1 and 50.
 # SIZES="91k" or PROXIES="slipstream nginx-tuned" in the environment narrow the run; ROUNDS=N
 # (default 2) repeats each cell N times, alternating the order of the proxies, and prints means.
 # CLOSE=1 sends `Connection: close` with every request: a new client connection per request,
@@ -38,7 +40,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-bench}
 ORIGIN=18000 SLIP=18001 NGX_DEF=18002 NGX_TUNED=18003 HAP=18004 SLIP_LOG=18005
 SLIP_BASE=18006 FLOOR_EPOLL=18007 FLOOR_URING=18008 NGX_NOLOG=18009 NGX_UNBUF=18010
-FLOOR_HYBRID=18011 SLIP_URING=18012
+FLOOR_HYBRID=18011 SLIP_EPOLL=18012
+THREADS=${WRK_THREADS:-1}
 FLOOR_SRC=${FLOOR_SRC:-$ROOT/../shared/floor}
 
 # shellcheck source=bench/lib.sh
@@ -89,9 +92,9 @@ SLIP_PID=$!
 "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_LOG --upstream 127.0.0.1:$ORIGIN --workers 1 \
     --access-log "$WORK/logs/slipstream-access.log" 2>"$WORK/logs/slipstream-log.log" & PIDS+=($!)
 SLIP_LOG_PID=$!
-"$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_URING --upstream 127.0.0.1:$ORIGIN --workers 1 \
-    --io uring 2>"$WORK/logs/slipstream-uring.log" & PIDS+=($!)
-SLIP_URING_PID=$!
+"$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_EPOLL --upstream 127.0.0.1:$ORIGIN --workers 1 \
+    --io epoll 2>"$WORK/logs/slipstream-epoll.log" & PIDS+=($!)
+SLIP_EPOLL_PID=$!
 SLIP_BASE_PID=none
 if [ -n "${BASELINE:-}" ]; then
     "$BASELINE" proxy --listen 127.0.0.1:$SLIP_BASE --upstream 127.0.0.1:$ORIGIN --workers 1 --io "${BASE_IO:-epoll}" 2>"$WORK/logs/slipstream-base.log" & PIDS+=($!)
@@ -114,7 +117,7 @@ proxy_pids() {
     case $1 in
         $SLIP) echo "$SLIP_PID" ;;
         $SLIP_LOG) echo "$SLIP_LOG_PID" ;;
-        $SLIP_URING) echo "$SLIP_URING_PID" ;;
+        $SLIP_EPOLL) echo "$SLIP_EPOLL_PID" ;;
         $SLIP_BASE) echo "$SLIP_BASE_PID" ;;
         *) listener_pids "$1" ;;
     esac
@@ -126,7 +129,7 @@ if [ "${CLOSE:-0}" = 1 ]; then WRK_HEADERS=(-H "Connection: close"); fi
 
 run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
     local port=$1 path=$2 pids="" before after
-    wrk -t1 -c"$CONNS" -d2s "${WRK_HEADERS[@]}" "http://127.0.0.1:$port/$path" >/dev/null  # warm pools and buffers
+    wrk -t"$THREADS" -c"$CONNS" -d2s "${WRK_HEADERS[@]}" "http://127.0.0.1:$port/$path" >/dev/null  # warm pools and buffers
     if [ "$port" != "$ORIGIN" ]; then
         pids=$(proxy_pids "$port")
         # shellcheck disable=SC2086
@@ -135,7 +138,7 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
         # shellcheck disable=SC2086
         before=$(cpu_ns $pids)
     fi
-    wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "${WRK_HEADERS[@]}" "http://127.0.0.1:$port/$path" > "$WORK/wrk.txt"
+    wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "${WRK_HEADERS[@]}" "http://127.0.0.1:$port/$path" > "$WORK/wrk.txt"
     local rps reqs p50 p99
     rps=$(awk '/Requests\/sec/ {print $2}' "$WORK/wrk.txt")
     reqs=$(awk '/requests in/ {print $1}' "$WORK/wrk.txt")
@@ -156,11 +159,11 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
 }
 
 ROUNDS=${ROUNDS:-2}
-TARGETS=(direct:$ORIGIN slipstream:$SLIP slipstream-uring:$SLIP_URING slipstream-base:$SLIP_BASE slipstream-log:$SLIP_LOG nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED nginx-nolog:$NGX_NOLOG nginx-unbuflog:$NGX_UNBUF haproxy:$HAP floor-epoll:$FLOOR_EPOLL floor-uring:$FLOOR_URING floor-hybrid:$FLOOR_HYBRID)
-DEFAULT_PROXIES="slipstream slipstream-uring ${BASELINE:+slipstream-base} slipstream-log nginx-default nginx-tuned haproxy $FLOORS"
+TARGETS=(direct:$ORIGIN slipstream:$SLIP slipstream-epoll:$SLIP_EPOLL slipstream-base:$SLIP_BASE slipstream-log:$SLIP_LOG nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED nginx-nolog:$NGX_NOLOG nginx-unbuflog:$NGX_UNBUF haproxy:$HAP floor-epoll:$FLOOR_EPOLL floor-uring:$FLOOR_URING floor-hybrid:$FLOOR_HYBRID)
+DEFAULT_PROXIES="slipstream slipstream-epoll ${BASELINE:+slipstream-base} slipstream-log nginx-default nginx-tuned haproxy $FLOORS"
 selected() { case " direct ${PROXIES:-$DEFAULT_PROXIES} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
-printf '\nwrk -t1 -c%s -d%ss through each proxy to an nginx origin; one worker per proxy; %s cores\n' "$CONNS" "$DURATION" "$(nproc)"
+printf '\nwrk -t%s -c%s -d%ss through each proxy to an nginx origin; one worker per proxy; %s cores\n' "$THREADS" "$CONNS" "$DURATION" "$(nproc)"
 if [ "${CLOSE:-0}" = 1 ]; then printf 'Every request on a new connection (Connection: close).\n'; fi
 printf 'Each cell is the mean of %s rounds; rounds alternate the order of the proxies.\n' "$ROUNDS"
 for size in ${SIZES:-0b 1k 91k}; do

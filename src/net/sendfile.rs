@@ -2,8 +2,9 @@
 //! the first file bytes, what nginx's `tcp_nopush` does with two more syscalls), then
 //! sendfile(2) from the page cache, never through user space. A file that turns out shorter
 //! than announced is reported, so the caller closes the connection instead of sending a body
-//! whose length disagrees with its head. Streams without a socket underneath (TLS, later) get
-//! the same contract by reading and writing.
+//! whose length disagrees with its head. Both I/O paths send this way (the socket is
+//! non-blocking on each; see [`SocketEnd`]). Streams without a socket underneath (TLS, HTTP/2)
+//! get the same contract by reading and writing.
 
 use std::fs::File;
 use std::io;
@@ -13,9 +14,9 @@ use std::time::Duration;
 use rustix::fs::sendfile;
 use rustix::net::{send, SendFlags};
 use tokio::io::Interest;
-use tokio::net::TcpStream;
 
 use super::io::write_all;
+use super::splice::SocketEnd;
 use super::Stream;
 
 /// Why a file body was not sent whole.
@@ -37,7 +38,7 @@ pub async fn send_file(
     len: u64,
     timeout: Duration,
 ) -> Result<u64, SendFileError> {
-    match stream.tcp() {
+    match stream.splice_end() {
         Some(tcp) => {
             send_head(tcp, head, len > 0, timeout)
                 .await
@@ -52,14 +53,12 @@ pub async fn send_file(
     }
 }
 
-async fn wait_writable(tcp: &TcpStream, timeout: Duration) -> io::Result<()> {
-    match tokio::time::timeout(timeout, tcp.writable()).await {
-        Ok(r) => r,
-        Err(_) => Err(io::ErrorKind::TimedOut.into()),
-    }
-}
-
-async fn send_head(tcp: &TcpStream, head: &[u8], more: bool, timeout: Duration) -> io::Result<()> {
+async fn send_head(
+    tcp: SocketEnd<'_>,
+    head: &[u8],
+    more: bool,
+    timeout: Duration,
+) -> io::Result<()> {
     let flags = if more {
         SendFlags::MORE | SendFlags::NOSIGNAL
     } else {
@@ -67,12 +66,14 @@ async fn send_head(tcp: &TcpStream, head: &[u8], more: bool, timeout: Duration) 
     };
     let mut sent = 0;
     while sent < head.len() {
-        match tcp.try_io(Interest::WRITABLE, || {
-            send(tcp, &head[sent..], flags).map_err(io::Error::from)
+        match tcp.attempt(Interest::WRITABLE, |fd| {
+            send(fd, &head[sent..], flags).map_err(io::Error::from)
         }) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => sent += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(tcp, timeout).await?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                tcp.ready(Interest::WRITABLE, timeout).await?;
+            }
             Err(e) => return Err(e),
         }
     }
@@ -80,7 +81,7 @@ async fn send_head(tcp: &TcpStream, head: &[u8], more: bool, timeout: Duration) 
 }
 
 async fn send_body(
-    tcp: &TcpStream,
+    tcp: SocketEnd<'_>,
     file: &File,
     offset: u64,
     len: u64,
@@ -90,12 +91,13 @@ async fn send_body(
     let end = offset + len;
     while at < end {
         let want = (end - at).min(1 << 30) as usize;
-        match tcp.try_io(Interest::WRITABLE, || {
-            sendfile(tcp, file, Some(&mut at), want).map_err(io::Error::from)
+        match tcp.attempt(Interest::WRITABLE, |fd| {
+            sendfile(fd, file, Some(&mut at), want).map_err(io::Error::from)
         }) {
             Ok(0) => return Err(SendFileError::Truncated),
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(tcp, timeout)
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => tcp
+                .ready(Interest::WRITABLE, timeout)
                 .await
                 .map_err(SendFileError::Client)?,
             Err(e) => return Err(SendFileError::Client(e)),

@@ -71,19 +71,14 @@ impl Stream {
         }
     }
 
-    /// The TCP socket underneath, when bytes may move on it without passing through user space
-    /// (a TLS stream will answer `None`).
-    pub fn tcp(&self) -> Option<&TcpStream> {
+    /// The TCP socket underneath for splice(2) and sendfile(2), on whichever I/O path it is
+    /// (`None` for TLS, unix sockets, HTTP/2 streams, and a ring connection holding bytes it
+    /// read ahead, which a splice from the socket would pass over).
+    pub fn splice_end(&self) -> Option<super::splice::SocketEnd<'_>> {
         match self {
-            Stream::Tcp(s) => Some(s),
-            Stream::Uring(_)
-            | Stream::Unix(_)
-            | Stream::TlsServer(_)
-            | Stream::TlsClient(_)
-            | Stream::H2(_)
-            | Stream::H2Upstream(_) => None,
-            #[cfg(test)]
-            Stream::Mock(_) => None,
+            Stream::Tcp(s) => Some(super::splice::SocketEnd::Epoll(s)),
+            Stream::Uring(s) if !s.holds_bytes() => Some(super::splice::SocketEnd::Ring(s)),
+            _ => None,
         }
     }
 

@@ -250,9 +250,10 @@ enum Spliced {
     Unsupported,
 }
 
-/// Whether bytes may move from `from` to `to` with splice(2): both are plain TCP sockets.
+/// Whether bytes may move from `from` to `to` with splice(2): both are plain TCP sockets
+/// (on epoll or on the ring).
 fn can_splice(from: &Stream, to: &Stream) -> bool {
-    from.tcp().is_some() && to.tcp().is_some()
+    from.splice_end().is_some() && to.splice_end().is_some()
 }
 
 /// Splices the opaque run ahead, if long enough.
@@ -444,7 +445,7 @@ async fn splice_run(
     len: u64,
     timeouts: (Duration, Duration),
 ) -> Result<(u64, bool), SpliceError> {
-    let (Some(from), Some(to)) = (from.tcp(), to.tcp()) else {
+    let (Some(from), Some(to)) = (from.splice_end(), to.splice_end()) else {
         return Err(SpliceError::Unsupported);
     };
     let Ok(pipe) = pipes.take() else {

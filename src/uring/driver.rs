@@ -692,7 +692,8 @@ impl Driver {
 impl Driver {
     /// Starts a multishot accept on `listener`: one entry that stays in the kernel, each
     /// connection a completion of its slot (taken with [`Driver::poll_accept`]). Accepted
-    /// sockets are blocking (the ring waits, not the thread) and close-on-exec.
+    /// sockets are non-blocking (ring operations on sockets wait by polling either way, and
+    /// direct splice and sendfile calls must not wait) and close-on-exec.
     pub(super) fn accept_many(&self, listener: io_uring::types::Fd) -> usize {
         let index = self.book.borrow_mut().start_accepting();
         if self.failed() {
@@ -700,7 +701,7 @@ impl Driver {
             return index;
         }
         let entry = opcode::AcceptMulti::new(listener)
-            .flags(libc::SOCK_CLOEXEC)
+            .flags(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK)
             .build()
             .user_data(index as u64);
         // SAFETY: a multishot accept is given no address to fill: it points at no memory.

@@ -51,14 +51,16 @@ pub struct UringTcp {
 }
 
 impl UringTcp {
-    /// Moves a connected socket onto the ring (blocking mode: the ring waits, not the thread;
-    /// direct calls pass `MSG_DONTWAIT`).
+    /// Moves a connected socket onto the ring. It stays non-blocking: ring operations on a
+    /// socket wait by polling it either way, and direct calls (splice, sendfile, large sends)
+    /// must never wait.
     pub fn new(socket: std::net::TcpStream, driver: Rc<Driver>) -> io::Result<UringTcp> {
-        socket.set_nonblocking(false)?;
+        socket.set_nonblocking(true)?;
         Ok(UringTcp::accepted(socket, driver))
     }
 
-    /// A connection the ring accepted ([`super::accept::UringListener`]): blocking already.
+    /// A connection the ring accepted ([`super::accept::UringListener`]): non-blocking
+    /// already.
     pub fn accepted(socket: std::net::TcpStream, driver: Rc<Driver>) -> UringTcp {
         UringTcp {
             socket: Some(socket),
@@ -332,6 +334,19 @@ impl UringTcp {
                 Err(_) => true,
             };
         }
+    }
+
+    /// Waits on the ring until the socket is ready for `events` (`POLLIN`, `POLLOUT`), for
+    /// the direct calls that move bytes without user space (splice, sendfile); `TimedOut`
+    /// after `timeout`.
+    pub async fn ready_for(&self, events: u32, timeout: Duration) -> io::Result<()> {
+        self.driver.wait_within(self.fd(), events, timeout).await
+    }
+
+    /// Whether bytes a wait for a request brought are kept here rather than in the socket: a
+    /// splice from the socket would pass over them.
+    pub fn holds_bytes(&self) -> bool {
+        self.pending.get().is_some()
     }
 
     /// The socket itself, for the calls that need no waiting (the addresses, shutdown).

@@ -315,14 +315,9 @@ fn large_bodies_in_memory_go_out_with_sendfile() {
     let before = sent_by_sendfile();
     let hit = get(addr, "/m");
     assert!(hit.body == body && hit.header("cache-status").unwrap().contains("hit"));
-    // The io_uring path has no sendfile yet: it reads the memory file and writes (a worker
-    // the kernel refuses a ring is on epoll, with sendfile).
-    let on_ring = std::env::var("SLIPSTREAM_IO").as_deref() != Ok("epoll");
+    // Both I/O paths send the memory file with sendfile(2).
     let by_sendfile = sent_by_sendfile() - before;
-    assert!(
-        by_sendfile == body.len() as u64 || (on_ring && by_sendfile == 0),
-        "the hit by sendfile: {by_sendfile} bytes"
-    );
+    assert_eq!(by_sendfile, body.len() as u64, "the hit by sendfile");
     let part = ask(addr, "GET", "/m", "Range: bytes=50000-50009\r\n");
     assert_eq!(part.status, 206);
     assert_eq!(part.body, &body[50_000..50_010]);
