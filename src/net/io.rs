@@ -83,7 +83,7 @@ pub async fn write_continue(stream: &mut Stream, timeout: Duration) -> io::Resul
 
 /// Writes `before`, `body[range]` and `after` (a head, a body, a chunk's end) as
 /// [`write_all`] does. On the io_uring path a large write lends `body` itself to the kernel
-/// (see [`crate::uring::stream::UringTcp::send_all_around`]): `body` may then be left empty
+/// (see [`crate::uring::stream::UringSocket::send_all_around`]): `body` may then be left empty
 /// when the write fails.
 pub async fn write_all_around(
     stream: &mut Stream,

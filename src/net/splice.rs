@@ -15,7 +15,7 @@ use rustix::pipe::{fcntl_setpipe_size, pipe_with, splice, PipeFlags, SpliceFlags
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use crate::uring::stream::UringTcp;
+use crate::uring::stream::UringSocket;
 
 /// A TCP socket that splice(2) and sendfile(2) may use directly (non-blocking on both I/O
 /// paths), with the readiness wait of the path it is on: tokio's epoll or the worker's ring.
@@ -24,7 +24,7 @@ pub enum SocketEnd<'a> {
     /// Registered with tokio's epoll.
     Epoll(&'a TcpStream),
     /// On the worker's io_uring.
-    Ring(&'a UringTcp),
+    Ring(&'a UringSocket),
 }
 
 impl SocketEnd<'_> {

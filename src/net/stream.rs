@@ -18,7 +18,7 @@ pub enum Stream {
     Tcp(TcpStream),
     /// A plain TCP connection read and written through the worker's io_uring (boxed: it is
     /// made once per connection and keeps its waits beside the socket).
-    Uring(Box<crate::uring::stream::UringTcp>),
+    Uring(Box<crate::uring::stream::UringSocket>),
     /// A unix stream socket (upstreams only).
     Unix(UnixStream),
     /// A TLS connection from a client (boxed: its state is large, and rare on the fast path).
@@ -62,11 +62,15 @@ impl Stream {
         crate::uring::adopt(tcp).map(Stream::from)
     }
 
-    /// A plain TCP connection moved onto this worker's ring if it runs one ([`Stream::adopt`]);
-    /// any other stream as it is.
+    /// A plain TCP or unix connection moved onto this worker's ring if it runs one
+    /// ([`Stream::adopt`]); any other stream as it is.
     pub fn onto_ring(self) -> io::Result<Stream> {
         match self {
             Stream::Tcp(tcp) => Stream::adopt(tcp),
+            Stream::Unix(unix) => match crate::uring::adopt_unix(unix)? {
+                Ok(ring) => Ok(Stream::Uring(Box::new(ring))),
+                Err(unix) => Ok(Stream::Unix(unix)),
+            },
             other => Ok(other),
         }
     }
@@ -77,7 +81,9 @@ impl Stream {
     pub fn splice_end(&self) -> Option<super::splice::SocketEnd<'_>> {
         match self {
             Stream::Tcp(s) => Some(super::splice::SocketEnd::Epoll(s)),
-            Stream::Uring(s) if !s.holds_bytes() => Some(super::splice::SocketEnd::Ring(s)),
+            Stream::Uring(s) if s.is_tcp() && !s.holds_bytes() => {
+                Some(super::splice::SocketEnd::Ring(s))
+            }
             _ => None,
         }
     }
@@ -117,7 +123,7 @@ impl Stream {
     pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
         match self {
             Stream::Tcp(s) => s.local_addr().ok(),
-            Stream::Uring(s) => s.socket().local_addr().ok(),
+            Stream::Uring(s) => s.local_addr(),
             Stream::TlsServer(s) => s.get_ref().0.local_addr().ok(),
             Stream::H2(s) => s.local,
             _ => None,
@@ -485,7 +491,7 @@ impl AsyncWrite for Stream {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Uring(s) => Poll::Ready(s.socket().shutdown(std::net::Shutdown::Write)),
+            Stream::Uring(s) => Poll::Ready(s.shutdown_write()),
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
             Stream::TlsServer(s) => Pin::new(s).poll_shutdown(cx),
             Stream::TlsClient(s) => Pin::new(s).poll_shutdown(cx),

@@ -11,7 +11,7 @@ use std::rc::Rc;
 use io_uring::types;
 
 use super::driver::Driver;
-use super::stream::{UringTcp, Wait};
+use super::stream::{UringSocket, Wait};
 
 /// A listener on the io_uring path.
 pub struct UringListener {
@@ -32,7 +32,7 @@ pub struct UringListener {
 #[derive(Debug)]
 pub enum Accepted {
     /// Read and written through the worker's ring.
-    Ring(UringTcp),
+    Ring(UringSocket),
     /// A plain tokio socket.
     Epoll(tokio::net::TcpStream),
 }
@@ -92,7 +92,7 @@ impl UringListener {
             let socket = unsafe { std::net::TcpStream::from_raw_fd(done.result) };
             // A client that has already gone is dropped (and closed) here, not reported.
             if let Ok(peer) = socket.peer_addr() {
-                let socket = UringTcp::accepted(socket, self.driver.clone());
+                let socket = UringSocket::accepted(socket, self.driver.clone());
                 return Ok((Accepted::Ring(socket), peer));
             }
         }

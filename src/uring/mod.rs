@@ -1,7 +1,7 @@
-//! The io_uring I/O path for plain TCP (`io = "uring"`): each worker thread owns one ring
-//! ([`driver`]), run inside its tokio runtime, and plain TCP connections read and write
-//! through it ([`stream`]). Everything else (TLS, HTTP/2, FastCGI, files, timers, tasks) stays
-//! on tokio. The design was measured first as a blind relay: `bench/hybrid_relay`.
+//! The io_uring I/O path (`io = "uring"`, the default): each worker thread owns one ring
+//! ([`driver`]), run inside its tokio runtime, and plain TCP connections and unix upstream
+//! connections (FastCGI included) read and write through it ([`stream`]). TLS, HTTP/2, timers
+//! and tasks stay on tokio. The design was measured first as a blind relay: `bench/hybrid_relay`.
 //!
 //! The only module of the crate allowed `unsafe`: the kernel reads and writes buffers that
 //! Rust lent it, and the rules that make that sound are kept here (see [`driver`]).
@@ -85,8 +85,19 @@ pub fn adopt(tcp: tokio::net::TcpStream) -> std::io::Result<accept::Accepted> {
     let Some(driver) = current() else {
         return Ok(accept::Accepted::Epoll(tcp));
     };
-    let socket = stream::UringTcp::new(tcp.into_std()?, driver)?;
+    let socket = stream::UringSocket::new(tcp.into_std()?, driver)?;
     Ok(accept::Accepted::Ring(socket))
+}
+
+/// A unix stream connection (an upstream's, FastCGI's) on this thread's ring if it runs one,
+/// else handed back as it is. An error (the socket could not leave epoll) loses it.
+pub fn adopt_unix(
+    unix: tokio::net::UnixStream,
+) -> std::io::Result<Result<stream::UringSocket, tokio::net::UnixStream>> {
+    let Some(driver) = current() else {
+        return Ok(Err(unix));
+    };
+    Ok(Ok(stream::UringSocket::unix(unix.into_std()?, driver)?))
 }
 
 /// A plain listener whose connections this thread's ring accepts, if it runs one.

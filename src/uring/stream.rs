@@ -1,21 +1,21 @@
-//! A plain TCP connection whose reads and writes go through the worker's ring.
+//! A plain TCP or unix stream connection whose reads and writes go through the worker's ring.
 //!
 //! The socket is not registered with tokio's epoll. Waiting for a request is a read into a
 //! provided buffer (an idle connection holds no buffer of its own); the bytes it brings are
 //! kept until the next read copies them out. Other reads are ring operations that take the
 //! caller's buffer for as long as the kernel may write into it and hand it back with the
 //! count; small writes are copied into a buffer of the ring's. A large response body goes out
-//! through the ring too ([`UringTcp::send_all_around`]): the caller's buffer is lent to the
+//! through the ring too ([`UringSocket::send_all_around`]): the caller's buffer is lent to the
 //! ring with its head and tail and handed back when the send ends; other large writes are sent
 //! directly. No future lends the kernel memory it could free, so dropping or leaking one early
 //! is sound (see [`super::driver`]). An idle pooled connection can be watched for its peer
-//! leaving without a system call ([`UringTcp::watch_idle`]). The poll-style
+//! leaving without a system call ([`UringSocket::watch_idle`]). The poll-style
 //! `AsyncRead`/`AsyncWrite` (tunnels, compression) wait for
 //! readiness on the ring and then call the kernel directly, without waiting.
 
 use std::cell::Cell;
 use std::io::{self, IoSlice};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -30,12 +30,14 @@ use super::slots::Gather;
 /// driver's 10 ms sweep).
 const HANGUP_WATCH_AFTER: Duration = Duration::from_millis(10);
 
-/// A TCP connection on the io_uring path.
+/// A stream connection (TCP, or a unix socket to an upstream) on the io_uring path.
 #[derive(Debug)]
-pub struct UringTcp {
+pub struct UringSocket {
     /// Closed through the ring when the connection is dropped (see `Drop`): always there
     /// until then.
-    socket: Option<std::net::TcpStream>,
+    socket: Option<OwnedFd>,
+    /// A TCP socket (else a unix one): it has addresses, and splice may use it.
+    tcp: bool,
     driver: Rc<Driver>,
     /// Bytes a wait for a request left in a provided buffer: its id and the range not yet
     /// read.
@@ -45,25 +47,38 @@ pub struct UringTcp {
     /// Readiness waits in flight for the poll-style interface (read, write): ring slots.
     wait_read: Cell<Option<usize>>,
     wait_write: Cell<Option<usize>>,
-    /// The watch over a pooled connection ([`UringTcp::watch_idle`]): its ring slot, left in
+    /// The watch over a pooled connection ([`UringSocket::watch_idle`]): its ring slot, left in
     /// the kernel until it fires.
     wait_idle: Cell<Option<usize>>,
 }
 
-impl UringTcp {
+impl UringSocket {
     /// Moves a connected socket onto the ring. It stays non-blocking: ring operations on a
     /// socket wait by polling it either way, and direct calls (splice, sendfile, large sends)
     /// must never wait.
-    pub fn new(socket: std::net::TcpStream, driver: Rc<Driver>) -> io::Result<UringTcp> {
+    pub fn new(socket: std::net::TcpStream, driver: Rc<Driver>) -> io::Result<UringSocket> {
         socket.set_nonblocking(true)?;
-        Ok(UringTcp::accepted(socket, driver))
+        Ok(UringSocket::accepted(socket, driver))
+    }
+
+    /// Moves a connected unix stream socket (an upstream's, FastCGI's) onto the ring,
+    /// non-blocking as [`UringSocket::new`] leaves a TCP one.
+    pub fn unix(
+        socket: std::os::unix::net::UnixStream,
+        driver: Rc<Driver>,
+    ) -> io::Result<UringSocket> {
+        socket.set_nonblocking(true)?;
+        let mut ring = UringSocket::accepted(socket, driver);
+        ring.tcp = false;
+        Ok(ring)
     }
 
     /// A connection the ring accepted ([`super::accept::UringListener`]): non-blocking
     /// already.
-    pub fn accepted(socket: std::net::TcpStream, driver: Rc<Driver>) -> UringTcp {
-        UringTcp {
-            socket: Some(socket),
+    pub fn accepted(socket: impl Into<OwnedFd>, driver: Rc<Driver>) -> UringSocket {
+        UringSocket {
+            socket: Some(socket.into()),
+            tcp: true,
             driver,
             pending: Cell::new(None),
             eof: Cell::new(false),
@@ -167,7 +182,7 @@ impl UringTcp {
 
     /// Sends all of `before`, `body[range]` and `after` (a head, a body, a chunk's end), in
     /// as few operations as the socket allows; `TimedOut` when the socket takes nothing for
-    /// `timeout`. Up to [`SEND_COPY_MAX`] bytes go as [`UringTcp::send`] sends them; more
+    /// `timeout`. Up to [`SEND_COPY_MAX`] bytes go as [`UringSocket::send`] sends them; more
     /// lend `body` itself to the kernel, with copies of the bytes around it, so that neither
     /// a copy of the body nor a direct system call is needed. `body` comes back when all is
     /// sent or the socket fails; it is left empty if the ring fails or this future is
@@ -252,7 +267,7 @@ impl UringTcp {
     }
 
     /// True if bytes (or the end of the stream) are in hand, so a read now would not block,
-    /// or if the watch of [`UringTcp::watch_idle`] has fired (the peer closed its side or the
+    /// or if the watch of [`UringSocket::watch_idle`] has fired (the peer closed its side or the
     /// connection failed). Costs no system call.
     pub fn ready_now(&self) -> bool {
         self.pending.get().is_some()
@@ -264,7 +279,7 @@ impl UringTcp {
     }
 
     /// Watches a pooled connection for the peer closing its side or resetting, so that
-    /// [`UringTcp::ready_now`] can tell without a system call. The watch is armed once, the
+    /// [`UringSocket::ready_now`] can tell without a system call. The watch is armed once, the
     /// first time the connection goes idle, and stays in the kernel while the connection is
     /// used again: it waits for the hang-up events alone, which the kernel's wake-up of a
     /// socket receiving data does not match, so responses never fire it and no request pays
@@ -349,9 +364,28 @@ impl UringTcp {
         self.pending.get().is_some()
     }
 
-    /// The socket itself, for the calls that need no waiting (the addresses, shutdown).
-    pub fn socket(&self) -> &std::net::TcpStream {
-        self.socket.as_ref().expect("open until dropped")
+    /// The socket itself, for the calls that need no waiting.
+    pub fn socket(&self) -> BorrowedFd<'_> {
+        self.socket.as_ref().expect("open until dropped").as_fd()
+    }
+
+    /// Whether it is a TCP socket (else a unix one).
+    pub fn is_tcp(&self) -> bool {
+        self.tcp
+    }
+
+    /// The local address of a TCP socket (`None` for a unix one).
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        let addr = rustix::net::getsockname(self.socket()).ok()?;
+        self.tcp.then(|| addr.try_into().ok()).flatten()
+    }
+
+    /// Ends the sending side (the peer reads the end of the stream).
+    pub fn shutdown_write(&self) -> io::Result<()> {
+        Ok(rustix::net::shutdown(
+            self.socket(),
+            rustix::net::Shutdown::Write,
+        )?)
     }
 
     /// Ready when a readiness wait for `events` kept in `slot` has fired; arms one if none
@@ -418,7 +452,7 @@ impl UringTcp {
     }
 }
 
-impl Drop for UringTcp {
+impl Drop for UringSocket {
     fn drop(&mut self) {
         // A wait in flight holds the socket open: cancel it so the close reaches the peer.
         for slot in [&self.wait_read, &self.wait_write, &self.wait_idle] {
@@ -430,7 +464,7 @@ impl Drop for UringTcp {
             self.driver.give_back(id);
         }
         if let Some(socket) = self.socket.take() {
-            self.driver.close(socket.into());
+            self.driver.close(socket);
         }
     }
 }

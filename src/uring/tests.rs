@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::accept::UringListener;
 use super::driver::Driver;
-use super::stream::UringTcp;
+use super::stream::UringSocket;
 
 /// A timeout no test reaches.
 const LONG: Duration = Duration::from_secs(60);
@@ -55,7 +55,7 @@ fn pair() -> (TcpStream, TcpStream) {
 fn bytes_go_both_ways_through_the_ring() {
     on_ring(|driver| async move {
         let (mut peer, socket) = pair();
-        let conn = UringTcp::new(socket, driver).unwrap();
+        let conn = UringSocket::new(socket, driver).unwrap();
         peer.write_all(b"ping").unwrap();
         let mut buf = Vec::with_capacity(64);
         assert_eq!(conn.recv(&mut buf, LONG).await.unwrap(), 4);
@@ -75,7 +75,7 @@ fn bytes_go_both_ways_through_the_ring() {
 fn a_read_dropped_in_flight_is_cancelled_and_the_ring_goes_on() {
     on_ring(|driver| async move {
         let (mut peer, socket) = pair();
-        let conn = UringTcp::new(socket, driver.clone()).unwrap();
+        let conn = UringSocket::new(socket, driver.clone()).unwrap();
         let mut buf = Vec::with_capacity(64);
         let waited =
             tokio::time::timeout(Duration::from_millis(50), conn.recv(&mut buf, LONG)).await;
@@ -97,7 +97,7 @@ fn many_connections_share_one_ring() {
         let mut tasks = Vec::new();
         for i in 0..64u8 {
             let (mut peer, socket) = pair();
-            let conn = UringTcp::new(socket, driver.clone()).unwrap();
+            let conn = UringSocket::new(socket, driver.clone()).unwrap();
             tasks.push(tokio::task::spawn_local(async move {
                 let mut buf = Vec::with_capacity(8);
                 conn.recv(&mut buf, LONG).await.unwrap();
@@ -125,7 +125,7 @@ fn many_connections_share_one_ring() {
 fn a_read_past_its_deadline_times_out_and_the_connection_still_works() {
     on_ring(|driver| async move {
         let (mut peer, socket) = pair();
-        let conn = UringTcp::new(socket, driver).unwrap();
+        let conn = UringSocket::new(socket, driver).unwrap();
         let mut buf = Vec::with_capacity(64);
         let started = std::time::Instant::now();
         let err = conn
@@ -149,11 +149,20 @@ fn waits_beyond_the_provided_buffers_fall_back_to_readiness() {
         for i in 0..300u16 {
             let (mut peer, socket) = pair();
             peer.write_all(format!("request {i}").as_bytes()).unwrap();
-            conns.push((peer, UringTcp::new(socket, driver.clone()).unwrap()));
+            conns.push((peer, UringSocket::new(socket, driver.clone()).unwrap()));
         }
         for (_, conn) in &conns {
             conn.readable().await.unwrap();
-            assert!(conn.ready_now() || conn.socket().peek(&mut [0u8; 1]).unwrap() > 0);
+            assert!(
+                conn.ready_now()
+                    || rustix::net::recv(
+                        conn.socket(),
+                        &mut [0u8; 1],
+                        rustix::net::RecvFlags::PEEK
+                    )
+                    .unwrap()
+                    .0 > 0
+            );
         }
         for (i, (_peer, conn)) in conns.iter().enumerate() {
             let mut buf = Vec::with_capacity(64);
@@ -167,7 +176,7 @@ fn waits_beyond_the_provided_buffers_fall_back_to_readiness() {
 fn a_hangup_watch_given_up_early_asks_nothing_of_the_kernel_and_a_kept_one_fires() {
     on_ring(|driver| async move {
         let (peer, socket) = pair();
-        let conn = UringTcp::new(socket, driver.clone()).unwrap();
+        let conn = UringSocket::new(socket, driver.clone()).unwrap();
         // Given up at once, as when the response comes within milliseconds.
         let early = tokio::time::timeout(Duration::from_millis(1), conn.hangup()).await;
         assert!(early.is_err());
@@ -191,7 +200,7 @@ fn a_hangup_watch_given_up_early_asks_nothing_of_the_kernel_and_a_kept_one_fires
 fn a_deadline_set_after_an_idle_spell_counts_from_now() {
     on_ring(|driver| async move {
         let (mut peer, socket) = pair();
-        let conn = UringTcp::new(socket, driver).unwrap();
+        let conn = UringSocket::new(socket, driver).unwrap();
         // The ring sits idle for longer than the timeout below: no turn of its loop reads the
         // clock meanwhile. Blocking the thread is the point here.
         #[allow(clippy::disallowed_methods)]
@@ -303,7 +312,7 @@ fn a_paused_listener_leaves_connections_in_the_backlog_until_it_accepts_again() 
 fn a_dropped_connection_is_closed_through_the_ring() {
     on_ring(|driver| async move {
         let (mut peer, socket) = pair();
-        let conn = UringTcp::new(socket, driver.clone()).unwrap();
+        let conn = UringSocket::new(socket, driver.clone()).unwrap();
         drop(conn);
         // The close goes out with the loop's next turn.
         until(|| driver.in_kernel() == 0).await;
@@ -318,7 +327,7 @@ fn a_close_queued_as_the_ring_goes_away_still_reaches_the_peer() {
     let (mut peer, socket) = pair();
     let mut socket = Some(socket);
     on_ring(|driver| async move {
-        let conn = UringTcp::new(socket.take().unwrap(), driver).unwrap();
+        let conn = UringSocket::new(socket.take().unwrap(), driver).unwrap();
         // Queued; the test ends (and the ring is dropped) before the loop turns again.
         drop(conn);
     });
@@ -349,7 +358,7 @@ fn reset(peer: TcpStream) {
 fn a_hangup_watch_fires_when_the_peer_resets_the_connection() {
     on_ring(|driver| async move {
         let (peer, socket) = pair();
-        let conn = UringTcp::new(socket, driver).unwrap();
+        let conn = UringSocket::new(socket, driver).unwrap();
         let watch = conn.hangup();
         let mut watch = std::pin::pin!(watch);
         // The watch is armed (past its pause) before the reset arrives.
@@ -366,7 +375,7 @@ fn a_hangup_watch_fires_when_the_peer_resets_the_connection() {
 fn an_idle_watch_sees_the_peer_close_without_a_system_call() {
     on_ring(|driver| async move {
         let (peer, socket) = pair();
-        let conn = UringTcp::new(socket, driver.clone()).unwrap();
+        let conn = UringSocket::new(socket, driver.clone()).unwrap();
         conn.watch_idle();
         conn.watch_idle();
         assert_eq!(driver.in_kernel(), 1, "one watch, armed once");
@@ -382,7 +391,7 @@ fn an_idle_watch_sees_the_peer_close_without_a_system_call() {
 fn an_idle_watch_stays_armed_through_responses_and_sees_a_later_reset() {
     on_ring(|driver| async move {
         let (mut peer, socket) = pair();
-        let conn = UringTcp::new(socket, driver.clone()).unwrap();
+        let conn = UringSocket::new(socket, driver.clone()).unwrap();
         conn.watch_idle();
         // Taken back into use with the watch armed: the response does not fire it.
         for _ in 0..3 {
@@ -416,7 +425,7 @@ fn leak_while_pending(op: impl Future) {
 fn a_leaked_read_keeps_its_buffer_in_the_ring_and_the_kernel_writes_into_that() {
     on_ring(|driver| async move {
         let (mut peer, socket) = pair();
-        let conn = UringTcp::new(socket, driver.clone()).unwrap();
+        let conn = UringSocket::new(socket, driver.clone()).unwrap();
         let mut buf = Vec::with_capacity(64);
         // Leaked while the kernel holds the read: the caller's buffer is not lent.
         leak_while_pending(conn.recv(&mut buf, LONG));
@@ -444,7 +453,7 @@ fn a_leaked_read_keeps_its_buffer_in_the_ring_and_the_kernel_writes_into_that() 
 fn a_large_send_goes_out_directly_and_a_small_one_through_the_ring() {
     on_ring(|driver| async move {
         let (mut peer, socket) = pair();
-        let conn = UringTcp::new(socket, driver).unwrap();
+        let conn = UringSocket::new(socket, driver).unwrap();
         let big: Vec<u8> = (0..4 * super::driver::SEND_COPY_MAX)
             .map(|i| i as u8)
             .collect();
@@ -472,7 +481,7 @@ fn a_large_send_lends_its_body_to_the_ring_in_pieces_and_gets_it_back_whole() {
         socket2::SockRef::from(&socket)
             .set_send_buffer_size(16 * 1024)
             .unwrap();
-        let conn = UringTcp::new(socket, driver.clone()).unwrap();
+        let conn = UringSocket::new(socket, driver.clone()).unwrap();
         let body: Vec<u8> = (0..1024 * 1024).map(|i| (i % 251) as u8).collect();
         let range = 7..body.len() - 7;
         let expected = [
@@ -514,7 +523,7 @@ fn a_leaked_large_send_keeps_its_body_in_the_ring_until_the_kernel_is_done() {
         socket2::SockRef::from(&socket)
             .set_send_buffer_size(16 * 1024)
             .unwrap();
-        let conn = UringTcp::new(socket, driver.clone()).unwrap();
+        let conn = UringSocket::new(socket, driver.clone()).unwrap();
         let mut body = vec![b'x'; 1024 * 1024];
         let range = 0..body.len();
         leak_while_pending(conn.send_all_around([&[], &[]], &mut body, range, [&[], &[]], LONG));
@@ -549,7 +558,7 @@ fn a_leaked_large_send_keeps_its_body_in_the_ring_until_the_kernel_is_done() {
 fn an_interrupted_or_busy_enter_is_tried_again_and_timeouts_and_closes_go_on() {
     on_ring(|driver| async move {
         let (mut peer, socket) = pair();
-        let conn = UringTcp::new(socket, driver.clone()).unwrap();
+        let conn = UringSocket::new(socket, driver.clone()).unwrap();
         driver
             .inject
             .borrow_mut()
@@ -609,7 +618,7 @@ fn a_fatal_enter_error_moves_the_worker_to_epoll_logged_and_counted() {
         until(|| driver.in_kernel() >= 2).await;
         driver.inject.borrow_mut().push_back(libc::EBADF);
         // Something to submit, so the loop enters (and gets the error).
-        let nap = super::stream::UringTcp::new(pair().1, driver.clone()).unwrap();
+        let nap = super::stream::UringSocket::new(pair().1, driver.clone()).unwrap();
         drop(nap);
         until(|| failures.get() == 1).await;
         assert!(driver.failed());

@@ -201,3 +201,78 @@ routes = [{{ location = "/", upstream = "app" }}]
         "{text}"
     );
 }
+
+/// How many of the process's unix sockets its epoll instances watch (the `tfd` lines of
+/// every eventpoll descriptor's fdinfo, matched against the unix sockets of /proc/net/unix).
+fn unix_sockets_in_epoll(pid: u32) -> (usize, usize) {
+    let unix_inodes: std::collections::HashSet<String> =
+        std::fs::read_to_string(format!("/proc/{pid}/net/unix"))
+            .unwrap()
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().nth(6).map(str::to_string))
+            .collect();
+    let mut unix_fds = Vec::new();
+    let mut watched = std::collections::HashSet::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(target) = std::fs::read_link(fd.path()) else {
+            continue;
+        };
+        let target = target.to_string_lossy().to_string();
+        let name = fd.file_name().to_string_lossy().to_string();
+        if let Some(inode) = target.strip_prefix("socket:[") {
+            if unix_inodes.contains(inode.trim_end_matches(']')) {
+                unix_fds.push(name);
+            }
+        } else if target.contains("eventpoll") {
+            let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{name}")).unwrap();
+            for line in info.lines().filter_map(|l| l.strip_prefix("tfd:")) {
+                watched.insert(line.split_whitespace().next().unwrap().to_string());
+            }
+        }
+    }
+    let in_epoll = unix_fds.iter().filter(|fd| watched.contains(*fd)).count();
+    (unix_fds.len(), in_epoll)
+}
+
+#[test]
+fn unix_upstream_connections_ride_the_ring() {
+    let path = temp_path("ring-unix.sock");
+    let _ = std::fs::remove_file(&path);
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while conn.read(&mut buf).is_ok_and(|n| n > 0) {
+                    let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+                    if conn.write_all(reply).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let upstream = format!("unix:{}", path.display());
+    for mode in ["uring", "epoll"] {
+        let args = ["--upstream", &upstream, "--workers", "1", "--io", mode];
+        let proxy = Running::proxy(&args);
+        // The process's own unix sockets (its control socket) are there from the start.
+        let (own, own_in_epoll) = unix_sockets_in_epoll(proxy.child.id());
+        requests(&proxy, 5);
+        // The pooled upstream connection stays open after the requests.
+        let (unix, in_epoll) = unix_sockets_in_epoll(proxy.child.id());
+        assert_eq!(unix, own + 1, "{mode}: the upstream connection");
+        let upstream_in_epoll = in_epoll - own_in_epoll;
+        if mode == "uring" && upstream_in_epoll == 1 && proxy.logged("io_uring is not available") {
+            without_uring("the kernel refused a ring");
+            return;
+        }
+        let expected = usize::from(mode == "epoll");
+        assert_eq!(upstream_in_epoll, expected, "{mode}: in epoll");
+    }
+}
