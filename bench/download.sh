@@ -2,7 +2,8 @@
 # Question: what do large downloads cost a proxy in disk writes, memory and CPU?
 #
 # curl clients -> proxy -> nginx origin serving a 100 MB file (sendfile), all on loopback, one
-# worker per proxy. Proxies: slipstream defaults (splice), slipstream with zero_copy = false,
+# worker per proxy. Proxies: slipstream defaults (io_uring, splice waiting on the ring),
+# slipstream-epoll (--io epoll, splice waiting on epoll), slipstream with zero_copy = false,
 # nginx with default proxy settings (proxy_buffering on: temp files), nginx proxy_buffering off.
 #
 # Slow run: N clients at once, each limited to RATE; columns: downloads completed, proxy bytes
@@ -17,7 +18,7 @@ RATE=${2:-20M}
 ROUNDS=${3:-5}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-download}
-ORIGIN=18100 SLIP=18101 SLIP_COPY=18102 NGX_DEF=18103 NGX_OFF=18104
+ORIGIN=18100 SLIP=18101 SLIP_COPY=18102 NGX_DEF=18103 NGX_OFF=18104 SLIP_EPOLL=18105
 SIZE=$((100 * 1024 * 1024))
 
 # shellcheck source=bench/lib.sh
@@ -51,6 +52,7 @@ sleep 0.5
 start_proxy() { # name -> starts it fresh, prints nothing
     case $1 in
         slipstream) "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP --upstream 127.0.0.1:$ORIGIN --workers 1 2>"$WORK/logs/slip.log" & ;;
+        slipstream-epoll) "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_EPOLL --upstream 127.0.0.1:$ORIGIN --workers 1 --io epoll 2>"$WORK/logs/slip-epoll.log" & ;;
         slipstream-copy) "$ROOT/target/release/slipstream" run --config "$WORK/slip-copy.toml" 2>"$WORK/logs/slip-copy.log" & ;;
         nginx-default) nginx -c "$WORK/nginx-default.conf" & ;;
         nginx-buffering-off) nginx -c "$WORK/nginx-buffering-off.conf" & ;;
@@ -60,7 +62,7 @@ start_proxy() { # name -> starts it fresh, prints nothing
 }
 port_of() {
     case $1 in
-        slipstream) echo $SLIP ;; slipstream-copy) echo $SLIP_COPY ;;
+        slipstream) echo $SLIP ;; slipstream-epoll) echo $SLIP_EPOLL ;; slipstream-copy) echo $SLIP_COPY ;;
         nginx-default) echo $NGX_DEF ;; nginx-buffering-off) echo $NGX_OFF ;;
     esac
 }
@@ -83,7 +85,7 @@ wait_clients() { while pgrep -f "curl -s.*127.0.0.1" >/dev/null; do sleep 0.2; d
 printf '\n### %s clients each downloading 100 MB at %s/s\n\n' "$CLIENTS" "$RATE"
 printf '| %-20s | %9s | %14s | %12s | %11s |\n' proxy completed 'disk written' 'peak RSS MB' 'CPU seconds'
 printf '|%s|\n' '----------------------|-----------|----------------|--------------|-------------'
-for name in slipstream slipstream-copy nginx-default nginx-buffering-off; do
+for name in slipstream slipstream-epoll slipstream-copy nginx-default nginx-buffering-off; do
     start_proxy "$name"
     port=$(port_of "$name")
     pids=$(listener_pids "$port")
@@ -102,7 +104,7 @@ done
 printf '\n### 4 fast clients x %s rounds of 100 MB (%s GB proxied)\n\n' "$ROUNDS" "$(awk -v r="$ROUNDS" 'BEGIN {printf "%.1f", 4*r*100/1024}')"
 printf '| %-20s | %11s | %10s |\n' proxy 'CPU seconds' 'CPU s/GB'
 printf '|%s|\n' '----------------------|-------------|-----------'
-for name in slipstream slipstream-copy nginx-default nginx-buffering-off; do
+for name in slipstream slipstream-epoll slipstream-copy nginx-default nginx-buffering-off; do
     start_proxy "$name"
     port=$(port_of "$name")
     pids=$(listener_pids "$port")

@@ -69,7 +69,8 @@ pub async fn serve(worker: Rc<Worker>, stream: Stream, peer: SocketAddr) {
     if !client.stream.tls_version().is_empty() {
         // close_notify: the client knows the connection ended cleanly, not cut short.
         let timeout = worker.snapshot().config.limits.client_body_timeout;
-        let _ = tokio::time::timeout(timeout, client.stream.shutdown()).await;
+        // Boxed, as the request is: the timer is not carried through every idle wait.
+        let _ = Box::pin(tokio::time::timeout(timeout, client.stream.shutdown())).await;
     }
 }
 

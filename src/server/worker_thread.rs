@@ -182,10 +182,19 @@ async fn accept_loop(
                     worker.counters.gauge_add(Gauge::Open, 1);
                     worker.counters.inc(Counter::ConnectionsAccepted);
                     let w = worker.clone();
-                    tokio::task::spawn_local(async move {
-                        let _open = OpenConnection(w.clone());
-                        serve_accepted(w, accepted, peer, kind).await;
-                    });
+                    let open = OpenConnection(w.clone());
+                    match accepted {
+                        // A connection on the ring is served directly: its task holds
+                        // nothing but the keep-alive loop (an idle one is about 1 KB).
+                        NewConnection::Ring(stream) => tokio::task::spawn_local(async move {
+                            let _open = open;
+                            proxy::serve(w, stream, peer).await;
+                        }),
+                        NewConnection::Epoll(stream) => tokio::task::spawn_local(async move {
+                            let _open = open;
+                            serve_accepted(w, stream, peer, kind).await;
+                        }),
+                    };
                 }
                 Err(e) => {
                     worker.counters.inc(Counter::AcceptErrors);
@@ -201,17 +210,13 @@ async fn accept_loop(
 /// Serves one accepted connection as its listener's kind says.
 async fn serve_accepted(
     w: Rc<Worker>,
-    accepted: NewConnection,
+    stream: tokio::net::TcpStream,
     mut peer: std::net::SocketAddr,
     (kind, proxy_protocol): (ListenerKind, bool),
 ) {
-    let stream = match accepted {
-        NewConnection::Ring(stream) => return proxy::serve(w, stream, peer).await,
-        NewConnection::Epoll(stream) => stream,
-    };
     if proxy_protocol {
         let timeout = w.snapshot().config.limits.client_header_timeout;
-        match super::proxy_header::read(&stream, timeout).await {
+        match Box::pin(super::proxy_header::read(&stream, timeout)).await {
             Ok(Some(client)) => peer = client,
             Ok(None) => {}
             Err(why) => {
@@ -221,15 +226,17 @@ async fn serve_accepted(
             }
         }
     }
+    // The other kinds are boxed: a task is as large as its largest branch, and an idle
+    // plain keep-alive connection should not carry a TLS handshake's or HTTP/2's state.
     match kind {
         ListenerKind::Plain => {
             if let Ok(stream) = crate::net::Stream::adopt(stream) {
                 proxy::serve(w, stream, peer).await;
             }
         }
-        ListenerKind::PlainOrH2c => serve_plain_or_h2c(w, stream, peer).await,
-        ListenerKind::Tls => serve_tls(w, stream, peer).await,
-        ListenerKind::Redirect => proxy::redirect_to_https(w, stream.into()).await,
+        ListenerKind::PlainOrH2c => Box::pin(serve_plain_or_h2c(w, stream, peer)).await,
+        ListenerKind::Tls => Box::pin(serve_tls(w, stream, peer)).await,
+        ListenerKind::Redirect => Box::pin(proxy::redirect_to_https(w, stream.into())).await,
     }
 }
 
