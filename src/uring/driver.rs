@@ -155,29 +155,6 @@ impl Driver {
         Ok(driver)
     }
 
-    /// Fails naming the first operation this I/O path uses that the kernel lacks (checked with
-    /// `IORING_REGISTER_PROBE`; the ring flags and the buffer ring were checked by [`Driver::new`]).
-    pub fn check_operations(&self) -> io::Result<()> {
-        let mut probe = io_uring::Probe::new();
-        self.ring.submitter().register_probe(&mut probe)?;
-        let used = [
-            (opcode::Recv::CODE, "RECV"),
-            (opcode::Send::CODE, "SEND"),
-            (opcode::SendMsg::CODE, "SENDMSG"),
-            (opcode::PollAdd::CODE, "POLL_ADD"),
-            (opcode::AsyncCancel::CODE, "ASYNC_CANCEL"),
-            (opcode::Close::CODE, "CLOSE"),
-            (opcode::AcceptMulti::CODE, "ACCEPT"),
-        ];
-        match used.iter().find(|(code, _)| !probe.is_supported(*code)) {
-            Some((_, name)) => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!("the kernel lacks IORING_OP_{name}"),
-            )),
-            None => Ok(()),
-        }
-    }
-
     /// Submits queued entries and hands out completions, then waits until more entries are
     /// queued or the ring signals; runs for the life of the worker. Returns the error that cut
     /// the ring off, if one does.

@@ -9,43 +9,19 @@
 pub mod accept;
 mod buf_ring;
 pub mod driver;
+mod probe;
 pub mod slots;
 pub mod stream;
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::OnceLock;
 
 use driver::Driver;
+pub use probe::{probe, refused};
 
 thread_local! {
     /// This worker thread's ring, when it runs one.
     static RING: RefCell<Option<Rc<Driver>>> = const { RefCell::new(None) };
-}
-
-/// Why this process runs on epoll although `io = "uring"` (the default): `None` until
-/// [`probe`] has run, or when the kernel gave a ring.
-static REFUSED: OnceLock<Option<String>> = OnceLock::new();
-
-/// Whether this kernel gives this process a ring with every operation the I/O path uses,
-/// asked once per process (by the first worker that starts): a refusal (an old kernel,
-/// `kernel.io_uring_disabled`, a seccomp filter such as a container runtime's default) is
-/// logged once and kept for `/status` and `doctor`, and every worker runs on epoll.
-pub fn probe() -> Result<(), &'static str> {
-    let refused = REFUSED.get_or_init(|| {
-        let why = Driver::new().and_then(|d| d.check_operations()).err()?;
-        tracing::warn!("io_uring is not available ({why}): the workers run on epoll");
-        Some(why.to_string())
-    });
-    match refused {
-        Some(why) => Err(why),
-        None => Ok(()),
-    }
-}
-
-/// The reason the last [`probe`] gave for epoll, if it refused the ring.
-pub fn refused() -> Option<&'static str> {
-    REFUSED.get().and_then(Option::as_deref)
 }
 
 /// Starts this worker thread's ring, driven by a task on its runtime (call inside its
