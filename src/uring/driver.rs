@@ -669,8 +669,8 @@ impl Driver {
 impl Driver {
     /// Starts a multishot accept on `listener`: one entry that stays in the kernel, each
     /// connection a completion of its slot (taken with [`Driver::poll_accept`]). Accepted
-    /// sockets are non-blocking (ring operations on sockets wait by polling either way, and
-    /// direct splice and sendfile calls must not wait) and close-on-exec.
+    /// sockets are non-blocking (direct splice and sendfile calls must not wait; see
+    /// [`super::stream::UringSocket::new`]) and close-on-exec.
     pub(super) fn accept_many(&self, listener: io_uring::types::Fd) -> usize {
         let index = self.book.borrow_mut().start_accepting();
         if self.failed() {

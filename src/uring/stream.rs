@@ -53,9 +53,10 @@ pub struct UringSocket {
 }
 
 impl UringSocket {
-    /// Moves a connected socket onto the ring. It stays non-blocking: ring operations on a
-    /// socket wait by polling it either way, and direct calls (splice, sendfile, large sends)
-    /// must never wait.
+    /// Moves a connected socket onto the ring. It stays non-blocking, so direct calls
+    /// (splice, sendfile, large sends) never wait. Ring RECV and SEND wait by polling either
+    /// way; SENDMSG may end with `EAGAIN` when the kernel retries it in io-wq, which
+    /// [`UringSocket::send_all_around`] answers by waiting for room on the ring.
     pub fn new(socket: std::net::TcpStream, driver: Rc<Driver>) -> io::Result<UringSocket> {
         socket.set_nonblocking(true)?;
         Ok(UringSocket::accepted(socket, driver))
@@ -227,6 +228,15 @@ impl UringSocket {
                         0 => Err(io::ErrorKind::WriteZero.into()),
                         _ => Ok(()),
                     };
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // SENDMSG honours the socket's O_NONBLOCK when the kernel retries it off
+                    // the poll path (io-wq): wait for room on the ring and send the rest.
+                    let events = libc::POLLOUT as u32;
+                    if let Err(e) = self.driver.wait_within(self.fd(), events, timeout).await {
+                        *body = std::mem::take(&mut gather.body);
+                        return Err(e);
+                    }
                 }
                 Err(e) => {
                     *body = std::mem::take(&mut gather.body);
