@@ -590,3 +590,39 @@ fn min_uses_stores_a_key_once_it_was_asked_enough() {
     assert!(third.contains("hit"), "{third}");
     assert_eq!(upstream.seen().len(), 2);
 }
+
+/// A response the cache may not store still answers the client's Range and conditionals
+/// (they were kept from the upstream): a 206 of the part asked, a 304 for a matching
+/// `If-None-Match`, with every field the response came with (its `Set-Cookie` too), and
+/// nothing stored.
+#[test]
+fn ranges_and_conditionals_apply_to_responses_not_stored() {
+    let upstream = Upstream::start(|seen| {
+        assert!(seen.header("range").is_none() && seen.header("if-none-match").is_none());
+        match seen.path() {
+            "/private" => reply(
+                "Cache-Control: private\r\nETag: \"p\"\r\nSet-Cookie: s=1\r\n",
+                "private-body",
+            ),
+            _ => reply("Cache-Control: no-store\r\n", "no-store-body"),
+        }
+    });
+    let server = proxy(&config(upstream.addr, ""));
+    let addr = server.local_addrs()[0];
+    let part = ask(addr, "GET", "/private", "Range: bytes=0-6\r\n");
+    assert_eq!((part.status, part.body.as_slice()), (206, &b"private"[..]));
+    assert_eq!(part.header("content-range"), Some("bytes 0-6/12"));
+    assert_eq!(part.header("set-cookie"), Some("s=1"));
+    let cache_status = part.header("cache-status").unwrap_or_default();
+    assert!(!cache_status.contains("stored"), "{cache_status}");
+    let same = ask(addr, "GET", "/private", "If-None-Match: \"p\"\r\n");
+    assert_eq!((same.status, same.body.len()), (304, 0));
+    let tail = ask(addr, "GET", "/no-store", "Range: bytes=-4\r\n");
+    assert_eq!((tail.status, tail.body.as_slice()), (206, &b"body"[..]));
+    assert_eq!(get(addr, "/no-store").body, b"no-store-body");
+    assert_eq!(
+        upstream.seen().len(),
+        4,
+        "nothing was answered from the cache"
+    );
+}

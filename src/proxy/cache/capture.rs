@@ -112,12 +112,21 @@ async fn store_and_send(
         no_store: c.directives.no_store || c.no_store,
     };
     let decided = storable(&facts, request, &c.rule.fallbacks, now);
-    let Ok(lifetime) = decided else {
-        zone.stats.not_stored.fetch_add(1, Relaxed);
-        if c.stale.borrow().is_some() {
-            zone.remove(&c.key);
+    let lifetime = match decided {
+        Ok(lifetime) => Some(lifetime),
+        Err(_) => {
+            zone.stats.not_stored.fetch_add(1, Relaxed);
+            if c.stale.borrow().is_some() {
+                zone.remove(&c.key);
+            }
+            // The client's Range and conditionals were kept from the upstream: a response
+            // not stored still gets them applied (as nginx's range and not-modified filters
+            // do), when it is small enough to hold whole; others are relayed as they come.
+            if !asks_what_the_cache_answers(c) {
+                return Taken::Pass(up);
+            }
+            None
         }
-        return Taken::Pass(up);
     };
     let limit = fetched.head_len + zone.settings.max_object;
     let framing = fetched.framing;
@@ -140,6 +149,7 @@ async fn store_and_send(
         Ok(Some(end)) => end,
         Ok(None)
             if zone.has_disk()
+                && lifetime.is_some()
                 && fetched.relayed_as_is
                 && framing != Framing::UntilClose
                 && c.method == crate::cache::Method::Get
@@ -148,14 +158,16 @@ async fn store_and_send(
             let fill = super::tee::Fill {
                 c,
                 facts: &facts,
-                lifetime,
+                lifetime: lifetime.unwrap_or(0),
                 response_time: now,
             };
             let stored = super::tee::relay_and_store(cx, group, client, (up, ubuf), &fetched, fill);
             return Taken::Answered(stored.await);
         }
         Ok(None) => {
-            zone.stats.too_large.fetch_add(1, Relaxed);
+            if lifetime.is_some() {
+                zone.stats.too_large.fetch_add(1, Relaxed);
+            }
             return Taken::Pass(up);
         }
         Err(e) => return Taken::Answered(Err(e)),
@@ -168,13 +180,16 @@ async fn store_and_send(
     if fetched.reusable && end == ubuf.len() {
         up.reuse(cx.worker, group);
     }
-    let entry = keep(
-        c,
-        (fetched.status, &fetched.text),
-        body,
-        (&facts, lifetime),
-        now,
-    );
+    let entry = match lifetime {
+        Some(lifetime) => keep(
+            c,
+            (fetched.status, &fetched.text),
+            body,
+            (&facts, lifetime),
+            now,
+        ),
+        None => unstored(c, (fetched.status, &fetched.text), body, facts, now),
+    };
     Taken::Answered(send_entry(cx, client, (&entry, miss_kind(c)), now, true).await)
 }
 
@@ -207,6 +222,39 @@ fn keep(
     };
     c.release();
     entry
+}
+
+/// A response that may not be stored, held whole for this one client so its Range and
+/// conditionals can be answered: every field it came with is kept (`private` ones too), and
+/// nothing is stored.
+fn unstored(
+    c: &CacheRequest,
+    (status, head): (u16, &[u8]),
+    body: Bytes,
+    mut facts: crate::cache::freshness::ResponseFacts,
+    now: u64,
+) -> Arc<Entry> {
+    facts.directives.private_fields.clear();
+    let stored = Stored {
+        key: &c.key,
+        request_fields: &c.fields,
+        request_time: c.request_time.get(),
+        response_time: now,
+        lifetime: 0,
+        ignore: c.rule.ignore,
+    };
+    c.unstored.set(true);
+    c.release();
+    Arc::new(entry::build(head, status, body, &facts, stored))
+}
+
+/// Whether the client sent what the cache answers itself and kept from the upstream: a
+/// Range or a conditional of a GET.
+fn asks_what_the_cache_answers(c: &CacheRequest) -> bool {
+    c.method == crate::cache::Method::Get
+        && ["range", "if-none-match", "if-modified-since"]
+            .iter()
+            .any(|name| entry::values(&c.fields, name).next().is_some())
 }
 
 /// How a fetched answer counts: a miss, or an expired entry fetched again.
@@ -313,7 +361,11 @@ pub(in crate::proxy) async fn store_whole(
     };
     let Ok(lifetime) = storable(&facts, request, &c.rule.fallbacks, now) else {
         zone.stats.not_stored.fetch_add(1, Relaxed);
-        return None;
+        if !asks_what_the_cache_answers(c) {
+            return None;
+        }
+        let entry = unstored(c, (status, head), body, facts, now);
+        return Some(send_entry(cx, client, (&entry, miss_kind(c)), now, true).await);
     };
     if body.len() > zone.settings.max_object {
         zone.stats.too_large.fetch_add(1, Relaxed);
