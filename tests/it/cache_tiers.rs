@@ -210,6 +210,11 @@ fn a_php_microcache_runs_the_script_once_per_second() {
         assert_eq!(get(addr, "/page.php?cookie=1").status, 200);
     }
     assert_eq!(runs(), 7, "a page that sets a cookie is not stored");
+    // The client's Range never reaches the script, yet applies to a page not stored.
+    let part = ask(addr, "GET", "/page.php?cookie=1", "Range: bytes=0-2\r\n");
+    assert_eq!((part.status, part.body.as_slice()), (206, &b"run"[..]));
+    assert!(part.header("set-cookie").is_some_and(|c| c.starts_with("s=x")));
+    assert_eq!(runs(), 8);
 }
 
 /// Over HTTP/2: a miss and its hits on one connection, streams at once, a range, and a large
