@@ -213,7 +213,9 @@ fn a_php_microcache_runs_the_script_once_per_second() {
     // The client's Range never reaches the script, yet applies to a page not stored.
     let part = ask(addr, "GET", "/page.php?cookie=1", "Range: bytes=0-2\r\n");
     assert_eq!((part.status, part.body.as_slice()), (206, &b"run"[..]));
-    assert!(part.header("set-cookie").is_some_and(|c| c.starts_with("s=x")));
+    assert!(part
+        .header("set-cookie")
+        .is_some_and(|c| c.starts_with("s=x")));
     assert_eq!(runs(), 8);
 }
 
@@ -460,4 +462,62 @@ fn a_body_changed_on_disk_is_a_miss_after_a_restart() {
         .header("cache-status")
         .unwrap()
         .contains("hit"));
+}
+
+/// `stale-while-revalidate` for an HTTP/2 client: the stale answer comes at once while the
+/// refresh is held, other streams of the connection are answered meanwhile, and the refreshed
+/// response follows once the origin lets it go (one refresh).
+#[test]
+fn http2_clients_get_stale_answers_while_the_refresh_runs() {
+    use crate::http2::{get as h2_get, h2c, runtime};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let count = std::sync::Arc::new(AtomicUsize::new(0));
+    let gate = crate::support::Gate::default();
+    let (c, g) = (count.clone(), gate.clone());
+    let upstream = Upstream::start(move |_| match c.fetch_add(1, Ordering::SeqCst) {
+        0 => reply(
+            "Cache-Control: max-age=1, stale-while-revalidate=60\r\n",
+            "v0",
+        ),
+        n => Reply::AfterGate(
+            g.clone(),
+            Box::new(reply("Cache-Control: max-age=60\r\n", &format!("v{n}"))),
+        ),
+    });
+    let toml = crate::cache::config(upstream.addr, "").replace(
+        "address = \"127.0.0.1:0\"",
+        "address = \"127.0.0.1:0\"\nh2c = true",
+    );
+    let server = proxy(&toml);
+    let addr = server.local_addrs()[0];
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime(), async {
+        let mut client = h2c(addr).await;
+        assert_eq!(h2_get(&mut client, "a", "/swr").await.1, b"v0");
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        let (parts, body) = h2_get(&mut client, "a", "/swr").await;
+        assert_eq!(body, b"v0", "the stale response, the refresh still held");
+        let status = parts.headers["cache-status"].to_str().unwrap().to_owned();
+        assert!(status.contains("hit"), "{status}");
+        let wait = async {
+            while count.load(Ordering::SeqCst) < 2 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), wait)
+            .await
+            .unwrap();
+        assert_eq!(h2_get(&mut client, "a", "/swr").await.1, b"v0");
+        gate.open();
+        let mut refreshed = false;
+        for _ in 0..200 {
+            if h2_get(&mut client, "a", "/swr").await.1 == b"v1" {
+                refreshed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(refreshed, "refreshed in the background");
+    });
+    assert_eq!(count.load(Ordering::SeqCst), 2, "one refresh");
 }
