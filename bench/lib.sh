@@ -160,20 +160,20 @@ results_table() { # title args-for-run...
     done
 }
 
-# Runs wrk -t1 -c$CONNS on URL for $DURATION seconds (after a warm-up of ${WARMUP:-1} s), with
+# Runs wrk -t${WRK_THREADS:-1} -c$CONNS on URL for $DURATION seconds (after a warm-up of ${WARMUP:-1} s), with
 # any further wrk arguments, counting the CPU time (schedstat) and syscalls (perf) of PIDS.
 # Prints "req/s p50us p99us cpu_us_per_req syscalls_per_req".
 # WRK=another client with wrk's arguments and output lines (examples/bench_client) replaces wrk.
 wrk_measure() { # "pids" url [wrk args...]
     local pids=$1 url=$2 before after perf_pid
     shift 2
-    "${WRK:-wrk}" -t1 -c"$CONNS" -d"${WARMUP:-1}s" "$@" "$url" >/dev/null
+    "${WRK:-wrk}" -t"${WRK_THREADS:-1}" -c"$CONNS" -d"${WARMUP:-1}s" "$@" "$url" >/dev/null
     # shellcheck disable=SC2086
     perf stat -e raw_syscalls:sys_enter -x, -o "$WORK/perf.txt" -p "$(echo $pids | tr ' ' ',')" -- sleep "$DURATION" 2>/dev/null &
     perf_pid=$!
     # shellcheck disable=SC2086
     before=$(cpu_ns $pids)
-    "${WRK:-wrk}" -t1 -c"$CONNS" -d"${DURATION}s" --latency "$@" "$url" > "$WORK/wrk.txt"
+    "${WRK:-wrk}" -t"${WRK_THREADS:-1}" -c"$CONNS" -d"${DURATION}s" --latency "$@" "$url" > "$WORK/wrk.txt"
     # shellcheck disable=SC2086
     after=$(cpu_ns $pids)
     wait "$perf_pid" || true

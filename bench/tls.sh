@@ -7,18 +7,22 @@
 #       CPU per handshake. wrk resumes sessions when the server offers it, so each proxy runs
 #       twice: (a1) with resumption off (no tickets, no session cache: every handshake is a
 #       full one; a second instance of each) and (a2) with it on (resumed handshakes);
-#   (b) keep-alive: req/s at 0 B, 1 KB and 91 KB.
+#   (b) keep-alive: req/s at 0 B, 1 KB and 91 KB, with a second slipstream on epoll
+#       (`--io epoll`; the first runs the default, io_uring where the kernel allows it).
 # Columns: req/s, p50, p99 (wrk --latency), proxy CPU microseconds per request (schedstat of its
 # threads), proxy syscalls per request (perf stat -e raw_syscalls:sys_enter).
 #
 # Usage: bench/tls.sh [seconds per run, default 10] [connections, default 50]
-# ROUNDS=N (default 2) repeats each cell, alternating the order; SIZES narrows (b).
+# ROUNDS=N (default 2) repeats each cell, alternating the order; SIZES narrows (b); PARTS=b
+# runs (b) alone; WRK_THREADS=N (default 1) sets wrk's threads (issue 36's goals: 2, with 100
+# connections).
 set -euo pipefail
 DURATION=${1:-10}
 CONNS=${2:-50}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-bench-tls}
 ORIGIN=18100 SLIP=18101 NGX=18102 HAP=18103 SLIP_FULL=18105 NGX_FULL=18106 HAP_FULL=18107
+SLIP_EPOLL=18104
 
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -104,12 +108,17 @@ SLIP_FULL_PID=$!
 "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP --upstream 127.0.0.1:$ORIGIN \
     --workers 1 --admin 127.0.0.1:18109 --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" 2>"$WORK/slipstream.log" & PIDS+=($!)
 SLIP_PID=$!
+"$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_EPOLL --upstream 127.0.0.1:$ORIGIN \
+    --workers 1 --io epoll --admin 127.0.0.1:18111 --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" \
+    2>"$WORK/slipstream-epoll.log" & PIDS+=($!)
+SLIP_EPOLL_PID=$!
 sleep 1
 
 proxy_pids() {
     case $1 in
     "$SLIP") echo "$SLIP_PID" ;;
     "$SLIP_FULL") echo "$SLIP_FULL_PID" ;;
+    "$SLIP_EPOLL") echo "$SLIP_EPOLL_PID" ;;
     *) listener_pids "$1" ;;
     esac
 }
@@ -125,14 +134,17 @@ RESUMING=(slipstream:$SLIP nginx:$NGX haproxy:$HAP)
 FULL=(slipstream:$SLIP_FULL nginx:$NGX_FULL haproxy:$HAP_FULL)
 TARGETS=("${RESUMING[@]}")
 
-printf '\nwrk -t1 -c%s -d%ss, TLS to each proxy (ECDSA P-256), one worker each; %s cores; %s rounds alternating\n' \
-    "$CONNS" "$DURATION" "$(nproc)" "$ROUNDS"
+printf '\nwrk -t%s -c%s -d%ss, TLS to each proxy (ECDSA P-256), one worker each; %s cores; %s rounds alternating\n' \
+    "${WRK_THREADS:-1}" "$CONNS" "$DURATION" "$(nproc)" "$ROUNDS"
 printf 'slipstream: rustls (aws-lc-rs); nginx %s and HAProxy %s: %s\n' \
     "$(nginx -v 2>&1 | sed 's/.*\///')" "$(haproxy -v | head -1 | awk '{print $3}')" "$(openssl version | awk '{print $1, $2}')"
-TARGETS=("${FULL[@]}")
-results_table "(a1) a new connection and a full handshake per request (resumption off), 0 B" 0b yes
-TARGETS=("${RESUMING[@]}")
-results_table "(a2) a new connection and a resumed handshake per request, 0 B" 0b yes
+if [ "${PARTS:-ab}" != b ]; then
+    TARGETS=("${FULL[@]}")
+    results_table "(a1) a new connection and a full handshake per request (resumption off), 0 B" 0b yes
+    TARGETS=("${RESUMING[@]}")
+    results_table "(a2) a new connection and a resumed handshake per request, 0 B" 0b yes
+fi
+TARGETS=(slipstream:$SLIP slipstream-epoll:$SLIP_EPOLL nginx:$NGX haproxy:$HAP)
 for size in ${SIZES:-0b 1k 91k}; do
     results_table "(b) keep-alive, $size" "$size" no
 done

@@ -11,6 +11,8 @@ use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
+use super::tls_socket::TlsSocket;
+
 /// A connection to a client or an upstream server.
 #[derive(Debug)]
 pub enum Stream {
@@ -22,7 +24,7 @@ pub enum Stream {
     /// A unix stream socket (upstreams only).
     Unix(UnixStream),
     /// A TLS connection from a client (boxed: its state is large, and rare on the fast path).
-    TlsServer(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    TlsServer(Box<tokio_rustls::server::TlsStream<super::tls_socket::TlsSocket>>),
     /// A TLS connection to an upstream server.
     TlsClient(Box<tokio_rustls::client::TlsStream<TcpStream>>),
     /// One HTTP/2 stream of a client connection: its request and response heads are values,
@@ -124,7 +126,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.local_addr().ok(),
             Stream::Uring(s) => s.local_addr(),
-            Stream::TlsServer(s) => s.get_ref().0.local_addr().ok(),
+            Stream::TlsServer(s) => s.get_ref().0.local_addr(),
             Stream::H2(s) => s.local,
             _ => None,
         }
@@ -227,9 +229,9 @@ impl Stream {
             // Decrypted bytes (or the peer's close_notify) may already wait inside rustls;
             // else wait on the socket, so an idle TLS connection holds no read buffer.
             Stream::TlsServer(s) => {
-                let (tcp, conn) = s.get_ref();
+                let (socket, conn) = s.get_ref();
                 if conn.wants_read() {
-                    tcp.readable().await?;
+                    socket.readable().await?;
                 }
                 Ok(())
             }
@@ -357,19 +359,12 @@ impl Stream {
             // An HTTP/2 client leaves a request by resetting its stream.
             return std::future::poll_fn(|cx| s.poll_reset(cx)).await;
         }
-        if let Stream::Uring(s) = self {
-            return s.hangup().await;
-        }
-        let socket = match self {
-            Stream::Tcp(s) => Some(s),
+        match self {
+            Stream::Uring(s) => return s.hangup().await,
             // Only a reset is seen under TLS: a client's close_notify is bytes to read.
-            Stream::TlsServer(s) => Some(s.get_ref().0),
-            _ => None,
-        };
-        if let Some(s) = socket {
-            if peer_gone(s).await {
-                return;
-            }
+            Stream::TlsServer(s) => return s.get_ref().0.hangup().await,
+            Stream::Tcp(s) if peer_gone(s).await => return,
+            _ => {}
         }
         std::future::pending::<()>().await;
     }
@@ -386,7 +381,7 @@ impl Stream {
 /// Waits until the socket is readable, then peeks: true when the peer closed (EOF) or reset
 /// the connection, false when bytes wait to be read (a pipelined request is no hang-up). The
 /// wait is tokio's readiness, so it costs no system call until the socket has an event.
-async fn peer_gone(s: &TcpStream) -> bool {
+pub(super) async fn peer_gone(s: &TcpStream) -> bool {
     let mut probe = [0u8; 1];
     loop {
         match s.peek(&mut probe).await {
@@ -507,7 +502,7 @@ impl AsyncWrite for Stream {
 /// buffer is full.
 fn push_plaintext(
     conn: &mut rustls::ServerConnection,
-    tcp: &mut TcpStream,
+    tcp: &mut TlsSocket,
     cx: &mut Context<'_>,
     out: &[u8],
     sent: &mut usize,
@@ -525,7 +520,7 @@ fn push_plaintext(
 /// Writes the TLS records rustls holds to the socket, all at once when it takes them.
 fn poll_write_tls(
     conn: &mut rustls::ServerConnection,
-    tcp: &mut TcpStream,
+    tcp: &mut TlsSocket,
     cx: &mut Context<'_>,
 ) -> Poll<io::Result<()>> {
     while conn.wants_write() {
@@ -558,7 +553,7 @@ fn poll_write_plain(
 /// The socket as the blocking writer rustls writes records to; a full socket is `WouldBlock`
 /// (with the task registered to be woken when it drains).
 struct SocketWriter<'a, 'b> {
-    tcp: &'a mut TcpStream,
+    tcp: &'a mut TlsSocket,
     cx: &'a mut Context<'b>,
 }
 

@@ -260,7 +260,11 @@ async fn serve_tls(worker: Rc<Worker>, stream: tokio::net::TcpStream, peer: std:
     worker.handshakes.set(worker.handshakes.get() + 1);
     let done = crate::tls::accept::handshake(stream, server, timeout, &worker.counters).await;
     worker.handshakes.set(worker.handshakes.get() - 1);
-    if let Some(stream) = done {
+    if let Some(mut stream) = done {
+        // Served from the ring when the worker runs one (the handshake ran on epoll).
+        if stream.get_mut().0.onto_ring().is_err() {
+            return;
+        }
         let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
         let stream = crate::net::Stream::TlsServer(Box::new(stream));
         if h2 {

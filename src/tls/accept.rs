@@ -11,6 +11,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
 use super::client_auth::ByName;
+use crate::net::tls_socket::TlsSocket;
 use crate::observe::metrics::{Counter, Shard};
 
 /// The answer to plain HTTP on a TLS port, around its `Date` field.
@@ -26,7 +27,7 @@ pub async fn handshake(
     (config, by_name): (Arc<ServerConfig>, Option<Arc<ByName>>),
     timeout: Duration,
     counters: &Shard,
-) -> Option<TlsStream<TcpStream>> {
+) -> Option<TlsStream<TlsSocket>> {
     let deadline = tokio::time::Instant::now() + timeout;
     // A TLS record starts with 0x16 (handshake); a letter is an HTTP method.
     let mut first = [0u8; 1];
@@ -53,7 +54,7 @@ pub async fn handshake(
             return None;
         }
     }
-    let accept = accept(tcp, config, by_name);
+    let accept = accept(TlsSocket::Epoll(tcp), config, by_name);
     match tokio::time::timeout_at(deadline, accept).await {
         Ok(Ok(mut stream)) => {
             if stream.get_ref().1.alpn_protocol() == Some(crate::acme::ACME_TLS_ALPN) {
@@ -83,10 +84,10 @@ pub async fn handshake(
 /// The handshake itself: with a site's own config when `by_name` has one for the SNI; a
 /// client chain longer than the site's verification depth fails it.
 async fn accept(
-    tcp: TcpStream,
+    tcp: TlsSocket,
     config: Arc<ServerConfig>,
     by_name: Option<Arc<ByName>>,
-) -> std::io::Result<TlsStream<TcpStream>> {
+) -> std::io::Result<TlsStream<TlsSocket>> {
     let Some(by_name) = by_name else {
         return tokio_rustls::TlsAcceptor::from(config).accept(tcp).await;
     };

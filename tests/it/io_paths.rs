@@ -278,3 +278,105 @@ fn unix_upstream_connections_ride_the_ring() {
         assert_eq!(upstream_in_epoll, expected, "{mode}: in epoll");
     }
 }
+
+/// How many of the process's connected TCP sockets (state ESTABLISHED in its net/tcp) its
+/// epoll instances watch: the `ino:` of the `tfd` lines of every eventpoll descriptor's fdinfo
+/// (an entry's descriptor number may have been closed and reused since; the inode names the
+/// socket).
+fn connections_in_epoll(pid: u32) -> usize {
+    let mut connected = std::collections::HashSet::new();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap();
+        for line in text.lines().skip(1) {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if words.get(3) == Some(&"01") {
+                connected.insert(words[9].parse::<u64>().unwrap());
+            }
+        }
+    }
+    let mut sockets = std::collections::HashSet::new();
+    let mut watched = std::collections::HashSet::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(target) = std::fs::read_link(fd.path()) else {
+            continue;
+        };
+        let target = target.to_string_lossy().to_string();
+        if let Some(inode) = target.strip_prefix("socket:[") {
+            sockets.insert(inode.trim_end_matches(']').parse::<u64>().unwrap());
+        } else if target.contains("eventpoll") {
+            let name = fd.file_name().to_string_lossy().to_string();
+            let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{name}")).unwrap();
+            for line in info.lines().filter(|l| l.starts_with("tfd:")) {
+                let ino = line.split_whitespace().find_map(|w| w.strip_prefix("ino:"));
+                watched.insert(u64::from_str_radix(ino.unwrap(), 16).unwrap());
+            }
+        }
+    }
+    sockets
+        .iter()
+        .filter(|ino| connected.contains(*ino) && watched.contains(*ino))
+        .count()
+}
+
+/// A client's TLS connection is served from the ring once its handshake is done: with the
+/// default, neither it nor its pooled upstream connection is in an epoll set while it stays
+/// open between requests, and the ring posts the completions; with `--io epoll` both are.
+#[test]
+fn tls_connections_ride_the_ring_after_the_handshake() {
+    let pki = crate::tls::TestPki::new("ring-tls");
+    let up = Upstream::start(|_| {
+        Reply::Bytes(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello".to_vec())
+    });
+    let upstream = up.addr.to_string();
+    let (cert, key) = (pki.path("localhost.pem"), pki.path("localhost.key"));
+    for mode in ["uring", "epoll"] {
+        let args = [
+            "--upstream",
+            &upstream,
+            "--workers",
+            "1",
+            "--io",
+            mode,
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+        ];
+        let proxy = Running::proxy(&args);
+        let pid = proxy.child.id();
+        let completions: u64 = ring_completions(pid).iter().sum();
+        let config = crate::tls::client_config(&[&rustls::version::TLS13]);
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let conn = rustls::ClientConnection::new(config, name).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, TcpStream::connect(proxy.addr).unwrap());
+        for _ in 0..20 {
+            tls.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                .unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 512];
+            while !got.ends_with(b"hello") {
+                let k = tls.read(&mut buf).unwrap();
+                assert!(k > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&buf[..k]);
+            }
+            assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"), "{mode}");
+        }
+        let added = connections_in_epoll(pid);
+        if mode == "uring" && added == 2 && proxy.logged("io_uring is not available") {
+            without_uring("the kernel refused a ring");
+            return;
+        }
+        let expected = if mode == "epoll" { 2 } else { 0 };
+        assert_eq!(
+            added, expected,
+            "{mode}: the client's and upstream's sockets in epoll"
+        );
+        if mode == "uring" {
+            let done = ring_completions(pid).iter().sum::<u64>() - completions;
+            assert!(done >= 40, "{done} ring completions for 20 requests");
+        }
+    }
+}
