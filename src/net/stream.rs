@@ -408,7 +408,7 @@ impl AsyncRead for Stream {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Uring(s) => s.poll_read(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::TlsServer(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::TlsServer(s) => poll_read_tls(s, cx, buf),
             Stream::TlsClient(s) => Pin::new(s).poll_read(cx, buf),
             Stream::H2(s) => Pin::new(s).poll_read(cx, buf),
             Stream::H2Upstream(s) => Pin::new(s).poll_read(cx, buf),
@@ -496,6 +496,23 @@ impl AsyncWrite for Stream {
             Stream::Mock(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
+}
+
+/// One read of a client's TLS connection: the plaintext in hand, or what one read of the
+/// socket brings. (tokio-rustls's own read goes on reading the socket until it would block:
+/// on a keep-alive connection, a failed `recv` per request.)
+fn poll_read_tls(
+    tls: &mut tokio_rustls::server::TlsStream<TlsSocket>,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+) -> Poll<io::Result<()>> {
+    use tokio::io::AsyncBufRead;
+    let mut tls = Pin::new(tls);
+    let data = ready!(tls.as_mut().poll_fill_buf(cx))?;
+    let n = data.len().min(buf.remaining());
+    buf.put_slice(&data[..n]);
+    tls.consume(n);
+    Poll::Ready(Ok(()))
 }
 
 /// Hands `out[*sent..]` to rustls (encrypting it), writing records to the socket when its
