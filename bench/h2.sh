@@ -4,7 +4,8 @@
 # a flooding client cost the proxy bounded CPU and memory?
 #
 # h2load (nghttp2) -> TLS + HTTP/2 proxy -> nginx origin (plain HTTP/1.1, keep-alive), loopback.
-#   (a) h2load -c 10 -m 100 (10 connections, 100 streams each), 1 KB and 91 KB responses:
+#   (a) h2load -c 10 -m 100 (10 connections, 100 streams each), 1 KB and 91 KB responses,
+#       slipstream on its default I/O path (io_uring where the kernel allows it) and on epoll:
 #       req/s, p50 and p99 of request times (h2load's per-request log), proxy CPU microseconds
 #       per request (schedstat of its threads), proxy syscalls per request (perf stat).
 #       Then each proxy's peak resident memory (VmHWM: the 91 KB runs hold 1000 streams in
@@ -26,7 +27,7 @@ set -euo pipefail
 DURATION=${1:-10}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-bench-h2}
-ORIGIN=18200 SLIP=18201 NGX=18202 HAP=18203
+ORIGIN=18200 SLIP=18201 NGX=18202 HAP=18203 SLIP_EPOLL=18204
 ORIGIN_H2C=18210 SLIP_H2=18211 HAP_H2=18213 GRPC_PORT=18220 SLIP_GRPC=18221 HAP_GRPC=18223
 
 # shellcheck source=bench/lib.sh
@@ -120,11 +121,15 @@ haproxy -f "$WORK/haproxy.cfg" -db & PIDS+=($!)
 "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP --upstream 127.0.0.1:$ORIGIN \
     --workers 1 --admin 127.0.0.1:18209 --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" 2>"$WORK/slipstream.log" & PIDS+=($!)
 SLIP_PID=$!
+"$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_EPOLL --upstream 127.0.0.1:$ORIGIN \
+    --workers 1 --io epoll --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" 2>"$WORK/slipstream-epoll.log" & PIDS+=($!)
+SLIP_EPOLL_PID=$!
 sleep 1
 
 proxy_pids() {
     case $1 in
     "$SLIP") echo "$SLIP_PID" ;;
+    "$SLIP_EPOLL") echo "$SLIP_EPOLL_PID" ;;
     "$SLIP_H2") echo "$SLIP_H2_PID" ;;
     "$SLIP_GRPC") echo "$SLIP_GRPC_PID" ;;
     "$GRPC_PORT") echo "$GRPC_PID" ;;
@@ -165,9 +170,11 @@ printf '\nh2load -c 10 -m 100 -D %s over TLS 1.3 (ECDSA P-256) to each proxy, on
     "$DURATION" "$(nproc)" "$ROUNDS"
 printf 'slipstream: h2 crate, rustls (aws-lc-rs); nginx %s and HAProxy %s: %s\n' \
     "$(nginx -v 2>&1 | sed 's/.*\///')" "$(haproxy -v | head -1 | awk '{print $3}')" "$(openssl version | awk '{print $1, $2}')"
+TARGETS=(slipstream:$SLIP slipstream-epoll:$SLIP_EPOLL nginx:$NGX haproxy:$HAP)
 for size in ${SIZES:-1k 91k}; do
     results_table "(a) $size responses" "$size"
 done
+TARGETS=(slipstream:$SLIP nginx:$NGX haproxy:$HAP)
 if [ -n "${SIZES:-1k 91k}" ]; then
     printf '\npeak resident memory (VmHWM) after (a): '
     for target in "${TARGETS[@]}"; do

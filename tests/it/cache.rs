@@ -592,9 +592,9 @@ fn min_uses_stores_a_key_once_it_was_asked_enough() {
 }
 
 /// A response the cache may not store still answers the client's Range and conditionals
-/// (they were kept from the upstream): a 206 of the part asked, a 304 for a matching
-/// `If-None-Match`, with every field the response came with (its `Set-Cookie` too), and
-/// nothing stored.
+/// (they were kept from the upstream) when its length is known: a 206 of the part asked, a
+/// 304 for a matching `If-None-Match`, with every field the response came with (its
+/// `Set-Cookie` too), and nothing stored; one without a length is relayed whole.
 #[test]
 fn ranges_and_conditionals_apply_to_responses_not_stored() {
     let upstream = Upstream::start(|seen| {
@@ -603,6 +603,9 @@ fn ranges_and_conditionals_apply_to_responses_not_stored() {
             "/private" => reply(
                 "Cache-Control: private\r\nETag: \"p\"\r\nSet-Cookie: s=1\r\n",
                 "private-body",
+            ),
+            "/stream" => Reply::Bytes(
+                b"HTTP/1.1 200 OK\r\nCache-Control: no-store\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nwhole\r\n0\r\n\r\n".to_vec(),
             ),
             _ => reply("Cache-Control: no-store\r\n", "no-store-body"),
         }
@@ -620,9 +623,15 @@ fn ranges_and_conditionals_apply_to_responses_not_stored() {
     let tail = ask(addr, "GET", "/no-store", "Range: bytes=-4\r\n");
     assert_eq!((tail.status, tail.body.as_slice()), (206, &b"body"[..]));
     assert_eq!(get(addr, "/no-store").body, b"no-store-body");
+    // Without a length it could be a stream: relayed as it comes, whole.
+    let stream = ask(addr, "GET", "/stream", "Range: bytes=0-1\r\n");
+    assert_eq!(
+        (stream.status, stream.body.as_slice()),
+        (200, &b"whole"[..])
+    );
     assert_eq!(
         upstream.seen().len(),
-        4,
+        5,
         "nothing was answered from the cache"
     );
 }

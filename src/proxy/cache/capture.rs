@@ -119,10 +119,14 @@ async fn store_and_send(
             if c.stale.borrow().is_some() {
                 zone.remove(&c.key);
             }
-            // The client's Range and conditionals were kept from the upstream: a response
-            // not stored still gets them applied (as nginx's range and not-modified filters
-            // do), when it is small enough to hold whole; others are relayed as they come.
-            if !asks_what_the_cache_answers(c) {
+            // Others waiting for this key need not wait for this answer.
+            c.release();
+            // The client's Range and conditionals were kept from the upstream: a response not
+            // stored whose length is known and within `max_object` is held whole so they
+            // apply (nginx relays it whole, 200, unless `proxy_force_ranges`); any other is
+            // relayed as it comes (a stream or a long poll is never held back).
+            let small = matches!(fetched.framing, Framing::Length(n) if n <= zone.settings.max_object as u64);
+            if !small || !asks_what_the_cache_answers(c) {
                 return Taken::Pass(up);
             }
             None
@@ -361,7 +365,7 @@ pub(in crate::proxy) async fn store_whole(
     };
     let Ok(lifetime) = storable(&facts, request, &c.rule.fallbacks, now) else {
         zone.stats.not_stored.fetch_add(1, Relaxed);
-        if !asks_what_the_cache_answers(c) {
+        if body.len() > zone.settings.max_object || !asks_what_the_cache_answers(c) {
             return None;
         }
         let entry = unstored(c, (status, head), body, facts, now);
