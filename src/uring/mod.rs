@@ -1,7 +1,8 @@
 //! The io_uring I/O path (`io = "uring"`, the default): each worker thread owns one ring
 //! ([`driver`]), run inside its tokio runtime, and plain TCP connections and unix upstream
-//! connections (FastCGI included) read and write through it ([`stream`]). TLS, HTTP/2, timers
-//! and tasks stay on tokio. The design was measured first as a blind relay: `bench/hybrid_relay`.
+//! connections (FastCGI included) read and write through it ([`stream`]), and so do clients'
+//! TLS connections once their handshake is done (`net::tls_socket`). h2c, timers and tasks
+//! stay on tokio. The design was measured first as a blind relay: `bench/hybrid_relay`.
 //!
 //! The only module of the crate allowed `unsafe`: the kernel reads and writes buffers that
 //! Rust lent it, and the rules that make that sound are kept here (see [`driver`]).
