@@ -2,7 +2,9 @@
 //! tokio's epoll (it peeks, and it is once per connection); then, on a worker that runs a ring,
 //! the socket moves onto it ([`TlsSocket::onto_ring`]), so a keep-alive connection waits for
 //! its next request with a ring receive into a provided buffer and holds no read buffer of its
-//! own, as a plain one does. rustls sees bytes in and out either way.
+//! own, as a plain one does, and its records go out in sends queued on the ring
+//! (`UringSocket::poll_write_queued`), submitted with everything else of the loop's turn.
+//! rustls sees bytes in and out either way.
 
 use std::io;
 use std::pin::Pin;
@@ -102,7 +104,7 @@ impl AsyncWrite for TlsSocket {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             TlsSocket::Epoll(s) => Pin::new(s).poll_write(cx, buf),
-            TlsSocket::Ring(s) => s.poll_write(cx, &[io::IoSlice::new(buf)]),
+            TlsSocket::Ring(s) => s.poll_write_queued(cx, &[io::IoSlice::new(buf)]),
             TlsSocket::Moving => Poll::Ready(Err(moving())),
         }
     }
@@ -114,7 +116,7 @@ impl AsyncWrite for TlsSocket {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             TlsSocket::Epoll(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            TlsSocket::Ring(s) => s.poll_write(cx, bufs),
+            TlsSocket::Ring(s) => s.poll_write_queued(cx, bufs),
             TlsSocket::Moving => Poll::Ready(Err(moving())),
         }
     }
@@ -126,14 +128,18 @@ impl AsyncWrite for TlsSocket {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             TlsSocket::Epoll(s) => Pin::new(s).poll_flush(cx),
-            TlsSocket::Ring(_) | TlsSocket::Moving => Poll::Ready(Ok(())),
+            TlsSocket::Ring(s) => s.poll_sent(cx),
+            TlsSocket::Moving => Poll::Ready(Ok(())),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             TlsSocket::Epoll(s) => Pin::new(s).poll_shutdown(cx),
-            TlsSocket::Ring(s) => Poll::Ready(s.shutdown_write()),
+            TlsSocket::Ring(s) => {
+                std::task::ready!(s.poll_sent(cx))?;
+                Poll::Ready(s.shutdown_write())
+            }
             TlsSocket::Moving => Poll::Ready(Ok(())),
         }
     }

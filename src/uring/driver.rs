@@ -35,6 +35,8 @@ use super::buf_ring::BufRing;
 pub use super::slots::Completion;
 use super::slots::{Aftermath, Gather, GiveUp, Lent, Slots};
 
+mod queued;
+
 /// Entries in a ring's submission queue.
 const ENTRIES: u32 = 4096;
 

@@ -50,6 +50,9 @@ pub struct UringSocket {
     /// The watch over a pooled connection ([`UringSocket::watch_idle`]): its ring slot, left in
     /// the kernel until it fires.
     wait_idle: Cell<Option<usize>>,
+    /// A send [`UringSocket::poll_write_queued`] queued and nobody has seen complete: its
+    /// ring slot, and where in its buffer the bytes it sends begin.
+    sending: Cell<Option<(usize, usize)>>,
 }
 
 impl UringSocket {
@@ -86,6 +89,7 @@ impl UringSocket {
             wait_read: Cell::new(None),
             wait_write: Cell::new(None),
             wait_idle: Cell::new(None),
+            sending: Cell::new(None),
         }
     }
 
@@ -462,6 +466,64 @@ impl UringSocket {
     }
 }
 
+impl UringSocket {
+    /// Poll-style write that does not wait for the kernel: up to [`SEND_COPY_MAX`] bytes of
+    /// `bufs` are copied into a buffer of the ring's and queued for the loop's next
+    /// submission, and taken at once; more go out as [`UringSocket::poll_write`] sends them.
+    /// A queued send not yet seen complete is waited for first, so bytes go in order; its
+    /// error comes with the next write or [`UringSocket::poll_sent`]. Only for a socket whose
+    /// every write comes through here (a client's TLS records): others write directly.
+    pub fn poll_write_queued(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        std::task::ready!(self.poll_sent(cx))?;
+        let total = bufs.iter().map(|b| b.len()).sum::<usize>();
+        if total == 0 || total > SEND_COPY_MAX || self.driver.failed() {
+            return self.poll_write(cx, bufs);
+        }
+        let mut buf = self.driver.send_buffer();
+        for b in bufs {
+            buf.extend_from_slice(b);
+        }
+        let index = self.driver.queue_send(self.fd(), buf, 0);
+        self.sending.set(Some((index, 0)));
+        Poll::Ready(Ok(total))
+    }
+
+    /// Ready once every send [`UringSocket::poll_write_queued`] queued has completed: all its
+    /// bytes sent (the rest of a short send is queued again), or its error.
+    pub fn poll_sent(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some((index, from)) = self.sending.get() {
+            let (sent, buf) = std::task::ready!(self.driver.poll_send(index, cx));
+            self.sending.set(None);
+            let Some(buf) = buf else {
+                return Poll::Ready(Err(ring_failed()));
+            };
+            let next = match sent {
+                Ok(0) if from < buf.len() => Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => Ok(from + n),
+                // The kernel's retry off the poll path honours O_NONBLOCK: send it again.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(from),
+                Err(e) => Err(e),
+            };
+            match next {
+                Ok(at) if at < buf.len() => {
+                    let index = self.driver.queue_send(self.fd(), buf, at);
+                    self.sending.set(Some((index, at)));
+                }
+                Ok(_) => self.driver.recycle_send(buf),
+                Err(e) => {
+                    self.driver.recycle_send(buf);
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
 impl Drop for UringSocket {
     fn drop(&mut self) {
         // A wait in flight holds the socket open: cancel it so the close reaches the peer.
@@ -469,6 +531,12 @@ impl Drop for UringSocket {
             if let Some(index) = slot.take() {
                 self.driver.forget(index);
             }
+        }
+        // A queued send still in the kernel waits for room in a full socket: cancelled, as
+        // the rest of a direct write that would block is lost when its socket closes. (One
+        // queued in this turn is submitted before its cancel, and goes out if it can.)
+        if let Some((index, _)) = self.sending.take() {
+            self.driver.forget(index);
         }
         if let Some((id, _, _)) = self.pending.take() {
             self.driver.give_back(id);

@@ -661,3 +661,42 @@ fn a_fatal_enter_error_moves_the_worker_to_epoll_logged_and_counted() {
         assert_eq!(failures.get(), 1);
     });
 }
+
+/// Queued sends (a TLS connection's records): each write is taken at once and they reach the
+/// peer whole and in order, also when the socket fills and the peer drains it only later
+/// (short sends are sent again from where they stopped); a flush waits for all of them.
+#[test]
+fn queued_sends_arrive_whole_and_in_order_through_a_full_socket() {
+    on_ring(|driver| async move {
+        let (mut peer, socket) = pair();
+        socket2::SockRef::from(&socket)
+            .set_send_buffer_size(4096)
+            .unwrap();
+        let conn = UringSocket::new(socket, driver).unwrap();
+        let reader = std::thread::spawn(move || {
+            // The socket fills before anything is read (a thread of its own, not the ring's).
+            #[allow(clippy::disallowed_methods)]
+            std::thread::sleep(Duration::from_millis(200));
+            let mut got = Vec::new();
+            peer.read_to_end(&mut got).unwrap();
+            got
+        });
+        let mut sent = Vec::new();
+        for i in 0..200u32 {
+            let chunk: Vec<u8> = (0..8000u32).map(|j| ((i * 7 + j) % 251) as u8).collect();
+            let n = std::future::poll_fn(|cx| conn.poll_write_queued(cx, &[IoSlice::new(&chunk)]))
+                .await
+                .unwrap();
+            assert_eq!(n, chunk.len(), "a queued write takes all it is given");
+            sent.extend_from_slice(&chunk);
+        }
+        std::future::poll_fn(|cx| conn.poll_sent(cx)).await.unwrap();
+        conn.shutdown_write().unwrap();
+        drop(conn);
+        let got = tokio::task::spawn_blocking(move || reader.join().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(got.len(), sent.len());
+        assert!(got == sent, "the bytes arrived in order");
+    });
+}
