@@ -53,6 +53,9 @@ pub struct UringSocket {
     /// A send [`UringSocket::poll_write_queued`] queued and nobody has seen complete: its
     /// ring slot, and where in its buffer the bytes it sends begin.
     sending: Cell<Option<(usize, usize)>>,
+    /// A queued send failed: every later write and flush fails the same way (the TLS
+    /// stream has a gap).
+    send_failed: Cell<Option<io::ErrorKind>>,
 }
 
 impl UringSocket {
@@ -90,6 +93,7 @@ impl UringSocket {
             wait_write: Cell::new(None),
             wait_idle: Cell::new(None),
             sending: Cell::new(None),
+            send_failed: Cell::new(None),
         }
     }
 
@@ -487,7 +491,7 @@ impl UringSocket {
         for b in bufs {
             buf.extend_from_slice(b);
         }
-        let index = self.driver.queue_send(self.fd(), buf, 0);
+        let index = self.driver.queue_send(self.fd(), (buf, 0), false);
         self.sending.set(Some((index, 0)));
         Poll::Ready(Ok(total))
     }
@@ -495,27 +499,33 @@ impl UringSocket {
     /// Ready once every send [`UringSocket::poll_write_queued`] queued has completed: all its
     /// bytes sent (the rest of a short send is queued again), or its error.
     pub fn poll_sent(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Some(kind) = self.send_failed.get() {
+            return Poll::Ready(Err(kind.into()));
+        }
         while let Some((index, from)) = self.sending.get() {
             let (sent, buf) = std::task::ready!(self.driver.poll_send(index, cx));
             self.sending.set(None);
             let Some(buf) = buf else {
+                self.send_failed.set(Some(io::ErrorKind::BrokenPipe));
                 return Poll::Ready(Err(ring_failed()));
             };
-            let next = match sent {
-                Ok(0) if from < buf.len() => Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => Ok(from + n),
-                // The kernel's retry off the poll path honours O_NONBLOCK: send it again.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(from),
-                Err(e) => Err(e),
+            // The kernel's retry off the poll path honours O_NONBLOCK: such a send is sent
+            // again once the socket has room.
+            let (next, blocked) = match sent {
+                Ok(0) if from < buf.len() => (Err(io::ErrorKind::WriteZero.into()), false),
+                Ok(n) => (Ok(from + n), false),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => (Ok(from), true),
+                Err(e) => (Err(e), false),
             };
             match next {
                 Ok(at) if at < buf.len() => {
-                    let index = self.driver.queue_send(self.fd(), buf, at);
+                    let index = self.driver.queue_send(self.fd(), (buf, at), blocked);
                     self.sending.set(Some((index, at)));
                 }
                 Ok(_) => self.driver.recycle_send(buf),
                 Err(e) => {
                     self.driver.recycle_send(buf);
+                    self.send_failed.set(Some(e.kind()));
                     return Poll::Ready(Err(e));
                 }
             }

@@ -92,8 +92,18 @@ pub async fn serve_http2(worker: Rc<Worker>, mut stream: Stream, peer: SocketAdd
         limits.keepalive_timeout,
     )
     .await;
-    // What h2 wrote last (a GOAWAY) goes out.
-    let write_out = poll_fn(|cx| shared.borrow_mut().poll_write_out(cx));
+    // What h2 wrote last (a GOAWAY) goes out, and has gone before the connection is dropped
+    // (over TLS on the ring, records are sent by the ring after they are written).
+    let write_out = async {
+        poll_fn(|cx| shared.borrow_mut().poll_write_out(cx)).await?;
+        let flush = |cx: &mut std::task::Context<'_>| {
+            tokio::io::AsyncWrite::poll_flush(
+                std::pin::Pin::new(&mut shared.borrow_mut().stream),
+                cx,
+            )
+        };
+        poll_fn(flush).await
+    };
     let _ = tokio::time::timeout(limits.client_body_timeout, write_out).await;
     if flooded {
         // FIN, and read what the flood still sends, so the close does not become a reset that

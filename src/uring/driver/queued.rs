@@ -11,6 +11,10 @@ use io_uring::opcode;
 
 use super::{result, Driver, Lent};
 
+/// `IORING_RECVSEND_POLL_FIRST` (Linux 5.19; the ring's own flags need 6.1): wait for
+/// readiness before the first attempt.
+const RECVSEND_POLL_FIRST: u16 = 1;
+
 impl Driver {
     /// A buffer for a queued send: one kept from an earlier send, emptied, or a new one.
     pub(in crate::uring) fn send_buffer(&self) -> Vec<u8> {
@@ -20,17 +24,20 @@ impl Driver {
     }
 
     /// Queues a send of `buf[from..]` on `fd`; the operation owns `buf` until it completes.
-    /// Its slot, to poll with [`Driver::poll_send`].
+    /// With `poll_first` the kernel waits for room before it tries (for a send that ended
+    /// with `EAGAIN`: sent again at once, it would only fail again). Its slot, to poll with
+    /// [`Driver::poll_send`].
     pub(in crate::uring) fn queue_send(
         &self,
         fd: io_uring::types::Fd,
-        buf: Vec<u8>,
-        from: usize,
+        (buf, from): (Vec<u8>, usize),
+        poll_first: bool,
     ) -> usize {
         let rest = &buf[from.min(buf.len())..];
         let len = u32::try_from(rest.len()).unwrap_or(u32::MAX);
         let entry = opcode::Send::new(fd, rest.as_ptr(), len)
             .flags(libc::MSG_NOSIGNAL)
+            .ioprio(if poll_first { RECVSEND_POLL_FIRST } else { 0 })
             .build();
         // SAFETY: the entry points into `buf`'s heap memory, which does not move when `buf`
         // moves into the slot, and which the slot owns until the send completes (a send given
