@@ -308,9 +308,14 @@ async fn serve_plain_or_h2c(
         Ok(Ok(n)) if n > 0 => n,
         _ => return,
     };
-    if speaks_http2(&first[..n]) {
-        Box::pin(proxy::serve_http2(worker, stream.into(), peer)).await;
-    } else if let Ok(stream) = crate::net::Stream::adopt(stream) {
+    // Either protocol is served from the ring when the worker runs one.
+    let http2 = speaks_http2(&first[..n]);
+    let Ok(stream) = crate::net::Stream::adopt(stream) else {
+        return;
+    };
+    if http2 {
+        Box::pin(proxy::serve_http2(worker, stream, peer)).await;
+    } else {
         proxy::serve(worker, stream, peer).await;
     }
 }

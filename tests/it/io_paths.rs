@@ -3,6 +3,7 @@
 //! that refuses a ring fails the io_uring tests (the harness checks it for every proxy asked
 //! for io_uring), unless `SLIPSTREAM_SKIP_URING=1`, when the skip is printed.
 
+use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
@@ -204,18 +205,12 @@ routes = [{{ location = "/", upstream = "app" }}]
     );
 }
 
-/// How many of the process's unix sockets its epoll instances watch (the `tfd` lines of
-/// every eventpoll descriptor's fdinfo, matched against the unix sockets of /proc/net/unix).
-fn unix_sockets_in_epoll(pid: u32) -> (usize, usize) {
-    let unix_inodes: std::collections::HashSet<String> =
-        std::fs::read_to_string(format!("/proc/{pid}/net/unix"))
-            .unwrap()
-            .lines()
-            .skip(1)
-            .filter_map(|l| l.split_whitespace().nth(6).map(str::to_string))
-            .collect();
-    let mut unix_fds = Vec::new();
-    let mut watched = std::collections::HashSet::new();
+/// The inodes of the process's sockets, and of those its epoll instances watch: the `ino:` of
+/// the `tfd` lines of every eventpoll descriptor's fdinfo (an entry's descriptor number may
+/// have been closed and reused since; the inode names the socket).
+fn sockets_and_watched(pid: u32) -> (HashSet<u64>, HashSet<u64>) {
+    let mut sockets = HashSet::new();
+    let mut watched = HashSet::new();
     for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .flatten()
@@ -224,20 +219,34 @@ fn unix_sockets_in_epoll(pid: u32) -> (usize, usize) {
             continue;
         };
         let target = target.to_string_lossy().to_string();
-        let name = fd.file_name().to_string_lossy().to_string();
         if let Some(inode) = target.strip_prefix("socket:[") {
-            if unix_inodes.contains(inode.trim_end_matches(']')) {
-                unix_fds.push(name);
-            }
+            sockets.insert(inode.trim_end_matches(']').parse::<u64>().unwrap());
         } else if target.contains("eventpoll") {
-            let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{name}")).unwrap();
-            for line in info.lines().filter_map(|l| l.strip_prefix("tfd:")) {
-                watched.insert(line.split_whitespace().next().unwrap().to_string());
+            let name = fd.file_name().to_string_lossy().to_string();
+            let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{name}")) else {
+                continue;
+            };
+            for line in info.lines().filter(|l| l.starts_with("tfd:")) {
+                let ino = line.split_whitespace().find_map(|w| w.strip_prefix("ino:"));
+                watched.insert(u64::from_str_radix(ino.unwrap(), 16).unwrap());
             }
         }
     }
-    let in_epoll = unix_fds.iter().filter(|fd| watched.contains(*fd)).count();
-    (unix_fds.len(), in_epoll)
+    (sockets, watched)
+}
+
+/// How many of the process's unix sockets there are, and how many its epoll instances watch.
+fn unix_sockets_in_epoll(pid: u32) -> (usize, usize) {
+    let unix: HashSet<u64> = std::fs::read_to_string(format!("/proc/{pid}/net/unix"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(6)?.parse().ok())
+        .collect();
+    let (sockets, watched) = sockets_and_watched(pid);
+    let own: Vec<&u64> = sockets.iter().filter(|i| unix.contains(*i)).collect();
+    let in_epoll = own.iter().filter(|i| watched.contains(**i)).count();
+    (own.len(), in_epoll)
 }
 
 #[test]
@@ -280,11 +289,9 @@ fn unix_upstream_connections_ride_the_ring() {
 }
 
 /// How many of the process's connected TCP sockets (state ESTABLISHED in its net/tcp) its
-/// epoll instances watch: the `ino:` of the `tfd` lines of every eventpoll descriptor's fdinfo
-/// (an entry's descriptor number may have been closed and reused since; the inode names the
-/// socket).
+/// epoll instances watch.
 fn connections_in_epoll(pid: u32) -> usize {
-    let mut connected = std::collections::HashSet::new();
+    let mut connected = HashSet::new();
     for table in ["tcp", "tcp6"] {
         let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap();
         for line in text.lines().skip(1) {
@@ -294,27 +301,7 @@ fn connections_in_epoll(pid: u32) -> usize {
             }
         }
     }
-    let mut sockets = std::collections::HashSet::new();
-    let mut watched = std::collections::HashSet::new();
-    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .flatten()
-    {
-        let Ok(target) = std::fs::read_link(fd.path()) else {
-            continue;
-        };
-        let target = target.to_string_lossy().to_string();
-        if let Some(inode) = target.strip_prefix("socket:[") {
-            sockets.insert(inode.trim_end_matches(']').parse::<u64>().unwrap());
-        } else if target.contains("eventpoll") {
-            let name = fd.file_name().to_string_lossy().to_string();
-            let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{name}")).unwrap();
-            for line in info.lines().filter(|l| l.starts_with("tfd:")) {
-                let ino = line.split_whitespace().find_map(|w| w.strip_prefix("ino:"));
-                watched.insert(u64::from_str_radix(ino.unwrap(), 16).unwrap());
-            }
-        }
-    }
+    let (sockets, watched) = sockets_and_watched(pid);
     sockets
         .iter()
         .filter(|ino| connected.contains(*ino) && watched.contains(*ino))
@@ -364,6 +351,62 @@ fn tls_connections_ride_the_ring_after_the_handshake() {
             }
             assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"), "{mode}");
         }
+        let added = connections_in_epoll(pid);
+        if mode == "uring" && added == 2 && proxy.logged("io_uring is not available") {
+            without_uring("the kernel refused a ring");
+            return;
+        }
+        let expected = if mode == "epoll" { 2 } else { 0 };
+        assert_eq!(
+            added, expected,
+            "{mode}: the client's and upstream's sockets in epoll"
+        );
+        if mode == "uring" {
+            let done = ring_completions(pid).iter().sum::<u64>() - completions;
+            assert!(done >= 40, "{done} ring completions for 20 requests");
+        }
+    }
+}
+
+/// An HTTP/2 connection with prior knowledge (h2c) is served from the ring too: with the
+/// default, neither it nor its pooled upstream connection is in an epoll set between requests;
+/// with `--io epoll` both are.
+#[test]
+fn h2c_connections_ride_the_ring() {
+    let up = Upstream::start(|_| {
+        Reply::Bytes(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello".to_vec())
+    });
+    let upstream = up.addr.to_string();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for mode in ["uring", "epoll"] {
+        let args = [
+            "--upstream",
+            &upstream,
+            "--workers",
+            "1",
+            "--io",
+            mode,
+            "--h2c",
+        ];
+        let proxy = Running::proxy(&args);
+        let pid = proxy.child.id();
+        let completions: u64 = ring_completions(pid).iter().sum();
+        let local = tokio::task::LocalSet::new();
+        let _client = local.block_on(&runtime, async {
+            let mut client = crate::http2::h2c(proxy.addr).await;
+            for _ in 0..20 {
+                let (head, body) = crate::http2::get(&mut client, "localhost", "/").await;
+                assert_eq!(
+                    (head.status.as_u16(), &body[..]),
+                    (200, &b"hello"[..]),
+                    "{mode}"
+                );
+            }
+            client
+        });
         let added = connections_in_epoll(pid);
         if mode == "uring" && added == 2 && proxy.logged("io_uring is not available") {
             without_uring("the kernel refused a ring");
