@@ -32,7 +32,12 @@ pub struct BufferPool {
     large: RefCell<Vec<Vec<u8>>>,
     /// Buffers taken and not given back.
     lent: std::cell::Cell<usize>,
+    /// Bytes of buffers freed since [`BufferPool::trim`] last ran.
+    freed: std::cell::Cell<usize>,
 }
+
+/// Freed buffer bytes past which [`BufferPool::trim`] asks malloc to give free pages back.
+const RELEASE_AFTER: usize = 1024 * 1024;
 
 impl BufferPool {
     fn class(&self, capacity: usize) -> &RefCell<Vec<Vec<u8>>> {
@@ -57,24 +62,52 @@ impl BufferPool {
     pub fn give(&self, mut buf: Vec<u8>, max_capacity: usize) {
         self.lent.set(self.lent.get().saturating_sub(1));
         let capacity = buf.capacity();
-        if capacity == 0 || capacity > max_capacity {
-            return;
-        }
         let mut free = self.class(capacity).borrow_mut();
-        if free.len() < MAX_POOLED.max(self.lent.get()) {
+        if capacity > 0 && capacity <= max_capacity && free.len() < MAX_POOLED.max(self.lent.get())
+        {
             buf.clear();
             free.push(buf);
+        } else {
+            self.freed.set(self.freed.get() + capacity);
         }
     }
 
-    /// Frees pooled buffers beyond what is lent out now (at least [`MAX_POOLED`] stay).
-    pub fn trim(&self) {
+    /// Frees pooled buffers beyond what is lent out now (at least [`MAX_POOLED`] stay). When
+    /// more than [`RELEASE_AFTER`] bytes of buffers were freed since the last call (a burst of
+    /// requests ended), asks malloc to give its free pages back to the kernel: the buffers
+    /// freed between the allocations of the connections that stay (each keep-alive
+    /// connection's task) would otherwise stay resident as holes in the heap. Returns whether
+    /// it did.
+    pub fn trim(&self) -> bool {
         let keep = MAX_POOLED.max(self.lent.get());
         for class in [&self.small, &self.large] {
-            class.borrow_mut().truncate(keep);
+            let mut class = class.borrow_mut();
+            let surplus: usize = class.iter().skip(keep).map(Vec::capacity).sum();
+            self.freed.set(self.freed.get() + surplus);
+            class.truncate(keep);
         }
+        if self.freed.replace(0) < RELEASE_AFTER {
+            return false;
+        }
+        release_free_memory();
+        true
     }
 }
+
+/// Gives the free pages of malloc's heaps back to the kernel (glibc's `malloc_trim`, which
+/// also releases whole free pages inside a heap, not only at its top).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn release_free_memory() {
+    // SAFETY: malloc_trim takes no pointer and only changes malloc's own state.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Elsewhere there is no such call; freed memory stays with the allocator.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_free_memory() {}
 
 #[cfg(test)]
 mod tests {
@@ -113,7 +146,21 @@ mod tests {
         }
         // Given back as the lent count falls: the surplus goes at once.
         assert_eq!(pool.small.borrow().len(), MAX_POOLED);
-        pool.trim();
+        assert!(!pool.trim(), "a few bytes freed asked malloc to trim");
         assert_eq!(pool.small.borrow().len(), MAX_POOLED);
+    }
+
+    #[test]
+    fn a_burst_of_freed_buffers_gives_memory_back() {
+        let pool = BufferPool::default();
+        let burst: Vec<Vec<u8>> = (0..MAX_POOLED + 80)
+            .map(|_| pool.take(MIN_BUFFER))
+            .collect();
+        for buf in burst {
+            pool.give(buf, SMALL);
+        }
+        // 80 buffers of 16 KiB went back to malloc: more than a MiB.
+        assert!(pool.trim(), "the burst's buffers were not given back");
+        assert!(!pool.trim(), "trimmed again with nothing freed since");
     }
 }

@@ -4,6 +4,7 @@
 use std::rc::Rc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::net::TcpListener;
 use tokio::task::LocalSet;
 
@@ -183,17 +184,19 @@ async fn accept_loop(
                     worker.counters.inc(Counter::ConnectionsAccepted);
                     let w = worker.clone();
                     let open = OpenConnection(w.clone());
+                    // The open count ends with the future (`map`, not an async block: a
+                    // block would keep its own copy of the arguments beside the future's,
+                    // and a task is allocated in steps of 128 bytes).
+                    let counted = move |()| drop(open);
                     match accepted {
                         // A connection on the ring is served directly: its task holds
                         // nothing but the keep-alive loop (an idle one is about 1 KB).
-                        NewConnection::Ring(stream) => tokio::task::spawn_local(async move {
-                            let _open = open;
-                            proxy::serve(w, stream, peer).await;
-                        }),
-                        NewConnection::Epoll(stream) => tokio::task::spawn_local(async move {
-                            let _open = open;
-                            serve_accepted(w, stream, peer, kind).await;
-                        }),
+                        NewConnection::Ring(stream) => {
+                            tokio::task::spawn_local(proxy::serve(w, stream, peer).map(counted))
+                        }
+                        NewConnection::Epoll(stream) => tokio::task::spawn_local(
+                            serve_accepted(w, stream, peer, kind).map(counted),
+                        ),
                     };
                 }
                 Err(e) => {
