@@ -32,12 +32,18 @@ pub struct BufferPool {
     large: RefCell<Vec<Vec<u8>>>,
     /// Buffers taken and not given back.
     lent: std::cell::Cell<usize>,
-    /// Bytes of buffers freed since [`BufferPool::trim`] last ran.
+    /// Bytes of surplus buffers freed since malloc last gave pages back.
     freed: std::cell::Cell<usize>,
+    /// Calls of [`BufferPool::trim`] to go before malloc may be asked again.
+    cooldown: std::cell::Cell<u32>,
 }
 
-/// Freed buffer bytes past which [`BufferPool::trim`] asks malloc to give free pages back.
+/// Surplus buffer bytes freed past which [`BufferPool::trim`] asks malloc to give free pages
+/// back.
 const RELEASE_AFTER: usize = 1024 * 1024;
+
+/// Calls of [`BufferPool::trim`] (seconds) after one that asked malloc, before the next may.
+const RELEASE_EVERY: u32 = 10;
 
 impl BufferPool {
     fn class(&self, capacity: usize) -> &RefCell<Vec<Vec<u8>>> {
@@ -58,13 +64,16 @@ impl BufferPool {
         buf
     }
 
-    /// Returns a buffer for reuse; buffers beyond `max_capacity` are freed.
+    /// Returns a buffer for reuse; buffers beyond `max_capacity` are freed, and so is the
+    /// surplus of a burst (more pooled than [`MAX_POOLED`] and what is lent out).
     pub fn give(&self, mut buf: Vec<u8>, max_capacity: usize) {
         self.lent.set(self.lent.get().saturating_sub(1));
         let capacity = buf.capacity();
+        if capacity == 0 || capacity > max_capacity {
+            return;
+        }
         let mut free = self.class(capacity).borrow_mut();
-        if capacity > 0 && capacity <= max_capacity && free.len() < MAX_POOLED.max(self.lent.get())
-        {
+        if free.len() < MAX_POOLED.max(self.lent.get()) {
             buf.clear();
             free.push(buf);
         } else {
@@ -72,12 +81,13 @@ impl BufferPool {
         }
     }
 
-    /// Frees pooled buffers beyond what is lent out now (at least [`MAX_POOLED`] stay). When
-    /// more than [`RELEASE_AFTER`] bytes of buffers were freed since the last call (a burst of
-    /// requests ended), asks malloc to give its free pages back to the kernel: the buffers
-    /// freed between the allocations of the connections that stay (each keep-alive
-    /// connection's task) would otherwise stay resident as holes in the heap. Returns whether
-    /// it did.
+    /// Frees pooled buffers beyond what is lent out now (at least [`MAX_POOLED`] stay). Once
+    /// a burst has ended (no more than [`MAX_POOLED`] lent) after more than [`RELEASE_AFTER`]
+    /// bytes of its surplus were freed, asks malloc to give its free pages back to the
+    /// kernel, at most once in [`RELEASE_EVERY`] calls: the buffers freed between the
+    /// allocations of the connections that stay (each keep-alive connection's task) would
+    /// otherwise stay resident as holes in the heap. Steady traffic reuses pooled buffers and
+    /// frees none. Returns whether it asked.
     pub fn trim(&self) -> bool {
         let keep = MAX_POOLED.max(self.lent.get());
         for class in [&self.small, &self.large] {
@@ -86,9 +96,13 @@ impl BufferPool {
             self.freed.set(self.freed.get() + surplus);
             class.truncate(keep);
         }
-        if self.freed.replace(0) < RELEASE_AFTER {
+        let cooldown = self.cooldown.get();
+        self.cooldown.set(cooldown.saturating_sub(1));
+        if cooldown > 0 || self.lent.get() > MAX_POOLED || self.freed.get() < RELEASE_AFTER {
             return false;
         }
+        self.freed.set(0);
+        self.cooldown.set(RELEASE_EVERY);
         release_free_memory();
         true
     }
@@ -162,5 +176,43 @@ mod tests {
         // 80 buffers of 16 KiB went back to malloc: more than a MiB.
         assert!(pool.trim(), "the burst's buffers were not given back");
         assert!(!pool.trim(), "trimmed again with nothing freed since");
+        // A second burst right after waits out the cooldown.
+        let burst: Vec<Vec<u8>> = (0..MAX_POOLED + 80)
+            .map(|_| pool.take(MIN_BUFFER))
+            .collect();
+        for buf in burst {
+            pool.give(buf, SMALL);
+        }
+        let calls = (0..RELEASE_EVERY).take_while(|_| !pool.trim()).count() as u32;
+        assert_eq!(
+            calls,
+            RELEASE_EVERY - 1,
+            "asked malloc again before the cooldown ended"
+        );
+    }
+
+    #[test]
+    fn no_trim_while_a_burst_is_in_flight_or_for_oversized_buffers() {
+        let pool = BufferPool::default();
+        let mut gone: Vec<Vec<u8>> = (0..400).map(|_| pool.take(MIN_BUFFER)).collect();
+        // 300 come back (100 of them freed as surplus, 1.6 MB), 100 stay lent.
+        let held = gone.split_off(300);
+        for buf in gone {
+            pool.give(buf, SMALL);
+        }
+        // Fewer than the surplus came back: the burst goes on.
+        assert!(pool.lent.get() > MAX_POOLED);
+        assert!(!pool.trim(), "trimmed in the middle of a burst");
+        for buf in held {
+            pool.give(buf, SMALL);
+        }
+        assert!(pool.trim(), "the burst ended");
+        // Buffers past max_capacity are freed one by one in steady traffic: never a trim.
+        let quiet = BufferPool::default();
+        for _ in 0..200 {
+            let big = quiet.take(SMALL * 4);
+            quiet.give(big, SMALL * 2);
+        }
+        assert!(!quiet.trim(), "oversized buffers asked malloc to trim");
     }
 }
