@@ -34,16 +34,11 @@ pub struct BufferPool {
     lent: std::cell::Cell<usize>,
     /// Bytes of surplus buffers freed since malloc last gave pages back.
     freed: std::cell::Cell<usize>,
-    /// Calls of [`BufferPool::trim`] to go before malloc may be asked again.
-    cooldown: std::cell::Cell<u32>,
 }
 
 /// Surplus buffer bytes freed past which [`BufferPool::trim`] asks malloc to give free pages
 /// back.
 const RELEASE_AFTER: usize = 1024 * 1024;
-
-/// Calls of [`BufferPool::trim`] (seconds) after one that asked malloc, before the next may.
-const RELEASE_EVERY: u32 = 10;
 
 impl BufferPool {
     fn class(&self, capacity: usize) -> &RefCell<Vec<Vec<u8>>> {
@@ -84,7 +79,7 @@ impl BufferPool {
     /// Frees pooled buffers beyond what is lent out now (at least [`MAX_POOLED`] stay). Once
     /// a burst has ended (no more than [`MAX_POOLED`] lent) after more than [`RELEASE_AFTER`]
     /// bytes of its surplus were freed, asks malloc to give its free pages back to the
-    /// kernel, at most once in [`RELEASE_EVERY`] calls: the buffers freed between the
+    /// kernel (the worker calls this once a second): the buffers freed between the
     /// allocations of the connections that stay (each keep-alive connection's task) would
     /// otherwise stay resident as holes in the heap. Steady traffic reuses pooled buffers and
     /// frees none. Returns whether it asked.
@@ -96,13 +91,10 @@ impl BufferPool {
             self.freed.set(self.freed.get() + surplus);
             class.truncate(keep);
         }
-        let cooldown = self.cooldown.get();
-        self.cooldown.set(cooldown.saturating_sub(1));
-        if cooldown > 0 || self.lent.get() > MAX_POOLED || self.freed.get() < RELEASE_AFTER {
+        if self.lent.get() > MAX_POOLED || self.freed.get() < RELEASE_AFTER {
             return false;
         }
         self.freed.set(0);
-        self.cooldown.set(RELEASE_EVERY);
         release_free_memory();
         true
     }
@@ -176,19 +168,6 @@ mod tests {
         // 80 buffers of 16 KiB went back to malloc: more than a MiB.
         assert!(pool.trim(), "the burst's buffers were not given back");
         assert!(!pool.trim(), "trimmed again with nothing freed since");
-        // A second burst right after waits out the cooldown.
-        let burst: Vec<Vec<u8>> = (0..MAX_POOLED + 80)
-            .map(|_| pool.take(MIN_BUFFER))
-            .collect();
-        for buf in burst {
-            pool.give(buf, SMALL);
-        }
-        let calls = (0..RELEASE_EVERY).take_while(|_| !pool.trim()).count() as u32;
-        assert_eq!(
-            calls,
-            RELEASE_EVERY - 1,
-            "asked malloc again before the cooldown ended"
-        );
     }
 
     #[test]
