@@ -77,12 +77,13 @@ impl BufferPool {
     }
 
     /// Frees pooled buffers beyond what is lent out now (at least [`MAX_POOLED`] stay). Once
-    /// a burst has ended (no more than [`MAX_POOLED`] lent) after more than [`RELEASE_AFTER`]
-    /// bytes of its surplus were freed, asks malloc to give its free pages back to the
+    /// a burst has ended (nothing lent: no request in flight) after more than
+    /// [`RELEASE_AFTER`] bytes of its surplus were freed, asks malloc to give its free pages back to the
     /// kernel (the worker calls this once a second): the buffers freed between the
     /// allocations of the connections that stay (each keep-alive connection's task) would
-    /// otherwise stay resident as holes in the heap. Steady traffic reuses pooled buffers and
-    /// frees none. Returns whether it asked.
+    /// otherwise stay resident as holes in the heap. Busy traffic whose concurrency swings
+    /// frees surplus all the time but always has a request in flight, so it never pays for
+    /// pages given back and faulted in again. Returns whether it asked.
     pub fn trim(&self) -> bool {
         let keep = MAX_POOLED.max(self.lent.get());
         for class in [&self.small, &self.large] {
@@ -91,7 +92,7 @@ impl BufferPool {
             self.freed.set(self.freed.get() + surplus);
             class.truncate(keep);
         }
-        if self.lent.get() > MAX_POOLED || self.freed.get() < RELEASE_AFTER {
+        if self.lent.get() > 0 || self.freed.get() < RELEASE_AFTER {
             return false;
         }
         self.freed.set(0);
@@ -182,9 +183,13 @@ mod tests {
         // Fewer than the surplus came back: the burst goes on.
         assert!(pool.lent.get() > MAX_POOLED);
         assert!(!pool.trim(), "trimmed in the middle of a burst");
+        let mut held = held;
+        let last = held.pop().unwrap();
         for buf in held {
             pool.give(buf, SMALL);
         }
+        assert!(!pool.trim(), "trimmed with a request in flight");
+        pool.give(last, SMALL);
         assert!(pool.trim(), "the burst ended");
         // Buffers past max_capacity are freed one by one in steady traffic: never a trim.
         let quiet = BufferPool::default();
