@@ -157,7 +157,7 @@ pub(crate) fn admin_get(admin: SocketAddr, path: &str) -> String {
 fn json_lines_are_complete_after_shutdown() {
     let upstream = Upstream::start(|req| {
         let n: u16 = req.path()[1..].parse().unwrap_or(0);
-        Reply::Bytes(response(if n % 5 == 0 { 503 } else { 200 }, b"x"))
+        Reply::Bytes(response(if n.is_multiple_of(5) { 503 } else { 200 }, b"x"))
     });
     let log = temp_path("json.log");
     let _ = std::fs::remove_file(&log);
