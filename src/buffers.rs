@@ -103,7 +103,7 @@ impl BufferPool {
 
 /// Gives the free pages of malloc's heaps back to the kernel (glibc's `malloc_trim`, which
 /// also releases whole free pages inside a heap, not only at its top).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[cfg(all(target_os = "linux", target_env = "gnu", not(miri)))]
 #[allow(unsafe_code)]
 fn release_free_memory() {
     // SAFETY: malloc_trim takes no pointer and only changes malloc's own state.
@@ -112,8 +112,9 @@ fn release_free_memory() {
     }
 }
 
-/// Elsewhere there is no such call; freed memory stays with the allocator.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+/// Elsewhere (and under Miri, which cannot call into libc) there is no such call; freed
+/// memory stays with the allocator.
+#[cfg(not(all(target_os = "linux", target_env = "gnu", not(miri))))]
 fn release_free_memory() {}
 
 #[cfg(test)]
