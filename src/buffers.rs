@@ -76,14 +76,13 @@ impl BufferPool {
         }
     }
 
-    /// Frees pooled buffers beyond what is lent out now (at least [`MAX_POOLED`] stay). Once
-    /// a burst has ended (nothing lent: no request in flight) after more than
-    /// [`RELEASE_AFTER`] bytes of its surplus were freed, asks malloc to give its free pages back to the
-    /// kernel (the worker calls this once a second): the buffers freed between the
-    /// allocations of the connections that stay (each keep-alive connection's task) would
-    /// otherwise stay resident as holes in the heap. Busy traffic whose concurrency swings
-    /// frees surplus all the time but always has a request in flight, so it never pays for
-    /// pages given back and faulted in again. Returns whether it asked.
+    /// Frees pooled buffers beyond what is lent out now (at least [`MAX_POOLED`] stay). When
+    /// no buffer is lent and more than [`RELEASE_AFTER`] bytes of surplus were freed since
+    /// malloc last gave pages back, asks it to give its free pages back to the kernel (the
+    /// worker calls this once a second, so at most once a second): the buffers freed between
+    /// the allocations of the connections that stay (each keep-alive connection's task)
+    /// would otherwise stay resident as holes in the heap after a burst. Returns whether it
+    /// asked.
     pub fn trim(&self) -> bool {
         let keep = MAX_POOLED.max(self.lent.get());
         for class in [&self.small, &self.large] {

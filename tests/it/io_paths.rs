@@ -308,6 +308,28 @@ fn connections_in_epoll(pid: u32) -> usize {
         .count()
 }
 
+/// After 20 requests on one client connection: with `mode` "uring", neither the client's nor
+/// the upstream's socket is in an epoll set and the ring posted completions for them since
+/// `completions`; with "epoll", both are in one. False when the kernel refused the ring.
+fn client_and_upstream_on(mode: &str, proxy: &Running, completions: u64) -> bool {
+    let pid = proxy.child.id();
+    let added = connections_in_epoll(pid);
+    if mode == "uring" && added == 2 && proxy.logged("io_uring is not available") {
+        without_uring("the kernel refused a ring");
+        return false;
+    }
+    let expected = if mode == "epoll" { 2 } else { 0 };
+    assert_eq!(
+        added, expected,
+        "{mode}: the client's and upstream's sockets in epoll"
+    );
+    if mode == "uring" {
+        let done = ring_completions(pid).iter().sum::<u64>() - completions;
+        assert!(done >= 40, "{done} ring completions for 20 requests");
+    }
+    true
+}
+
 /// A client's TLS connection is served from the ring once its handshake is done: with the
 /// default, neither it nor its pooled upstream connection is in an epoll set while it stays
 /// open between requests, and the ring posts the completions; with `--io epoll` both are.
@@ -351,19 +373,8 @@ fn tls_connections_ride_the_ring_after_the_handshake() {
             }
             assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"), "{mode}");
         }
-        let added = connections_in_epoll(pid);
-        if mode == "uring" && added == 2 && proxy.logged("io_uring is not available") {
-            without_uring("the kernel refused a ring");
+        if !client_and_upstream_on(mode, &proxy, completions) {
             return;
-        }
-        let expected = if mode == "epoll" { 2 } else { 0 };
-        assert_eq!(
-            added, expected,
-            "{mode}: the client's and upstream's sockets in epoll"
-        );
-        if mode == "uring" {
-            let done = ring_completions(pid).iter().sum::<u64>() - completions;
-            assert!(done >= 40, "{done} ring completions for 20 requests");
         }
     }
 }
@@ -407,19 +418,8 @@ fn h2c_connections_ride_the_ring() {
             }
             client
         });
-        let added = connections_in_epoll(pid);
-        if mode == "uring" && added == 2 && proxy.logged("io_uring is not available") {
-            without_uring("the kernel refused a ring");
+        if !client_and_upstream_on(mode, &proxy, completions) {
             return;
-        }
-        let expected = if mode == "epoll" { 2 } else { 0 };
-        assert_eq!(
-            added, expected,
-            "{mode}: the client's and upstream's sockets in epoll"
-        );
-        if mode == "uring" {
-            let done = ring_completions(pid).iter().sum::<u64>() - completions;
-            assert!(done >= 40, "{done} ring completions for 20 requests");
         }
     }
 }
