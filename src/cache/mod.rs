@@ -154,6 +154,9 @@ pub struct CacheRequest {
     /// the URLs an unsafe method's answer names (`Location`, `Content-Location`) are made
     /// from it (RFC 9111 section 4.4).
     pub origin: Option<String>,
+    /// For an unsafe method under a key that holds the method: the keys its target's GET and
+    /// HEAD were stored under (its own key names no stored response).
+    pub stored_as: Vec<String>,
 }
 
 impl CacheRequest {
@@ -314,6 +317,7 @@ mod tests {
             background: Cell::new(false),
             fetch: RefCell::new(None),
             origin: origin.map(str::to_string),
+            stored_as: Vec::new(),
         };
         let r = c(Some("http://a.test"));
         assert_eq!(r.key_of(b"/x?y").as_deref(), Some("http://a.test/x?y"));

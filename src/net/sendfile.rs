@@ -4,7 +4,9 @@
 //! than announced is reported, so the caller closes the connection instead of sending a body
 //! whose length disagrees with its head. Both I/O paths send this way (the socket is
 //! non-blocking on each; see [`SocketEnd`]). Streams without a socket underneath (TLS, HTTP/2)
-//! get the same contract by reading and writing.
+//! get the same contract by reading and writing. On the io_uring path a small body (up to
+//! [`SMALL_BODY`]) is read into memory and goes with the head in one send queued on the ring:
+//! one pread(2) where the head's send(2) and sendfile(2) would be two syscalls of their own.
 
 use std::fs::File;
 use std::io;
@@ -28,6 +30,10 @@ pub enum SendFileError {
     Client(io::Error),
 }
 
+/// The largest file body the io_uring path reads and sends with its head (see the module's
+/// comment); larger ones go by sendfile(2).
+pub const SMALL_BODY: u64 = 16 * 1024;
+
 /// Sends `head`, then `len` bytes of `file` from `offset`. Returns the bytes that went by
 /// sendfile(2).
 pub async fn send_file(
@@ -38,6 +44,14 @@ pub async fn send_file(
     len: u64,
     timeout: Duration,
 ) -> Result<u64, SendFileError> {
+    if len <= SMALL_BODY && matches!(stream, Stream::Uring(_)) {
+        let mut body = vec![0u8; len as usize];
+        read_exact_at(file, &mut body, offset)?;
+        write_all(stream, &[head, &body], timeout)
+            .await
+            .map_err(SendFileError::Client)?;
+        return Ok(0);
+    }
     match stream.splice_end() {
         Some(tcp) => {
             send_head(tcp, head, len > 0, timeout)
@@ -101,6 +115,20 @@ async fn send_body(
                 .await
                 .map_err(SendFileError::Client)?,
             Err(e) => return Err(SendFileError::Client(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Fills `buf` from `file` at `offset`; a file that ends first was truncated.
+fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> Result<(), SendFileError> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => return Err(SendFileError::Truncated),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Err(SendFileError::Truncated),
         }
     }
     Ok(())

@@ -95,4 +95,29 @@ pub fn render(zones: &[Arc<Zone>], out: &mut String) {
             let _ = writeln!(out, "{name}{{zone=\"{}\"}} {}", escape_label(&z.name), n);
         }
     }
+    if sizes.iter().all(|(_, disk)| disk.is_none()) {
+        return;
+    }
+    let disk_gauges = [
+        (
+            "slipstream_cache_disk_bytes",
+            "Bytes the zone's disk tier holds (bodies, heads and metadata).",
+            0,
+        ),
+        (
+            "slipstream_cache_disk_entries",
+            "Keys the zone's disk tier holds.",
+            1,
+        ),
+    ];
+    for (name, help, which) in disk_gauges {
+        family(out, name, Type::Gauge, help);
+        for (z, (_, disk)) in zones.iter().zip(&sizes) {
+            let Some((bytes, entries)) = disk else {
+                continue;
+            };
+            let n = if which == 0 { bytes } else { entries };
+            let _ = writeln!(out, "{name}{{zone=\"{}\"}} {}", escape_label(&z.name), n);
+        }
+    }
 }

@@ -148,6 +148,33 @@ fn stale_if_error_serves_the_stale_object_within_its_window_only() {
     assert!(matches!(r.status, 502 | 504), "{}", r.status);
 }
 
+/// nginx's `use_stale` statuses: a stale object stands in for the answers listed (a 404 and a
+/// 500 here, with no `stale-if-error` in the object), and not for others (a 403).
+#[test]
+fn use_stale_stands_in_for_the_statuses_it_lists() {
+    let answer = Arc::new(AtomicUsize::new(200));
+    let a = answer.clone();
+    let upstream = Upstream::start(move |_| match a.load(Ordering::SeqCst) {
+        200 => reply("Cache-Control: max-age=1\r\n", "kept"),
+        status => Reply::Bytes(
+            format!("HTTP/1.1 {status} No\r\nContent-Length: 2\r\n\r\nno").into_bytes(),
+        ),
+    });
+    let rule = r#", revalidate = false, use_stale = ["http_404", "http_500"]"#;
+    let server = proxy(&config(upstream.addr, rule));
+    let addr = server.local_addrs()[0];
+    assert_eq!(get(addr, "/u").body, b"kept");
+    std::thread::sleep(Duration::from_millis(2100));
+    for (status, expected) in [(404, 200), (500, 200), (403, 403)] {
+        answer.store(status, Ordering::SeqCst);
+        let r = get(addr, "/u");
+        assert_eq!(r.status, expected, "upstream {status}");
+        if expected == 200 {
+            assert_eq!(r.body, b"kept", "upstream {status}");
+        }
+    }
+}
+
 #[test]
 fn vary_keeps_variants_apart() {
     let upstream = Upstream::start(|seen| {
@@ -234,6 +261,34 @@ fn unsafe_methods_invalidate_and_ranges_come_from_the_stored_object() {
         after.body, b"version-1",
         "the POST invalidated it: {:?}",
         after.headers
+    );
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+}
+
+/// nginx's WordPress key holds the method: a POST's key names nothing stored, and its success
+/// still invalidates what a GET of its target stored.
+#[test]
+fn unsafe_methods_invalidate_under_a_key_with_the_method() {
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    let upstream = Upstream::start(move |seen| {
+        if seen.line.starts_with("POST") {
+            return reply("", "posted");
+        }
+        let n = c.fetch_add(1, Ordering::SeqCst);
+        reply("Cache-Control: max-age=60\r\n", &format!("version-{n}"))
+    });
+    let key = r#", key = "$scheme$request_method$host$request_uri""#;
+    let server = proxy(&config(upstream.addr, key));
+    let addr = server.local_addrs()[0];
+    assert_eq!(get(addr, "/w").body, b"version-0");
+    assert_eq!(get(addr, "/w").body, b"version-0", "a hit");
+    let post = ask(addr, "POST", "/w", "Content-Length: 0\r\n");
+    assert_eq!(post.body, b"posted");
+    assert_eq!(
+        get(addr, "/w").body,
+        b"version-1",
+        "the POST invalidated it"
     );
     assert_eq!(count.load(Ordering::SeqCst), 2);
 }
@@ -359,8 +414,8 @@ fn a_reload_keeps_the_cache() {
 
 /// The HTTP working group's cache conformance suite (`http-cache-tests` from npm, its origin
 /// and client, `tests/cache-tests/run.sh`) through a plain cached site: the required tests
-/// pass but the ones whose expectations slipstream does not share (README: "Response
-/// caching"), and none hangs.
+/// pass but the ones whose expectations slipstream does not share (listed with their reasons
+/// in `tests/cache-tests/README.md`), and none hangs.
 #[test]
 fn the_cache_tests_suite_passes() {
     let origin = crate::support::free_port();

@@ -133,6 +133,84 @@ fn large_objects_stream_to_the_disk_tier_and_a_restart_keeps_them() {
     assert!(crate::support::eventually(|| open_files() == 1));
 }
 
+/// The disk tier holds what `disk` says: objects past it are evicted (counted) and their files
+/// removed, and the figures show what it holds.
+#[test]
+fn the_disk_tier_holds_what_disk_says() {
+    let dir = crate::support::temp_path("cache-disk-bound");
+    let _ = std::fs::remove_dir_all(&dir);
+    let upstream = Upstream::start(|_| big_reply(100_000, false));
+    let toml = disk_config(upstream.addr, &dir).replace("disk = \"64m\"", "disk = \"1m\"");
+    let running = crate::support::Running::config("cache-disk-bound.toml", &toml);
+    for i in 0..30 {
+        assert_eq!(get(running.addr, &format!("/o{i}")).body.len(), 100_000);
+    }
+    let admin = running.admin.unwrap();
+    let figure = |name: &str| {
+        let metrics = crate::observe::admin_get(admin, "/metrics");
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{{zone=\"main\"}}")))
+            .unwrap_or_else(|| panic!("{name} in\n{metrics}"))
+            .to_string();
+        line.rsplit(' ').next().unwrap().parse::<u64>().unwrap()
+    };
+    // 30 objects of about 100 KB each against 1 MiB: at most 10 fit.
+    let files = || {
+        walk(&dir)
+            .into_iter()
+            .filter(|p| p.extension().is_none())
+            .count()
+    };
+    assert!(
+        crate::support::eventually(
+            || figure("slipstream_cache_disk_entries") <= 10 && files() <= 10
+        ),
+        "{} entries, {} files",
+        figure("slipstream_cache_disk_entries"),
+        files()
+    );
+    assert!(figure("slipstream_cache_disk_bytes") <= 1 << 20);
+    assert!(figure("slipstream_cache_evictions_total") >= 20);
+}
+
+/// `min_uses` holds for objects streamed to the disk tier too: the first answer is relayed and
+/// not stored (nor said to be), the second is stored, the third a hit from its file.
+#[test]
+fn min_uses_holds_on_the_disk_tier() {
+    let dir = crate::support::temp_path("cache-disk-uses");
+    let _ = std::fs::remove_dir_all(&dir);
+    let upstream = Upstream::start(|_| big_reply(100_000, false));
+    let toml = disk_config(upstream.addr, &dir).replace(
+        "cache = { zone = \"main\" }",
+        "cache = { zone = \"main\", min_uses = 2 }",
+    );
+    assert!(toml.contains("min_uses = 2"), "{toml}");
+    let running = crate::support::Running::config("cache-disk-uses.toml", &toml);
+    let files = || {
+        walk(&dir)
+            .into_iter()
+            .filter(|p| p.extension().is_none())
+            .count()
+    };
+    let status = |n: &str| {
+        let r = get(running.addr, "/u");
+        assert_eq!(r.body.len(), 100_000, "{n}");
+        r.header("cache-status").unwrap_or_default().to_string()
+    };
+    let first = status("first");
+    assert!(
+        !first.contains("stored") && first.contains("fwd=uri-miss"),
+        "{first}"
+    );
+    assert_eq!(files(), 0);
+    let second = status("second");
+    assert!(second.contains("stored"), "{second}");
+    assert!(status("third").contains("hit"));
+    assert_eq!(files(), 1);
+    assert_eq!(upstream.seen().len(), 2);
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -437,6 +515,58 @@ fn a_reload_that_resizes_memory_keeps_the_disk_tier() {
     assert_eq!(hit.body.len(), 100_000);
     assert_eq!(upstream.seen().len(), 1);
     assert_eq!(walk(&dir).len(), 1, "one file");
+}
+
+/// A reload that shrinks `disk` keeps the disk tier's entries that still fit, evicts the rest
+/// (their files go) and leaves one index owning the directory: every file left answers a hit.
+#[test]
+fn a_reload_that_shrinks_the_disk_tier_keeps_what_fits() {
+    let dir = crate::support::temp_path("cache-disk-shrink");
+    let _ = std::fs::remove_dir_all(&dir);
+    let upstream = Upstream::start(|_| big_reply(300_000, false));
+    let toml = disk_config(upstream.addr, &dir);
+    let mut running = crate::support::Running::config("cache-disk-shrink.toml", &toml);
+    for i in 0..5 {
+        assert_eq!(get(running.addr, &format!("/s{i}")).body.len(), 300_000);
+    }
+    let files = || {
+        walk(&dir)
+            .into_iter()
+            .filter(|p| p.extension().is_none())
+            .count()
+    };
+    assert_eq!(files(), 5);
+    let path = running.config.clone().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("disk = \"64m\"", "disk = \"1m\"")).unwrap();
+    running.signal("-HUP");
+    assert!(running.wait_logged("reloaded"));
+    // At most three of 300 KB fit in 1 MiB.
+    assert!(
+        crate::support::eventually(|| files() <= 3),
+        "{} files",
+        files()
+    );
+    let left = files();
+    let mut hits = 0;
+    for i in 0..5 {
+        // Asked from the cache only (504 when not there): nothing is fetched or stored anew.
+        let r = ask(
+            running.addr,
+            "GET",
+            &format!("/s{i}"),
+            "Cache-Control: only-if-cached\r\n",
+        );
+        if r.status == 200 {
+            assert_eq!(r.body.len(), 300_000);
+            hits += 1;
+        } else {
+            assert_eq!(r.status, 504);
+        }
+    }
+    assert!(left >= 1, "what fits is kept");
+    assert_eq!(hits, left, "each file left is a hit, and only those");
+    assert_eq!(upstream.seen().len(), 5);
 }
 
 /// A body changed on the disk while slipstream was down (its metadata intact) is found at its

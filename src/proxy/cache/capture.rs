@@ -71,7 +71,8 @@ pub(in crate::proxy) async fn capture(
 
 /// The answer to a request that validates a stale entry, when the upstream's response
 /// (`status`, its head as `text`) leaves it to that entry: a 304 freshens it (stored again), a
-/// 5xx is answered by it where `stale-if-error` or `use_stale` allow.
+/// 5xx (or a status `use_stale` lists) is answered by it where `stale-if-error` or `use_stale`
+/// allow.
 fn from_stale(
     c: &CacheRequest,
     status: u16,
@@ -87,8 +88,10 @@ fn from_stale(
         c.release();
         return Some((fresh, CacheStatus::Revalidated));
     }
+    // `stale-if-error` covers 5xx answers; `use_stale` the statuses it lists (nginx's
+    // `http_403`, `http_404` and `http_429` too).
     let allowed = c.rule.use_stale.statuses.contains(&status);
-    if status >= 500 && stale_on_error(&stale, &c.directives, allowed, now) {
+    if (status >= 500 || allowed) && stale_on_error(&stale, &c.directives, allowed, now) {
         zone.stats.stale.fetch_add(1, Relaxed);
         return Some((stale, CacheStatus::Stale));
     }
@@ -159,6 +162,12 @@ async fn store_and_send(
                 && c.method == crate::cache::Method::Get
                 && !c.background.get() =>
         {
+            if !zone.used_enough(c.hash, c.rule.min_uses) {
+                // Asked for too few times yet: relayed, not stored (nor said to be).
+                c.unstored.set(true);
+                c.release();
+                return Taken::Pass(up);
+            }
             let fill = super::tee::Fill {
                 c,
                 facts: &facts,
@@ -335,6 +344,9 @@ pub(in crate::proxy) fn invalidate_for(c: &CacheRequest, status: u16, head: &[u8
     }
     let zone = &c.rule.zone;
     zone.remove(&c.key);
+    for key in &c.stored_as {
+        zone.remove(key);
+    }
     let named = ["location", "content-location"]
         .iter()
         .filter_map(|name| entry::values(head, name).next())

@@ -32,6 +32,27 @@ pub(in crate::proxy) struct Asker<'a> {
     pub(in crate::proxy) tls_client: Option<&'a crate::tls::client_auth::ClientCert>,
 }
 
+/// For an unsafe method under a key with `$request_method` in it (nginx's WordPress idiom):
+/// the keys a GET and a HEAD of the target were stored under, which its success invalidates.
+fn keys_of_safe_methods(
+    rule: &CacheRule,
+    key: &str,
+    facts: &Facts<'_>,
+    current: &Current,
+) -> Vec<String> {
+    let mut keys = Vec::new();
+    if let (Some(t), Method::Unsafe) = (&rule.key, Method::of(facts.method)) {
+        for method in ["GET", "HEAD"] {
+            let safe = Facts { method, ..*facts };
+            let k = t.to_string(&safe, current);
+            if k != key && !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+    }
+    keys
+}
+
 /// The request's side of caching under `rule`.
 pub(in crate::proxy) fn cache_request(
     head: &RequestHead<'_, '_>,
@@ -67,6 +88,7 @@ pub(in crate::proxy) fn cache_request(
         Some(t) => t.to_string(&facts, &current),
         None => format!("{}://{host}{}", facts.scheme, head.path),
     };
+    let stored_as = keys_of_safe_methods(rule, &key, &facts, &current);
     let holds = |list: &[crate::rules::template::Template]| {
         list.iter().any(|t| {
             let v = t.to_string(&facts, &current);
@@ -130,6 +152,7 @@ pub(in crate::proxy) fn cache_request(
             .key
             .is_none()
             .then(|| format!("{}://{host}", facts.scheme)),
+        stored_as,
     })
 }
 
