@@ -46,11 +46,14 @@ pub async fn send_file(
 ) -> Result<u64, SendFileError> {
     if len <= SMALL_BODY && matches!(stream, Stream::Uring(_)) {
         let mut body = vec![0u8; len as usize];
-        read_exact_at(file, &mut body, offset)?;
-        write_all(stream, &[head, &body], timeout)
-            .await
-            .map_err(SendFileError::Client)?;
-        return Ok(0);
+        // A file shorter than announced goes the usual way below, which reports it after the
+        // head, as the callers expect.
+        if read_exact_at(file, &mut body, offset) {
+            write_all(stream, &[head, &body], timeout)
+                .await
+                .map_err(SendFileError::Client)?;
+            return Ok(0);
+        }
     }
     match stream.splice_end() {
         Some(tcp) => {
@@ -120,18 +123,18 @@ async fn send_body(
     Ok(())
 }
 
-/// Fills `buf` from `file` at `offset`; a file that ends first was truncated.
-fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> Result<(), SendFileError> {
+/// Fills `buf` from `file` at `offset`; false when the file ends first or cannot be read.
+fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> bool {
     let mut got = 0;
     while got < buf.len() {
         match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => return Err(SendFileError::Truncated),
+            Ok(0) => return false,
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return Err(SendFileError::Truncated),
+            Err(_) => return false,
         }
     }
-    Ok(())
+    true
 }
 
 async fn copy_body(

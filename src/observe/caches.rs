@@ -101,7 +101,7 @@ pub fn render(zones: &[Arc<Zone>], out: &mut String) {
     let disk_gauges = [
         (
             "slipstream_cache_disk_bytes",
-            "Bytes the zone's disk tier holds (bodies, heads and metadata).",
+            "Bytes the zone's disk tier holds (bodies, heads and metadata; counted in KiB).",
             0,
         ),
         (

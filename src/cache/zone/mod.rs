@@ -39,9 +39,6 @@ struct DiskTier {
     index: Store,
     /// The directory was read back (once, when a server first runs the zone).
     loaded: std::sync::Once,
-    /// A reload moved its entries to a resized tier over the same directory: what this index
-    /// drops from now on is no longer its to remove from the disk.
-    retired: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A tier's table: key hash to the key's variants.
@@ -153,47 +150,23 @@ pub fn shared(name: &str, settings: ZoneSettings) -> Arc<Zone> {
     if let Some(kept) = kept {
         return kept;
     }
-    // Only the memory tier's sizes changed: the disk tier (its index and files) goes on as it
-    // is, rather than a second index over the same directory.
+    // The same directory: the disk tier (its index and files) goes on as it is, rather than a
+    // second index over the directory whose removals would take the first one's files. A new
+    // `disk` or `inactive` for it takes effect when the index is next read from the directory,
+    // at the next start (an index cannot be resized in place, and moving its entries to a new
+    // one while the old config still serves would leave files to two owners).
+    let dir = settings.disk.as_ref().map(|d| &d.0);
     let disk = RUNNING.with(|r| {
-        r.borrow()
+        let running = r.borrow();
+        let z = running
             .iter()
-            .find(|z| {
-                z.name == name
-                    && settings.disk.is_some()
-                    && z.settings.disk == settings.disk
-                    && z.settings.inactive == settings.inactive
-            })
-            .and_then(|z| Some((z.disk.clone()?, z.stats.evictions.clone())))
+            .find(|z| z.name == name && dir.is_some() && z.settings.disk.as_ref().map(|d| &d.0) == dir)?;
+        if z.settings.disk != settings.disk || z.settings.inactive != settings.inactive {
+            tracing::warn!(zone = %name, "cache: the disk tier keeps its running disk and inactive until the next start");
+        }
+        Some((z.disk.clone()?, z.stats.evictions.clone()))
     });
-    let disk = disk.or_else(|| resized_disk(name, &settings));
     Arc::new(Zone::with_disk(name, settings, disk))
-}
-
-/// The disk tier of the running zone `name` over the directory `settings` names, when a reload
-/// changed its `disk` or `inactive`: a new index with the new sizes takes its entries (evicting
-/// what no longer fits), and the old one is retired, so one index owns the files.
-fn resized_disk(name: &str, settings: &ZoneSettings) -> Option<(Arc<DiskTier>, Arc<AtomicU64>)> {
-    let (dir, bytes) = settings.disk.as_ref()?;
-    let (old, evictions) = RUNNING.with(|r| {
-        r.borrow()
-            .iter()
-            .find(|z| z.name == name && z.settings.disk.as_ref().map(|d| &d.0) == Some(dir))
-            .and_then(|z| Some((z.disk.clone()?, z.stats.evictions.clone())))
-    })?;
-    let stats = ZoneStats {
-        evictions: evictions.clone(),
-        ..ZoneStats::default()
-    };
-    let tier = new_disk(&stats, dir, *bytes, settings.inactive);
-    // Its entries come from the old index, not from the directory.
-    tier.loaded.call_once(|| {});
-    old.retired.store(true, SeqCst);
-    for (hash, variants) in old.index.iter() {
-        tier.index.insert(*hash, variants);
-    }
-    tier.index.run_pending_tasks();
-    Some((Arc::new(tier), evictions))
 }
 
 /// The hash a key is found by.
@@ -264,8 +237,6 @@ impl Zone {
 /// A disk tier's empty index over `dir`, holding `bytes`.
 fn new_disk(stats: &ZoneStats, dir: &std::path::Path, bytes: u64, inactive: Duration) -> DiskTier {
     let evictions = stats.evictions.clone();
-    let retired = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let gone = retired.clone();
     // Weights are in KiB (a u32 of bytes would cap an entry at 4 GiB), so is the capacity.
     let index = moka::sync::Cache::builder()
         .max_capacity((bytes >> 10).max(1))
@@ -276,9 +247,6 @@ fn new_disk(stats: &ZoneStats, dir: &std::path::Path, bytes: u64, inactive: Dura
         .time_to_idle(inactive)
         .eviction_listener(move |_k, v: Arc<Variants>, cause| {
             use moka::notification::RemovalCause;
-            if gone.load(SeqCst) {
-                return;
-            }
             if cause == RemovalCause::Size {
                 evictions.fetch_add(1, Relaxed);
             }
@@ -293,7 +261,6 @@ fn new_disk(stats: &ZoneStats, dir: &std::path::Path, bytes: u64, inactive: Dura
         dir: dir.to_path_buf(),
         index,
         loaded: std::sync::Once::new(),
-        retired,
     }
 }
 
@@ -311,6 +278,8 @@ impl Zone {
                 self.store_on(&disk.index, hash, Arc::new(entry));
                 found += 1;
             }
+            // Held to its size at once (a smaller `disk` than the files hold evicts now).
+            disk.index.run_pending_tasks();
             tracing::info!(zone = %self.name, dir = %disk.dir.display(), "cache: {found} stored responses read back");
         });
     }
