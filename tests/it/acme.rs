@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::observe::metric;
 use crate::support::*;
 use crate::tls::TestPki;
 
@@ -214,14 +215,6 @@ routes = [{{ path = "/", upstream = "app" }}]
         url = pebble.url,
         root = pebble.ca_root,
     )
-}
-
-fn metric(admin: SocketAddr, name: &str) -> f64 {
-    let text = crate::observe::admin_get(admin, "/metrics");
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 #[test]

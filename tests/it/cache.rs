@@ -227,8 +227,9 @@ fn what_must_not_be_stored_is_not() {
     );
 }
 
-#[test]
-fn unsafe_methods_invalidate_and_ranges_come_from_the_stored_object() {
+/// An origin that answers a POST with `posted` and every other request with `version-N` and
+/// `fields`, N counting those requests (also returned).
+fn versioned_origin(fields: &'static str) -> (Upstream, Arc<AtomicUsize>) {
     let count = Arc::new(AtomicUsize::new(0));
     let c = count.clone();
     let upstream = Upstream::start(move |seen| {
@@ -236,11 +237,14 @@ fn unsafe_methods_invalidate_and_ranges_come_from_the_stored_object() {
             return reply("", "posted");
         }
         let n = c.fetch_add(1, Ordering::SeqCst);
-        reply(
-            "Cache-Control: max-age=60\r\nETag: \"e\"\r\n",
-            &format!("version-{n}"),
-        )
+        reply(fields, &format!("version-{n}"))
     });
+    (upstream, count)
+}
+
+#[test]
+fn unsafe_methods_invalidate_and_ranges_come_from_the_stored_object() {
+    let (upstream, count) = versioned_origin("Cache-Control: max-age=60\r\nETag: \"e\"\r\n");
     let server = proxy(&config(upstream.addr, ""));
     let addr = server.local_addrs()[0];
     assert_eq!(get(addr, "/r").body, b"version-0");
@@ -269,15 +273,7 @@ fn unsafe_methods_invalidate_and_ranges_come_from_the_stored_object() {
 /// still invalidates what a GET of its target stored.
 #[test]
 fn unsafe_methods_invalidate_under_a_key_with_the_method() {
-    let count = Arc::new(AtomicUsize::new(0));
-    let c = count.clone();
-    let upstream = Upstream::start(move |seen| {
-        if seen.line.starts_with("POST") {
-            return reply("", "posted");
-        }
-        let n = c.fetch_add(1, Ordering::SeqCst);
-        reply("Cache-Control: max-age=60\r\n", &format!("version-{n}"))
-    });
+    let (upstream, count) = versioned_origin("Cache-Control: max-age=60\r\n");
     let key = r#", key = "$scheme$request_method$host$request_uri""#;
     let server = proxy(&config(upstream.addr, key));
     let addr = server.local_addrs()[0];

@@ -107,12 +107,7 @@ fn large_objects_stream_to_the_disk_tier_and_a_restart_keeps_them() {
         "nothing fetched again after the restart"
     );
     // A purge removes the file too: the next start cannot bring it back.
-    let files = || {
-        walk(&dir)
-            .into_iter()
-            .filter(|p| p.extension().is_none())
-            .count()
-    };
+    let files = || body_files(&dir);
     assert_eq!(files(), 2);
     // Hits keep their files open (no open and close per hit) until the entry goes.
     let open_files = || {
@@ -146,22 +141,10 @@ fn the_disk_tier_holds_what_disk_says() {
         assert_eq!(get(running.addr, &format!("/o{i}")).body.len(), 100_000);
     }
     let admin = running.admin.unwrap();
-    let figure = |name: &str| {
-        let metrics = crate::observe::admin_get(admin, "/metrics");
-        let line = metrics
-            .lines()
-            .find(|l| l.starts_with(&format!("{name}{{zone=\"main\"}}")))
-            .unwrap_or_else(|| panic!("{name} in\n{metrics}"))
-            .to_string();
-        line.rsplit(' ').next().unwrap().parse::<u64>().unwrap()
-    };
+    let figure =
+        |name: &str| crate::observe::metric(admin, &format!("{name}{{zone=\"main\"}}")) as u64;
     // 30 objects of about 100 KB each against 1 MiB: at most 10 fit.
-    let files = || {
-        walk(&dir)
-            .into_iter()
-            .filter(|p| p.extension().is_none())
-            .count()
-    };
+    let files = || body_files(&dir);
     assert!(
         crate::support::eventually(
             || figure("slipstream_cache_disk_entries") <= 10 && files() <= 10
@@ -189,12 +172,7 @@ fn min_uses_holds_on_the_disk_tier() {
     );
     assert!(toml.contains("min_uses = 2"), "{toml}");
     let running = crate::support::Running::config("cache-disk-uses.toml", &toml);
-    let files = || {
-        walk(&dir)
-            .into_iter()
-            .filter(|p| p.extension().is_none())
-            .count()
-    };
+    let files = || body_files(&dir);
     let status = |n: &str| {
         let r = get(running.addr, "/u");
         assert_eq!(r.body.len(), 100_000, "{n}");
@@ -211,6 +189,14 @@ fn min_uses_holds_on_the_disk_tier() {
     assert!(status("third").contains("hit"));
     assert!(crate::support::eventually(|| files() == 1));
     assert_eq!(upstream.seen().len(), 2);
+}
+
+/// The stored responses' files under `dir` (not the temporary ones being written).
+fn body_files(dir: &std::path::Path) -> usize {
+    walk(dir)
+        .into_iter()
+        .filter(|p| p.extension().is_none())
+        .count()
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -389,15 +375,8 @@ fn large_bodies_in_memory_go_out_with_sendfile() {
         );
     let server = proxy(&toml);
     let (addr, admin) = (server.local_addrs()[0], server.admin_addr().unwrap());
-    let sent_by_sendfile = || {
-        let metrics = crate::observe::admin_get(admin, "/metrics");
-        let line = metrics
-            .lines()
-            .find(|l| l.starts_with("slipstream_sendfile_bytes_total"))
-            .unwrap_or("x 0")
-            .to_string();
-        line.rsplit(' ').next().unwrap().parse::<u64>().unwrap()
-    };
+    let sent_by_sendfile =
+        || crate::observe::metric(admin, "slipstream_sendfile_bytes_total") as u64;
     assert!(get(addr, "/m").body == body, "the miss");
     let before = sent_by_sendfile();
     let hit = get(addr, "/m");
@@ -528,12 +507,7 @@ fn a_smaller_disk_takes_effect_at_the_next_start() {
     let _ = std::fs::remove_dir_all(&dir);
     let upstream = Upstream::start(|_| big_reply(300_000, false));
     let toml = disk_config(upstream.addr, &dir);
-    let files = || {
-        walk(&dir)
-            .into_iter()
-            .filter(|p| p.extension().is_none())
-            .count()
-    };
+    let files = || body_files(&dir);
     // Asked from the cache only (504 when not there): nothing is fetched or stored anew.
     let cached = |addr| {
         (0..5)

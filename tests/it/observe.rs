@@ -142,6 +142,16 @@ fn stub_status_matches_nginx_format() {
     proxy.shutdown();
 }
 
+/// The sum of the `/metrics` samples whose line starts with `name` (a name, or a name with its
+/// labels), 0 when there is none.
+pub(crate) fn metric(admin: SocketAddr, name: &str) -> f64 {
+    let text = admin_get(admin, "/metrics");
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The body of an admin page.
 pub(crate) fn admin_get(admin: SocketAddr, path: &str) -> String {
     let raw = exchange_until_close(

@@ -154,28 +154,9 @@ async fn store_and_send(
     };
     let end = match whole {
         Ok(Some(end)) => end,
-        Ok(None)
-            if zone.has_disk()
-                && lifetime.is_some()
-                && fetched.relayed_as_is
-                && framing != Framing::UntilClose
-                && c.method == crate::cache::Method::Get
-                && !c.background.get() =>
-        {
-            if !zone.used_enough(c.hash, c.rule.min_uses) {
-                // Asked for too few times yet: relayed, not stored (nor said to be).
-                c.unstored.set(true);
-                c.release();
-                return Taken::Pass(up);
-            }
-            let fill = super::tee::Fill {
-                c,
-                facts: &facts,
-                lifetime: lifetime.unwrap_or(0),
-                response_time: now,
-            };
-            let stored = super::tee::relay_and_store(cx, group, client, (up, ubuf), &fetched, fill);
-            return Taken::Answered(stored.await);
+        Ok(None) if lifetime.is_some() && goes_to_disk(c, &fetched) => {
+            let stored = (&facts, lifetime, now);
+            return to_disk(cx, group, client, (up, ubuf), (&fetched, c), stored).await;
         }
         Ok(None) => {
             if lifetime.is_some() {
@@ -204,6 +185,43 @@ async fn store_and_send(
         None => unstored(c, (fetched.status, &fetched.text), body, facts, now),
     };
     Taken::Answered(send_entry(cx, client, (&entry, miss_kind(c)), now, true).await)
+}
+
+/// A response too large for memory goes to the disk tier while it is relayed: the zone has
+/// one, the response comes as the upstream sent it with an end of its own, and a client's GET
+/// asked for it (not a background refresh).
+fn goes_to_disk(c: &CacheRequest, fetched: &Fetched) -> bool {
+    c.rule.zone.has_disk()
+        && fetched.relayed_as_is
+        && fetched.framing != Framing::UntilClose
+        && c.method == crate::cache::Method::Get
+        && !c.background.get()
+}
+
+/// Relays a storable response too large for memory and stores it on the disk tier, once its
+/// key was asked for `min_uses` times (before that it is relayed, neither stored nor said to
+/// be).
+async fn to_disk(
+    cx: &Ctx<'_>,
+    group: &UpstreamGroup,
+    client: &mut Client,
+    (up, ubuf): (Conn, &mut Vec<u8>),
+    (fetched, c): (&Fetched, &CacheRequest),
+    (facts, lifetime, now): (&crate::cache::freshness::ResponseFacts, Option<u64>, u64),
+) -> Taken {
+    if !c.rule.zone.used_enough(c.hash, c.rule.min_uses) {
+        c.unstored.set(true);
+        c.release();
+        return Taken::Pass(up);
+    }
+    let fill = super::tee::Fill {
+        c,
+        facts,
+        lifetime: lifetime.unwrap_or(0),
+        response_time: now,
+    };
+    let stored = super::tee::relay_and_store(cx, group, client, (up, ubuf), fetched, fill);
+    Taken::Answered(stored.await)
 }
 
 /// Stores a whole response (when asked for `min_uses` times) and lets go of the key's fetch
