@@ -37,6 +37,7 @@ pub mod message;
 pub mod net;
 pub mod observe;
 pub mod proxy;
+pub mod request_blocks;
 pub mod routing;
 pub mod rules;
 pub mod server;

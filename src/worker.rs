@@ -35,6 +35,8 @@ pub struct Worker {
     current: RefCell<Rc<Snapshot>>,
     /// Reusable I/O buffers.
     pub buffers: BufferPool,
+    /// Reusable blocks for request futures.
+    pub request_blocks: crate::request_blocks::RequestBlocks,
     /// Idle upstream connections.
     pub upstreams: UpstreamPool,
     /// HTTP/2 upstream connections, each carrying many requests.
@@ -117,6 +119,11 @@ impl Snapshot {
         }
     }
 
+    /// The config generation it runs.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// The figures of a router slot.
     pub fn route_stats(&self, slot: u16) -> Option<&RouteStats> {
         self.route_stats.get(usize::from(slot)).map(|s| &**s)
@@ -143,6 +150,7 @@ impl Worker {
             current: RefCell::new(Rc::new(snapshot)),
             fleet,
             buffers: BufferPool::default(),
+            request_blocks: Default::default(),
             upstreams: UpstreamPool::default(),
             h2_upstreams: Default::default(),
             pipes: PipePool::new(pipe_size),

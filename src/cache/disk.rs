@@ -219,6 +219,7 @@ pub fn on_file(entry: &Entry, file: BodyFile) -> Entry {
         no_stale: entry.no_stale,
         stale_while_revalidate: entry.stale_while_revalidate,
         stale_if_error: entry.stale_if_error,
+        client_head: Default::default(),
     }
 }
 
@@ -447,6 +448,7 @@ pub fn decode(meta: &[u8]) -> Option<(Entry, u64, u64)> {
         no_stale: flags & 2 != 0,
         stale_while_revalidate: swr,
         stale_if_error: sie,
+        client_head: Default::default(),
     };
     Some((entry, body_len, body_hash))
 }

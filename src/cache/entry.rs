@@ -1,7 +1,7 @@
 //! One stored response, socket-free: its head as HTTP/1.1 text without framing or hop-by-hop
-//! fields (ready to be read again for each hit, so every hit goes through the same head
-//! writing as a response from upstream), its body whole, what its freshness and age need, and
-//! the request field values its `Vary` selected.
+//! fields (read again to answer, so an answer goes through the same head writing as a
+//! response from upstream; the head a plain hit sends is kept with it once made), its body
+//! whole, what its freshness and age need, and the request field values its `Vary` selected.
 
 use bytes::Bytes;
 
@@ -44,6 +44,36 @@ pub struct Entry {
     pub stale_while_revalidate: u64,
     /// `stale-if-error` seconds.
     pub stale_if_error: u64,
+    /// The client head its plain hits send, made by the first of them (see
+    /// `proxy/cache/hit.rs`): without it each hit would parse and write the stored head again.
+    pub client_head: arc_swap::ArcSwapOption<HeadFor>,
+}
+
+/// A client head made from an entry, and the request shape it was made for: a hit of
+/// another shape makes its own.
+#[derive(Debug)]
+pub struct HeadFor {
+    /// What the head depends on besides the entry.
+    pub shape: HeadShape,
+    /// The head, up to its blank line, without `Age` and `Cache-Status` (they change).
+    pub head: crate::message::ClientHead,
+}
+
+/// What a hit's client head depends on besides the entry: the config generation (a reload
+/// changes the fields routes add and hide), the route's field policy, the scheme, whether
+/// the connection is kept and the client's HTTP minor version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadShape {
+    /// The config generation.
+    pub generation: u64,
+    /// The route's field policy.
+    pub policy: Option<u16>,
+    /// Whether the request came over TLS.
+    pub https: bool,
+    /// Whether the connection is kept after the answer.
+    pub keep_alive: bool,
+    /// The client's HTTP/1 minor version.
+    pub minor: u8,
 }
 
 impl Entry {
@@ -282,6 +312,7 @@ pub fn build(head: &[u8], status: u16, body: Bytes, facts: &ResponseFacts, s: St
         no_stale: d.must_revalidate || d.proxy_revalidate || d.s_maxage.is_some(),
         stale_while_revalidate: d.stale_while_revalidate.unwrap_or(0),
         stale_if_error: d.stale_if_error.unwrap_or(0),
+        client_head: Default::default(),
     }
 }
 

@@ -119,6 +119,9 @@ pub struct CacheRequest {
     /// Its field lines as HTTP/1.1 text, after a request line (what `Vary` and the
     /// conditionals read).
     pub fields: Vec<u8>,
+    /// Whether it has a conditional field or `Range` (without one, a stored response
+    /// answers whole with no look at `fields`).
+    pub asks_part_or_validation: bool,
     /// Its `Cache-Control` (empty unless the rule honours it).
     pub directives: Directives,
     /// Its method, as far as caching goes.
@@ -150,10 +153,10 @@ pub struct CacheRequest {
     /// Its key's fetch lock while it holds it: let go as soon as the answer is stored or
     /// known not to be (others waiting need not wait for a slow client's whole transfer).
     pub fetch: RefCell<Option<zone::Fetch>>,
-    /// `scheme://host` of the request when the rule keys by the default key: the keys of
-    /// the URLs an unsafe method's answer names (`Location`, `Content-Location`) are made
-    /// from it (RFC 9111 section 4.4).
-    pub origin: Option<String>,
+    /// The length of `key`'s start that is `scheme://host`, when the rule keys by the
+    /// default key: the keys of the URLs an unsafe method's answer names (`Location`,
+    /// `Content-Location`) are made from it (RFC 9111 section 4.4).
+    pub origin_len: Option<usize>,
     /// For an unsafe method under a key that holds the method: the keys its target's GET and
     /// HEAD were stored under (its own key names no stored response).
     pub stored_as: Vec<String>,
@@ -168,7 +171,7 @@ impl CacheRequest {
     /// The key of `url` (a path, or an absolute URL of the request's own origin) under the
     /// default key; `None` for another origin, or when the rule has its own key.
     pub fn key_of(&self, url: &[u8]) -> Option<String> {
-        let origin = self.origin.as_deref()?;
+        let origin = self.key.get(..self.origin_len?)?;
         let url = std::str::from_utf8(url).ok()?.trim();
         if url.starts_with('/') && !url.starts_with("//") {
             return Some(format!("{origin}{url}"));
@@ -274,6 +277,7 @@ mod tests {
     #[test]
     fn keys_of_named_urls_stay_on_the_request_origin() {
         let c = |origin: Option<&str>| CacheRequest {
+            origin_len: origin.map(str::len),
             rule: Arc::new(CacheRule {
                 zone: Arc::new(zone::Zone::new(
                     "t",
@@ -299,9 +303,10 @@ mod tests {
                 request_directives: true,
                 status_field: true,
             }),
-            key: String::new(),
+            key: origin.map(|o| format!("{o}/")).unwrap_or_default(),
             hash: 0,
             fields: Vec::new(),
+            asks_part_or_validation: false,
             directives: Directives::default(),
             method: Method::Unsafe,
             authorization: false,
@@ -316,7 +321,6 @@ mod tests {
             unstored: Cell::new(false),
             background: Cell::new(false),
             fetch: RefCell::new(None),
-            origin: origin.map(str::to_string),
             stored_as: Vec::new(),
         };
         let r = c(Some("http://a.test"));

@@ -176,6 +176,33 @@ impl Ctx<'_> {
         }
     }
 
+    /// Whether the route hides the upstream response field `name` (lower case).
+    fn hides_field(&self, name: &str) -> bool {
+        self.request.routed.policy.is_some_and(|policy| {
+            let hidden = &self.config().router.policy(policy).hide_headers;
+            hidden.iter().any(|h| h.eq_ignore_ascii_case(name))
+        })
+    }
+
+    /// Whether the fields [`Ctx::add_response_fields`] adds to a response of `status` are
+    /// the same for every request on this route and config (no per-request values, no
+    /// `expires` date): a head made with them may be sent again.
+    fn added_fields_are_fixed(&self, status: u16) -> bool {
+        let p = self.request;
+        p.response_fields.is_empty()
+            && p.fields_on_success.is_empty()
+            && self
+                .config()
+                .router
+                .expires(p.routed.policy, status)
+                .is_none()
+    }
+
+    /// The config generation this request runs under.
+    fn generation(&self) -> u64 {
+        self.snapshot.generation()
+    }
+
     /// Microseconds since the current try began.
     fn since_try(&self) -> Option<u64> {
         self.try_started

@@ -265,6 +265,7 @@ impl Prepared {
 /// HEAD): its conditionals and Range go (a PUT keeps its If-Match), a HEAD is asked as GET.
 fn for_cache(
     c: Option<&crate::cache::CacheRequest>,
+    (head, request_fields): (&RequestHead<'_, '_>, &[(String, String)]),
     upstream_head: &mut Vec<u8>,
     upstream_request: Option<&mut ConvertedRequest>,
 ) {
@@ -277,7 +278,11 @@ fn for_cache(
     if !fills {
         return;
     }
-    super::cache::upstream_head_for_cache(upstream_head);
+    let names_any = head.headers.iter().map(|h| h.name);
+    let names_any = names_any
+        .chain(request_fields.iter().map(|(n, _)| n.as_str()))
+        .any(super::cache::answered_here);
+    super::cache::upstream_head_for_cache(upstream_head, names_any);
     if let Some(r) = upstream_request {
         super::cache::upstream_request_for_cache(&mut r.request);
     }
@@ -372,7 +377,13 @@ fn upstream_request(
         head.write_upstream_head(&mut upstream_head, fwd);
         crate::http1::request::set_fields(&mut upstream_head, request_fields);
     }
-    for_cache(cache, &mut upstream_head, upstream_request.as_deref_mut());
+    let sent = (head, request_fields);
+    for_cache(
+        cache,
+        sent,
+        &mut upstream_head,
+        upstream_request.as_deref_mut(),
+    );
     (upstream_head, upstream_request)
 }
 

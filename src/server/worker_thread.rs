@@ -355,6 +355,7 @@ async fn housekeeping(worker: Rc<Worker>) {
     loop {
         tick.tick().await;
         worker.upstreams.sweep();
+        worker.request_blocks.trim();
         worker.buffers.trim();
         worker.publish_pool();
         crate::observe::error_log::flush_repeats();

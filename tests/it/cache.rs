@@ -408,6 +408,73 @@ fn a_reload_keeps_the_cache() {
     assert_eq!(count.load(Ordering::SeqCst), 1);
 }
 
+/// A hit's head is written once per entry and kept, for one shape of request: each hit of
+/// another shape (HTTP/1.0, `Connection: close`, a HEAD) and each hit after a reload that
+/// changed the route's fields gets a head of its own, with its own `Age` and `Cache-Status`.
+#[test]
+fn a_kept_hit_head_serves_only_requests_of_its_shape() {
+    let upstream = Upstream::start(|_| reply("Cache-Control: max-age=60\r\n", "shaped"));
+    let toml = config(upstream.addr, "")
+        .replace("address = \"127.0.0.1:0\"", "address = \"{listen}\"")
+        .replace(
+            "default = true",
+            "default = true\nadd_headers = { X-Gen = \"one\" }",
+        );
+    let mut running = crate::support::Running::config("cache-shapes.toml", &toml);
+    let addr = running.addr;
+    assert_eq!(get(addr, "/s").body, b"shaped");
+    let hit = |request: &str, head_only: bool| {
+        let s = connect(addr);
+        let mut w = s.try_clone().unwrap();
+        w.write_all(request.as_bytes()).unwrap();
+        let r = read_response(&mut BufReader::new(s), head_only).unwrap();
+        let status = r.header("cache-status").unwrap_or_default();
+        assert!(status.starts_with("slipstream; hit; ttl="), "{status}");
+        assert!(r.header("age").is_some(), "{:?}", r.headers);
+        r
+    };
+    let kept = "GET /s HTTP/1.1\r\nHost: a\r\n\r\n";
+    for _ in 0..2 {
+        // The first makes the head for keep-alive HTTP/1.1, the second sends it again.
+        let r = hit(kept, false);
+        assert_eq!(r.header("connection"), None, "{:?}", r.headers);
+        assert_eq!(r.header("x-gen"), Some("one"));
+        assert_eq!(r.body, b"shaped");
+    }
+    let old = hit(
+        "GET /s HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
+        false,
+    );
+    assert_eq!(
+        old.header("connection"),
+        Some("keep-alive"),
+        "{:?}",
+        old.headers
+    );
+    let closing = hit(
+        "GET /s HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        false,
+    );
+    assert_eq!(closing.header("connection"), Some("close"));
+    let head = hit("HEAD /s HTTP/1.1\r\nHost: a\r\n\r\n", true);
+    assert_eq!(head.header("content-length"), Some("6"));
+    assert!(head.body.is_empty());
+    assert_eq!(hit(kept, false).header("connection"), None);
+    let path = running.config.clone().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("\"one\"", "\"two\"")).unwrap();
+    running.signal("-HUP");
+    assert!(running.wait_logged("reloaded"));
+    assert!(crate::support::eventually(|| {
+        hit(kept, false).header("x-gen") == Some("two")
+    }));
+    assert_eq!(
+        upstream.seen().len(),
+        1,
+        "every answer after the first was a hit"
+    );
+}
+
 /// The HTTP working group's cache conformance suite (`http-cache-tests` from npm, its origin
 /// and client, `tests/cache-tests/run.sh`) through a plain cached site: the required tests
 /// pass but the ones whose expectations slipstream does not share (listed with their reasons

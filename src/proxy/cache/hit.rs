@@ -1,9 +1,10 @@
 //! A stored response sent as an answer: to a hit, or just after it was stored. Its head goes
 //! through the same writing as an upstream's (hop-by-hop fields, the client's protocol and
 //! keep-alive, the route's fields), with its `Age` and `Cache-Status`; the client's
-//! conditionals and Range are answered from it (304, 206, 416).
+//! conditionals and Range are answered from it (304, 206, 416). A plain hit's head is written
+//! once and kept with the entry: later hits copy it and add the two fields that change.
 
-use crate::cache::entry::Entry;
+use crate::cache::entry::{Entry, HeadFor, HeadShape};
 use crate::cache::{CacheRequest, CacheStatus};
 
 use crate::error::{Error, Kind};
@@ -60,24 +61,22 @@ pub(in crate::proxy) async fn send_entry(
     }
     c.status.set(Some(status));
     let form = form(entry, c);
-    let raw = stored_head(entry, &form, status, now);
-    let mut storage = header_storage();
-    let max = raw.len() + 1;
-    let head = parse_response(&raw, &mut storage, max, p.is_head)
-        .ok()
-        .flatten()
-        .ok_or(Error::new(Kind::BadResponse("stored head")))?;
     let keep_alive = may_keep && p.keep_alive && !cx.worker.shutting_down();
-    let mut text = Vec::with_capacity(raw.len() + 128);
-    let framing = head.write_client_head(&mut text, Relay::Pass, keep_alive, p.minor_version);
-    cx.hide_upstream_fields(&mut text);
-    cx.add_response_fields(&mut text, 0);
+    let (mut out, plain) = client_head(cx, entry, &form, status, keep_alive)?;
+    if !cx.hides_field("age") {
+        let age = entry.times.current_age(now).min(i64::MAX as u64) as i64;
+        put_number_field(&mut out.text, b"Age: ", age);
+    }
     if c.rule.status_field {
         let ttl = (!c.unstored.get()).then(|| entry.ttl(now));
-        put_cache_status(&mut text, &status_value(status, ttl, None));
+        match ttl {
+            Some(ttl) if plain && unvalidated(status) => {
+                put_number_field(&mut out.text, b"Cache-Status: slipstream; hit; ttl=", ttl);
+            }
+            ttl => put_cache_status(&mut out.text, &status_value(status, ttl, None)),
+        }
     }
-    let code = head.status;
-    let out = ClientHead::new(code, framing, text);
+    let code = out.status;
     let (start, len) = match form {
         _ if p.is_head => (0, 0),
         Form::Whole => (0, entry.body_len()),
@@ -158,7 +157,7 @@ fn pack(
 
 /// Which answer the request's conditionals and Range ask of `entry`.
 fn form(entry: &Entry, c: &CacheRequest) -> Form {
-    if entry.status != 200 {
+    if entry.status != 200 || !c.asks_part_or_validation {
         return Form::Whole;
     }
     let field = |name: &'static str| crate::cache::entry::values(&c.fields, name).next();
@@ -206,8 +205,90 @@ fn range(entry: &Entry, c: &CacheRequest) -> Form {
     }
 }
 
-/// The stored head in the answer's form, with its `Age`.
-fn stored_head(entry: &Entry, form: &Form, status: CacheStatus, now: u64) -> Vec<u8> {
+/// Whether an answer found as `status` was not validated with the upstream: the stored
+/// fields `no-cache="..."` names are not sent, and its `Cache-Status` says `hit`.
+fn unvalidated(status: CacheStatus) -> bool {
+    matches!(
+        status,
+        CacheStatus::Hit | CacheStatus::Stale | CacheStatus::Updating
+    )
+}
+
+/// The client head for `entry` in `form`, without `Age` and `Cache-Status`; and whether it
+/// is known to have no `Cache-Status` from upstream. The head of a plain hit (the whole body,
+/// not HEAD, fields the route adds that do not change per request) is made once per entry
+/// and request shape and kept with the entry; other answers make theirs each time.
+fn client_head(
+    cx: &Ctx<'_>,
+    entry: &Entry,
+    form: &Form,
+    status: CacheStatus,
+    keep_alive: bool,
+) -> Result<(ClientHead, bool), Error> {
+    let p = cx.request;
+    let reusable = matches!(form, Form::Whole)
+        && !p.is_head
+        && unvalidated(status)
+        && cx.added_fields_are_fixed(entry.status);
+    if !reusable {
+        return Ok((render(cx, entry, form, status, keep_alive)?, false));
+    }
+    let shape = HeadShape {
+        generation: cx.generation(),
+        policy: p.routed.policy,
+        https: p.https,
+        keep_alive,
+        minor: p.minor_version,
+    };
+    if let Some(made) = entry.client_head.load().as_deref() {
+        if made.shape == shape {
+            // Room for `Age` and `Cache-Status`: the one allocation of the head.
+            let mut text = Vec::with_capacity(made.head.text.len() + 80);
+            text.extend_from_slice(&made.head.text);
+            let head = ClientHead::new(made.head.status, made.head.framing, text);
+            return Ok((head, true));
+        }
+    }
+    let head = render(cx, entry, form, status, keep_alive)?;
+    let named = |line: &[u8]| line.len() > 13 && line[..13].eq_ignore_ascii_case(b"cache-status:");
+    if head.text.split(|&b| b == b'\n').any(named) {
+        return Ok((head, false));
+    }
+    let made = HeadFor {
+        shape,
+        head: head.clone(),
+    };
+    entry.client_head.store(Some(std::sync::Arc::new(made)));
+    Ok((head, true))
+}
+
+/// Writes the client head for `entry` in `form`: the stored head through the same writing
+/// as an upstream's (hop-by-hop fields, the client's protocol and keep-alive, the route's
+/// fields).
+fn render(
+    cx: &Ctx<'_>,
+    entry: &Entry,
+    form: &Form,
+    status: CacheStatus,
+    keep_alive: bool,
+) -> Result<ClientHead, Error> {
+    let p = cx.request;
+    let raw = stored_head(entry, form, status);
+    let mut storage = header_storage();
+    let max = raw.len() + 1;
+    let head = parse_response(&raw, &mut storage, max, p.is_head)
+        .ok()
+        .flatten()
+        .ok_or(Error::new(Kind::BadResponse("stored head")))?;
+    let mut text = Vec::with_capacity(raw.len() + 128);
+    let framing = head.write_client_head(&mut text, Relay::Pass, keep_alive, p.minor_version);
+    cx.hide_upstream_fields(&mut text);
+    cx.add_response_fields(&mut text, 0);
+    Ok(ClientHead::new(head.status, framing, text))
+}
+
+/// The stored head in the answer's form.
+fn stored_head(entry: &Entry, form: &Form, status: CacheStatus) -> Vec<u8> {
     let mut raw = Vec::with_capacity(entry.head.len() + 64);
     let len = entry.body_len();
     let line_end = entry
@@ -240,17 +321,35 @@ fn stored_head(entry: &Entry, form: &Form, status: CacheStatus, now: u64) -> Vec
             add_fields(&mut raw, 0, fields.as_bytes());
         }
     }
-    let unvalidated = matches!(
-        status,
-        CacheStatus::Hit | CacheStatus::Stale | CacheStatus::Updating
-    );
-    if unvalidated && !entry.no_cache_fields.is_empty() {
+    if unvalidated(status) && !entry.no_cache_fields.is_empty() {
         let names: Vec<&str> = entry.no_cache_fields.iter().map(String::as_str).collect();
         remove_fields(&mut raw, 0, &names);
     }
-    let age = format!("Age: {}\r\n", entry.times.current_age(now));
-    append_field(&mut raw, age.as_bytes());
     raw
+}
+
+/// Adds the field line `prefix` and the number `n` (a head never has the fields this adds:
+/// `Age`, this cache's own `Cache-Status`), before the blank line, with no search and no
+/// formatting.
+fn put_number_field(head: &mut Vec<u8>, prefix: &[u8], n: i64) {
+    let mut line = Vec::new();
+    let out = if head.ends_with(b"\r\n\r\n") {
+        head.truncate(head.len() - 2);
+        &mut *head
+    } else {
+        &mut line
+    };
+    out.extend_from_slice(prefix);
+    if n < 0 {
+        out.push(b'-');
+    }
+    crate::http1::put_decimal(out, n.unsigned_abs());
+    out.extend_from_slice(b"\r\n");
+    if line.is_empty() {
+        head.extend_from_slice(b"\r\n");
+    } else {
+        add_fields(head, 0, &line);
+    }
 }
 
 /// Adds a field line the head does not have (a stored head never has `Age`): before its

@@ -17,7 +17,7 @@ use std::sync::Arc;
 pub(super) use capture::{capture, invalidate_for, store_whole, Fetched, Taken};
 pub(super) use hit::put_cache_status;
 pub(super) use prepare::{
-    cache_request, upstream_head_for_cache, upstream_request_for_cache, Asker,
+    answered_here, cache_request, upstream_head_for_cache, upstream_request_for_cache, Asker,
 };
 
 use super::{exchange, Client, Ctx, Outcome, Tried};

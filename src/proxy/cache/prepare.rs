@@ -53,6 +53,14 @@ fn keys_of_safe_methods(
     keys
 }
 
+/// The default key, `$scheme://$host$request_uri`, made without formatting.
+fn default_key(scheme: &str, host: &str, target: &str) -> String {
+    let parts = [scheme, "://", host, target];
+    let mut key = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    parts.iter().for_each(|p| key.push_str(p));
+    key
+}
+
 /// The request's side of caching under `rule`.
 pub(in crate::proxy) fn cache_request(
     head: &RequestHead<'_, '_>,
@@ -78,16 +86,21 @@ pub(in crate::proxy) fn cache_request(
         tls_client: asker.tls_client,
     };
     let (path, args) = head.path.split_once('?').unwrap_or((&head.path, ""));
-    let current = Current {
+    // Made only for a rule whose texts have variables (the default key has none).
+    let current = std::cell::LazyCell::new(|| Current {
         uri: path.to_string(),
         args: args.to_string(),
         captures: None,
         rewrites: 0,
-    };
+    });
     let key = match &rule.key {
         Some(t) => t.to_string(&facts, &current),
-        None => format!("{}://{host}{}", facts.scheme, head.path),
+        None => default_key(facts.scheme, host, &head.path),
     };
+    let origin_len = rule
+        .key
+        .is_none()
+        .then(|| facts.scheme.len() + 3 + host.len());
     let stored_as = keys_of_safe_methods(rule, &key, &facts, &current);
     let holds = |list: &[crate::rules::template::Template]| {
         list.iter().any(|t| {
@@ -100,7 +113,9 @@ pub(in crate::proxy) fn cache_request(
     let mut cache_control = Vec::new();
     let mut authorization = false;
     let mut pragma_no_cache = false;
+    let mut asks_part_or_validation = false;
     for h in head.headers {
+        asks_part_or_validation |= answered_here(h.name);
         fields.extend_from_slice(h.name.as_bytes());
         fields.extend_from_slice(b": ");
         fields.extend_from_slice(h.value);
@@ -134,6 +149,7 @@ pub(in crate::proxy) fn cache_request(
         hash: hash_key(&key),
         key,
         fields,
+        asks_part_or_validation,
         directives,
         method,
         authorization,
@@ -148,21 +164,26 @@ pub(in crate::proxy) fn cache_request(
         unstored: Cell::new(false),
         background: Cell::new(false),
         fetch: RefCell::new(None),
-        origin: rule
-            .key
-            .is_none()
-            .then(|| format!("{}://{host}", facts.scheme)),
+        origin_len,
         stored_as,
     })
 }
 
 /// Makes the HTTP/1.1 head sent upstream fit to be stored: the client's conditionals and
 /// Range go (the cache answers them from the whole response), and a HEAD is asked as a GET.
-pub(in crate::proxy) fn upstream_head_for_cache(head: &mut Vec<u8>) {
-    crate::http1::response::remove_fields(head, 0, &ANSWERED_HERE);
+pub(in crate::proxy) fn upstream_head_for_cache(head: &mut Vec<u8>, names_any: bool) {
+    if names_any {
+        crate::http1::response::remove_fields(head, 0, &ANSWERED_HERE);
+    }
     if head.starts_with(b"HEAD ") {
         head.splice(..4, *b"GET");
     }
+}
+
+/// Whether `name` is one of the fields the cache answers itself (the usual request has none:
+/// its parsed names are looked at, and the head's text is scanned only when one is there).
+pub(in crate::proxy) fn answered_here(name: &str) -> bool {
+    ANSWERED_HERE.iter().any(|a| name.eq_ignore_ascii_case(a))
 }
 
 /// The same for a request to an HTTP/2 server, sent as a value.
@@ -182,7 +203,7 @@ mod tests {
     #[test]
     fn the_upstream_head_loses_conditionals_and_head_becomes_get() {
         let mut head = b"HEAD /x HTTP/1.1\r\nHost: a\r\nIf-None-Match: \"a\"\r\nRange: bytes=0-1\r\nAccept: */*\r\n\r\n".to_vec();
-        upstream_head_for_cache(&mut head);
+        upstream_head_for_cache(&mut head, true);
         assert_eq!(head, b"GET /x HTTP/1.1\r\nHost: a\r\nAccept: */*\r\n\r\n");
     }
 }
