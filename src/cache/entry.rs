@@ -77,10 +77,11 @@ pub struct HeadShape {
 }
 
 impl Entry {
-    /// Bytes it costs in memory, about.
+    /// Bytes it costs in memory, about (weighed when it is stored).
     pub fn weight(&self) -> usize {
         let held = self.mem.as_ref().map_or(0, |m| m.len as usize);
-        self.key.len() + self.head.len() + self.body.len() + held + 256
+        // The head counts twice: the client head its hits keep is about its size.
+        self.key.len() + 2 * self.head.len() + self.body.len() + held + 256
     }
 
     /// Bytes it costs on disk (0 for a body in memory).
