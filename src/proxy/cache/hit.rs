@@ -284,6 +284,11 @@ fn render(
     let framing = head.write_client_head(&mut text, Relay::Pass, keep_alive, p.minor_version);
     cx.hide_upstream_fields(&mut text);
     cx.add_response_fields(&mut text, 0);
+    if !cx.hides_field("age") {
+        // The answer's own `Age` goes last and wins over one the route adds, as a field the
+        // head already has does.
+        remove_fields(&mut text, 0, &["age"]);
+    }
     Ok(ClientHead::new(head.status, framing, text))
 }
 
