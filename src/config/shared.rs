@@ -58,7 +58,10 @@ impl SharedConfig {
 
     /// Makes `config` the one in force; returns its generation.
     pub fn replace(&self, config: Config) -> u64 {
-        let _one_at_a_time = self.publishing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _one_at_a_time = self
+            .publishing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let generation = self.generation() + 1;
         self.current.store(Arc::new(Published {
             generation,
