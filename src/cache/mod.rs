@@ -120,7 +120,8 @@ pub struct CacheRequest {
     /// conditionals read).
     pub fields: Vec<u8>,
     /// Whether it has a conditional field or `Range` (without one, a stored response
-    /// answers whole with no look at `fields`).
+    /// answers whole with no look at `fields`, and the head sent upstream is not searched
+    /// for them).
     pub asks_part_or_validation: bool,
     /// Its `Cache-Control` (empty unless the rule honours it).
     pub directives: Directives,

@@ -265,23 +265,23 @@ impl Prepared {
 /// HEAD): its conditionals and Range go (a PUT keeps its If-Match), a HEAD is asked as GET.
 fn for_cache(
     c: Option<&crate::cache::CacheRequest>,
-    (head, request_fields): (&RequestHead<'_, '_>, &[(String, String)]),
+    request_fields: &[(String, String)],
     upstream_head: &mut Vec<u8>,
     upstream_request: Option<&mut ConvertedRequest>,
 ) {
-    let fills = c.is_some_and(|c| {
+    let Some(c) = c.filter(|c| {
         matches!(
             c.method,
             crate::cache::Method::Get | crate::cache::Method::Head
         )
-    });
-    if !fills {
+    }) else {
         return;
-    }
-    let names_any = head.headers.iter().map(|h| h.name);
-    let names_any = names_any
-        .chain(request_fields.iter().map(|(n, _)| n.as_str()))
-        .any(super::cache::answered_here);
+    };
+    // The client's names were looked at when the cache's side of the request was gathered.
+    let names_any = c.asks_part_or_validation
+        || request_fields
+            .iter()
+            .any(|(n, _)| super::cache::answered_here(n));
     super::cache::upstream_head_for_cache(upstream_head, names_any);
     if let Some(r) = upstream_request {
         super::cache::upstream_request_for_cache(&mut r.request);
@@ -377,13 +377,8 @@ fn upstream_request(
         head.write_upstream_head(&mut upstream_head, fwd);
         crate::http1::request::set_fields(&mut upstream_head, request_fields);
     }
-    let sent = (head, request_fields);
-    for_cache(
-        cache,
-        sent,
-        &mut upstream_head,
-        upstream_request.as_deref_mut(),
-    );
+    let upstream = upstream_request.as_deref_mut();
+    for_cache(cache, request_fields, &mut upstream_head, upstream);
     (upstream_head, upstream_request)
 }
 

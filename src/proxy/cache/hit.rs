@@ -250,8 +250,7 @@ fn client_head(
         }
     }
     let head = render(cx, entry, form, status, keep_alive)?;
-    let named = |line: &[u8]| line.len() > 13 && line[..13].eq_ignore_ascii_case(b"cache-status:");
-    if head.text.split(|&b| b == b'\n').any(named) {
+    if has_cache_status(&head.text) {
         return Ok((head, false));
     }
     let made = HeadFor {
@@ -393,12 +392,17 @@ fn status_value(status: CacheStatus, ttl: Option<i64>, fwd_status: Option<u16>) 
     }
 }
 
+/// Whether the head has a `Cache-Status` (from caches nearer the origin). The usual head has
+/// none: a look at each line's first bytes, no parse.
+fn has_cache_status(text: &[u8]) -> bool {
+    let named = |line: &[u8]| line.len() > 13 && line[..13].eq_ignore_ascii_case(b"cache-status:");
+    text.split(|&b| b == b'\n').any(named)
+}
+
 /// Adds this cache's member to the head's `Cache-Status` (after any from caches nearer the
 /// origin), or the field.
 pub(in crate::proxy) fn put_cache_status(text: &mut Vec<u8>, member: &str) {
-    // The usual head has none: a look at each line's first bytes, no parse.
-    let named = |line: &[u8]| line.len() > 13 && line[..13].eq_ignore_ascii_case(b"cache-status:");
-    let earlier: Vec<u8> = if text.split(|&b| b == b'\n').any(named) {
+    let earlier: Vec<u8> = if has_cache_status(text) {
         crate::cache::entry::values(text, "cache-status")
             .flat_map(|v| v.iter().copied().chain(*b", "))
             .collect()
