@@ -9,7 +9,7 @@
 # gets (unbuffered): a run during which it got one fails the script. Caches:
 #   slipstream  `slipstream run`: workers = 1, [cache_zones.main] memory = "256m",
 #               max_object = "8m", the site's `cache = { zone = "main" }`; access log off (its default)
-#               (the memory tier: bodies from 32 KB on in memory files, sent with sendfile)
+#               (the memory tier: bodies from 128 KB on in memory files, sent with sendfile)
 #   slip-disk   the same with a disk tier on tmpfs (/dev/shm, as nginx's) and max_object = "512":
 #               every object is stored in a file only, so every hit opens its file and sends it
 #               with sendfile, as nginx does
@@ -35,7 +35,8 @@
 # the limit (wrk saturates its core at about 35k req/s of 91 KB here, whatever the cache).
 #
 # Usage: bench/cache.sh [seconds per run, default 10] [connections, default 50]
-# ROUNDS=N (default 3) alternates the order of the caches; SIZES="1k" or SERVERS="slipstream
+# ROUNDS=N (default 3) alternates the order of the caches; SIZES="1k" (or another size in KiB,
+# "256k", made for the run) or SERVERS="slipstream
 # varnish" narrow the run; BIN=/path/to/slipstream skips the build (else `cargo build --release`,
 # honouring CARGO_TARGET_DIR). PROFILE=1k (or 91k) ends with a `perf record -e cpu-clock`
 # (dwarf call graphs) of slipstream serving those hits, and its top symbols.
@@ -68,6 +69,10 @@ export CPU_SOURCE=stat
 rm -rf "$WORK" "$SHM" && mkdir -p "$WORK/www" "$WORK/origin" "$SHM"
 head -c 1024 /dev/zero | tr '\0' 'a' > "$WORK/www/1k"
 { head -c 93184 /dev/urandom | base64 -w 100 || true; } | head -c 93184 > "$WORK/www/91k"
+for size in ${SIZES:-}; do  # another size in KiB, such as SIZES=256k
+    [ -e "$WORK/www/$size" ] || { head -c $((${size%k} * 1024)) /dev/urandom | base64 -w 100 || true; } |
+        head -c $((${size%k} * 1024)) > "$WORK/www/$size"
+done
 
 {
     nginx_main "$WORK/origin" 1

@@ -351,7 +351,7 @@ fn http2_clients_get_hits_and_misses_alike() {
 /// in part, after a 304 freshened it, and compressed for a client that accepts it.
 #[test]
 fn large_bodies_in_memory_go_out_with_sendfile() {
-    let body: Vec<u8> = (0..91_000).map(|i| b'a' + (i % 26) as u8).collect();
+    let body: Vec<u8> = (0..150_000).map(|i| b'a' + (i % 26) as u8).collect();
     let b = body.clone();
     let upstream = Upstream::start(move |seen| {
         if seen.header("if-none-match").is_some() {
