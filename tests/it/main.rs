@@ -6,6 +6,7 @@ mod added_fields;
 mod auth;
 mod balancing;
 mod cache;
+mod cache_stale;
 mod cache_tiers;
 mod codec;
 mod compression;
