@@ -35,8 +35,8 @@
 # the limit (wrk saturates its core at about 35k req/s of 91 KB here, whatever the cache).
 #
 # Usage: bench/cache.sh [seconds per run, default 10] [connections, default 50]
-# ROUNDS=N (default 3) alternates the order of the caches; SIZES="1k" (or another size in KiB,
-# "256k", made for the run) or SERVERS="slipstream
+# ROUNDS=N (default 3) alternates the order of the caches; SIZES="1k" (or another size in KiB
+# written Nk, such as "256k", made for the run) or SERVERS="slipstream
 # varnish" narrow the run; BIN=/path/to/slipstream skips the build (else `cargo build --release`,
 # honouring CARGO_TARGET_DIR). PROFILE=1k (or 91k) ends with a `perf record -e cpu-clock`
 # (dwarf call graphs) of slipstream serving those hits, and its top symbols.

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,9 @@ int main(int argc, char **argv) {
     }
     path = argv[2];
     more = atoi(argv[3]);
-    padding = argc > 4 ? atoi(argv[4]) % 8192 : 0;
+    padding = argc > 4 ? atoi(argv[4]) : 0;
+    if (padding < 0 || padding > 8192) padding = 0;
+    signal(SIGPIPE, SIG_IGN); /* a client that leaves mid-response ends its thread, not the server */
     int listener = socket(AF_INET, SOCK_STREAM, 0), one = 1;
     setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[1])),

@@ -4,10 +4,11 @@
 //! every byte. Smaller bodies stay on the heap: one write of head and body is cheaper than the
 //! head's send(2) and a sendfile(2), until the body is large enough that the copy costs more
 //! than splicing its pages (measured with `bench/cache.sh`: a 91 KB hit 10.2-10.4 us from the
-//! heap against 10.8-11.1 us from a memory file; 160 KB 15.1-15.3 us against 14.2-14.5). Each held body is one file descriptor, and so is each disk-tier file kept open
-//! between hits ([`super::disk::BodyFile::open`]): their number is capped ([`Slot`]) at half
-//! of what the open-file limit leaves beyond the connections' needs, at least an eighth of the
-//! limit, at most 65,536; past the cap, bodies stay on the heap and files are opened per hit.
+//! heap against 10.8-11.1 us from a memory file; 160 KB 15.1-15.3 us against 14.2-14.5).
+//! Each held body is one file descriptor, and so is each disk-tier file kept open between hits
+//! ([`super::disk::BodyFile::open`]): their number is capped ([`Slot`]) at half of what the
+//! open-file limit leaves beyond the connections' needs, at least an eighth of the limit, at
+//! most 65,536; past the cap, bodies stay on the heap and files are opened per hit.
 
 use std::fs::File;
 use std::io::{self, Write};

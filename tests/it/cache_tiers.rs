@@ -356,11 +356,11 @@ fn large_bodies_in_memory_go_out_with_sendfile() {
     let upstream = Upstream::start(move |seen| {
         if seen.header("if-none-match").is_some() {
             return Reply::Bytes(
-                b"HTTP/1.1 304 Not Modified\r\nCache-Control: max-age=1\r\nETag: \"m\"\r\nX-Fresh: yes\r\n\r\n".to_vec(),
+                b"HTTP/1.1 304 Not Modified\r\nCache-Control: max-age=2\r\nETag: \"m\"\r\nX-Fresh: yes\r\n\r\n".to_vec(),
             );
         }
         let mut r = format!(
-            "HTTP/1.1 200 OK\r\nCache-Control: max-age=1\r\nETag: \"m\"\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=2\r\nETag: \"m\"\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
             b.len()
         )
         .into_bytes();
@@ -397,7 +397,7 @@ fn large_bodies_in_memory_go_out_with_sendfile() {
     std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz.body[..]), &mut plain)
         .unwrap();
     assert!(plain == body, "compressed from the memory file");
-    std::thread::sleep(Duration::from_millis(2100));
+    std::thread::sleep(Duration::from_millis(3100));
     let revalidated = get(addr, "/m");
     assert_eq!(revalidated.header("x-fresh"), Some("yes"), "the 304's head");
     assert!(
