@@ -22,6 +22,7 @@
 pub mod acme;
 pub mod buffers;
 pub mod cache;
+pub mod cluster;
 pub mod compress;
 pub mod config;
 pub mod demo;

@@ -13,7 +13,7 @@ use slipstream::config::{self, Balance, Config, IoMode, Protocol, ServerSpec};
 use slipstream::observe::access_log::AccessLogTarget;
 use slipstream::observe::doctor;
 use slipstream::observe::log_format::LogFormat;
-use slipstream::server::{control, pid_file, run_until_signalled, systemd};
+use slipstream::server::{control, pid_file, run_fleet_member, run_until_signalled, systemd};
 
 /// Where `run`, `check`, `reload` and `stop` look without `--config`.
 const DEFAULT_CONFIG: &str = "/etc/slipstream/slipstream.toml";
@@ -27,6 +27,20 @@ const DEFAULT_CONFIG: &str = "/etc/slipstream/slipstream.toml";
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// `slipstream config ...`.
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate FILE over the own file's settings, as every instance will, then write it to
+    /// the fleet's configuration key; every instance swaps it in.
+    Push {
+        /// The own file whose `[cluster]` section names etcd and the prefix.
+        #[arg(long, short, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        /// The shared configuration (TOML).
+        file: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -141,6 +155,19 @@ enum Command {
         /// Path to the TOML config.
         #[arg(long, short, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
+    },
+    /// A fleet's shared configuration in etcd (`[cluster]` in the own file).
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// List a fleet's instances from etcd: address, version, the configuration revision and
+    /// generation each serves, and any refusal.
+    Fleet {
+        /// The own file whose `[cluster]` section names etcd and the prefix.
+        #[arg(long, short, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Translate an nginx config (a whole nginx.conf, or a sites-available file) into
     /// slipstream's TOML on stdout; each directive not translated is listed on stderr as
@@ -544,6 +571,12 @@ fn main() -> ExitCode {
             nginx_conf,
         } => return import_command(&nginx_conf, strict, verbose),
         Command::Check { config } => return check_command(&config),
+        Command::Config(ConfigCommand::Push { config, file }) => {
+            return print_outcome(slipstream::cluster::commands::push(&config, &file))
+        }
+        Command::Fleet { config, json } => {
+            return print_outcome(slipstream::cluster::commands::fleet(&config, json))
+        }
     };
     finish(result)
 }
@@ -562,8 +595,30 @@ fn check_command(config: &Path) -> ExitCode {
     }
 }
 
+/// A command's text on stdout, or its error on stderr and exit 1.
+fn print_outcome(outcome: Result<String, String>) -> ExitCode {
+    match outcome {
+        Ok(text) => {
+            println!("{}", text.trim_end());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("slipstream: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// `slipstream run [--demo]`.
 fn run_command(path: &Path, demo: bool) -> ExitCode {
+    match slipstream::config::cluster::read_cluster(path) {
+        Ok(Some(settings)) => return finish(run_fleet_member(path, settings)),
+        Ok(None) => {}
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::FAILURE;
+        }
+    }
     let config = match Config::load(path) {
         Ok(c) => c,
         Err(errors) => {

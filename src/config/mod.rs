@@ -18,6 +18,7 @@ use logs::SiteAccessLog;
 
 mod acme;
 mod cache;
+pub mod cluster;
 mod compression;
 pub mod fastcgi;
 pub mod files;
@@ -96,6 +97,8 @@ pub struct Config {
     pub cache_zones: Vec<std::sync::Arc<crate::cache::zone::Zone>>,
     /// Automatic HTTPS: the CA and the names of the sites with `acme = true`.
     pub acme: Option<crate::acme::AcmeSettings>,
+    /// The fleet this instance belongs to (`[cluster]`): its configuration comes from etcd.
+    pub cluster: Option<cluster::ClusterSettings>,
 }
 
 /// One listening address.
@@ -307,6 +310,7 @@ impl Config {
             pid_file: None,
             cache_zones: Vec::new(),
             acme: None,
+            cluster: None,
         }
     }
 
@@ -337,22 +341,7 @@ impl Config {
         file: &str,
         resolve: fn(&str) -> Vec<SocketAddr>,
     ) -> Result<Config, ConfigErrors> {
-        let mut v = Validator {
-            text: text.to_string(),
-            original: text,
-            file,
-            resolve,
-            dns_at_start: false,
-            errors: Vec::new(),
-            quiet: Vec::new(),
-            edits: Vec::new(),
-            map_names: Vec::new(),
-            groups: Vec::new(),
-            rate_zone_names: Vec::new(),
-            conn_zone_names: Vec::new(),
-            cache_zones: Vec::new(),
-            named_locations: Vec::new(),
-        };
+        let mut v = Validator::new(text, file, resolve);
         let Some(raw) = read::read(&mut v) else {
             return Err(ConfigErrors(v.errors));
         };
@@ -471,6 +460,7 @@ struct FileConfig {
     tls: tls::FileTls,
     #[serde(default)]
     acme: acme::FileAcme,
+    cluster: Option<Spanned<cluster::FileCluster>>,
     #[serde(default)]
     http2: http2::FileHttp2,
     #[serde(default)]
@@ -721,6 +711,7 @@ impl Validator<'_> {
             .map(|l| l.address.span().start);
         let tls = self.build_tls(&raw.tls, &raw.sites, tls_listener);
         let acme = self.build_acme(&raw.acme, &raw.sites, &raw.listen);
+        let cluster = self.build_cluster(raw.cluster.as_ref());
         let http2 = self.build_http2(&raw.http2, limits.max_request_head);
         let maps = self.build_maps(&raw.maps);
         let zones = self.build_zones(&raw.rate_zones, &raw.conn_zones);
@@ -771,6 +762,7 @@ impl Validator<'_> {
             real_ip,
             cache_zones: std::mem::take(&mut self.cache_zones),
             acme,
+            cluster,
         }
     }
 

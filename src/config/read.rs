@@ -31,6 +31,32 @@ struct Guess {
     others: Vec<String>,
 }
 
+impl<'a> Validator<'a> {
+    /// A validator of `text`, named `file` in its errors, resolving host names with `resolve`.
+    pub(super) fn new(
+        text: &'a str,
+        file: &'a str,
+        resolve: fn(&str) -> Vec<std::net::SocketAddr>,
+    ) -> Validator<'a> {
+        Validator {
+            text: text.to_string(),
+            original: text,
+            file,
+            resolve,
+            dns_at_start: false,
+            errors: Vec::new(),
+            quiet: Vec::new(),
+            edits: Vec::new(),
+            map_names: Vec::new(),
+            groups: Vec::new(),
+            rate_zone_names: Vec::new(),
+            conn_zone_names: Vec::new(),
+            cache_zones: Vec::new(),
+            named_locations: Vec::new(),
+        }
+    }
+}
+
 /// The file's structs, or `None` when reading had to stop (the errors say why).
 pub(super) fn read(v: &mut Validator<'_>) -> Option<FileConfig> {
     let mut renamed = Vec::new();

@@ -682,3 +682,24 @@ pub fn ocsp_response(data: &[u8]) {
         assert!(staple.withdraw_at() <= staple.next_update);
     }
 }
+
+/// A watch stream from etcd's JSON gateway (network input): never panics, and what it reports
+/// is consistent: the stream ends at a compaction, and a watch that ends without a compaction
+/// or a stop is an error (the caller reconnects).
+pub fn etcd_watch(data: &[u8]) {
+    use crate::cluster::etcd::WatchEvent;
+    let mut events = Vec::new();
+    let result = crate::cluster::etcd::read_watch(data, &mut |e| {
+        events.push(e);
+        true
+    });
+    if let Some(i) = events
+        .iter()
+        .position(|e| matches!(e, WatchEvent::Compacted(_)))
+    {
+        assert_eq!(i + 1, events.len(), "events after a compaction");
+        assert!(result.is_ok());
+    } else {
+        assert!(result.is_err(), "a stream that ended was taken as complete");
+    }
+}

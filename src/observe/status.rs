@@ -62,6 +62,7 @@ pub fn json(m: &Metrics) -> String {
             "dropped": t(Counter::AccessLogLinesDropped),
         },
         "acme": crate::acme::statuses(),
+        "cluster": super::cluster::status(),
         "config": {
             "generation": process.generation.load(Relaxed),
             "reloads_ok": process.reloads_ok.load(Relaxed),

@@ -13,7 +13,7 @@ mod stapling;
 pub mod systemd;
 mod worker_thread;
 
-pub use run::run_until_signalled;
+pub use run::{run_fleet_member, run_until_signalled};
 
 use std::io;
 use std::net::SocketAddr;
@@ -166,6 +166,7 @@ impl Server {
                     crate::upstream::stats::render(&fleet, &shared.current(), out);
                     crate::acme::render_metrics(out);
                     stapling::render_metrics(out);
+                    crate::observe::cluster::render_metrics(out);
                 }),
                 caches: {
                     let shared = server.shared.clone();

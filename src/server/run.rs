@@ -9,14 +9,36 @@ use std::sync::atomic::Ordering;
 
 use super::pid_file::{self, PidFile, SavedState};
 use super::{systemd, Server};
+use crate::cluster::{Member, Update};
+use crate::config::cluster::ClusterSettings;
 use crate::config::Config;
 use crate::observe::error_log;
 
 /// Runs `config` until SIGTERM or SIGINT. With `config_path` (the `run` command) SIGHUP reads
 /// that file again and a pid file is kept; without one, SIGHUP reloads only the certificates.
 pub fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Result<()> {
+    run_member(config, config_path, None)
+}
+
+/// `slipstream run` with a `[cluster]` section: the shared configuration from etcd over the own
+/// file at `path`, followed until a signal stops the process.
+pub fn run_fleet_member(path: &Path, settings: ClusterSettings) -> io::Result<()> {
+    let (config, member) = crate::cluster::join(path, settings).map_err(io::Error::other)?;
+    run_member(config, Some(path), Some(member))
+}
+
+/// [`run_until_signalled`] for a fleet member: shared configurations from etcd are swapped in
+/// as reloads are, and SIGHUP reads the own file again over the shared one served.
+fn run_member(
+    config: Config,
+    config_path: Option<&Path>,
+    mut member: Option<Member>,
+) -> io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     error_log::init(&config.error_log)?;
+    for note in member.iter().flat_map(|m| &m.notes) {
+        tracing::warn!("{note}");
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -50,29 +72,22 @@ pub fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Re
         }
     };
     record(&state);
-    let addrs: Vec<String> = server
-        .local_addrs()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    tracing::info!("listening on {} with {workers} workers", addrs.join(", "));
-    if let Some(p) = &pid_file {
-        tracing::info!("pid file {}", p.path().display());
-    }
-    if let Some(addr) = server.admin_addr() {
-        tracing::info!("admin listening on {addr} (/metrics, /status, /health)");
-        if !addr.ip().is_loopback() {
-            tracing::warn!("the admin listener {addr} is reachable from other hosts: its pages show upstream addresses and traffic; bind it to 127.0.0.1 unless a firewall guards it");
-        }
-    }
-    systemd::ready(&format!("listening on {}", addrs.join(", ")));
+    announce(&server, pid_file.as_ref(), workers);
     let certificates = server.certificates_changed();
     rt.block_on(async {
         loop {
             tokio::select! {
+                update = next_update(&mut member) => {
+                    let outcome = swap_in(&server, member.as_ref(), config_path, &update);
+                    let generation = server.metrics().process.generation.load(Ordering::Relaxed);
+                    state.attempts += 1;
+                    state.generation = generation;
+                    state.refused = outcome.err();
+                    record(&state);
+                }
                 _ = hup.recv() => {
                     systemd::reloading();
-                    let outcome = reload(&server, config_path);
+                    let outcome = reload(&server, config_path, member.as_ref());
                     state.attempts += 1;
                     state.generation = server.metrics().process.generation.load(Ordering::Relaxed);
                     state.refused = outcome.err();
@@ -115,6 +130,64 @@ pub fn run_until_signalled(config: Config, config_path: Option<&Path>) -> io::Re
     Ok(())
 }
 
+/// The start logged and told to systemd: listeners, pid file, admin listener.
+fn announce(server: &Server, pid_file: Option<&PidFile>, workers: usize) {
+    let addrs: Vec<String> = server
+        .local_addrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    tracing::info!("listening on {} with {workers} workers", addrs.join(", "));
+    if let Some(p) = &pid_file {
+        tracing::info!("pid file {}", p.path().display());
+    }
+    if let Some(addr) = server.admin_addr() {
+        tracing::info!("admin listening on {addr} (/metrics, /status, /health)");
+        if !addr.ip().is_loopback() {
+            tracing::warn!("the admin listener {addr} is reachable from other hosts: its pages show upstream addresses and traffic; bind it to 127.0.0.1 unless a firewall guards it");
+        }
+    }
+    systemd::ready(&format!("listening on {}", addrs.join(", ")));
+}
+
+/// A fleet's new shared configuration validated over the own file and swapped in, or refused
+/// (the running config stays); the member is told which.
+fn swap_in(
+    server: &Server,
+    member: Option<&Member>,
+    path: Option<&Path>,
+    update: &Update,
+) -> Result<(), String> {
+    let (Some(m), Some(path)) = (member, path) else {
+        return Err("not a fleet member".into());
+    };
+    let running = server.cache_zones();
+    let outcome = match crate::cache::zone::keeping(&running, || m.prepare(update, path)) {
+        Ok(config) => server.reload(config),
+        Err(e) => {
+            server.reload_refused();
+            Err(e)
+        }
+    };
+    m.outcome(
+        update,
+        &outcome,
+        server.metrics().process.generation.load(Ordering::Relaxed),
+    );
+    outcome
+}
+
+/// The next shared configuration to swap in (never, outside a fleet).
+async fn next_update(member: &mut Option<Member>) -> Update {
+    match member {
+        Some(m) => match m.updates.recv().await {
+            Some(u) => u,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
 /// The second signal: leave without waiting for in-flight requests.
 #[allow(clippy::disallowed_methods)] // the one place the process exits by itself
 fn stop_at_once(pid_file: Option<&PidFile>) {
@@ -127,7 +200,11 @@ fn stop_at_once(pid_file: Option<&PidFile>) {
 
 /// One SIGHUP: the config file read again and swapped in, or refused with the reason (the
 /// running config stays).
-fn reload(server: &Server, config_path: Option<&Path>) -> Result<(), String> {
+fn reload(
+    server: &Server,
+    config_path: Option<&Path>,
+    member: Option<&Member>,
+) -> Result<(), String> {
     let Some(path) = config_path else {
         // Without a config file, only the certificate files can change.
         return match server.reload_certificates() {
@@ -142,13 +219,20 @@ fn reload(server: &Server, config_path: Option<&Path>) -> Result<(), String> {
         };
     };
     let running = server.cache_zones();
-    let result = match crate::cache::zone::keeping(&running, || Config::load(path)) {
+    let load = || match member {
+        Some(m) => m.reload_local(path),
+        None => Config::load(path).map_err(|e| e.to_string()),
+    };
+    let result = match crate::cache::zone::keeping(&running, load) {
         Ok(config) => server.reload(config),
         Err(errors) => {
             server.reload_refused();
-            Err(errors.to_string())
+            Err(errors)
         }
     };
+    if let (Some(m), Ok(())) = (member, &result) {
+        m.reloaded(server.metrics().process.generation.load(Ordering::Relaxed));
+    }
     match &result {
         Ok(()) => tracing::info!("reloaded {}", path.display()),
         Err(e) => tracing::error!("reload refused, the running config stays:\n{e}"),

@@ -142,3 +142,8 @@ fn htpasswd_seeds() {
 fn proxy_protocol_seeds() {
     replay("proxy_protocol", slipstream::fuzzing::proxy_protocol);
 }
+
+#[test]
+fn etcd_watch_seeds() {
+    replay("etcd_watch", slipstream::fuzzing::etcd_watch);
+}

@@ -8,6 +8,7 @@ mod balancing;
 mod cache;
 mod cache_stale;
 mod cache_tiers;
+mod cluster;
 mod codec;
 mod compression;
 mod control;

@@ -657,6 +657,18 @@ impl Running {
         Running::spawn_with(&args, addr, admin, Some(path.clone()), customise)
     }
 
+    /// Runs `slipstream run` on a config file written before (by an earlier instance, say).
+    pub(crate) fn spawn_config_file(path: &std::path::Path) -> Running {
+        let text = std::fs::read_to_string(path).unwrap();
+        let address = |key: &str| -> Option<SocketAddr> {
+            let line = text.lines().find(|l| l.trim_start().starts_with(key))?;
+            line.split('"').nth(1)?.parse().ok()
+        };
+        let addr = address("address").unwrap();
+        let args = ["run", "--config", path.to_str().unwrap()];
+        Running::spawn(&args, addr, address("admin"), Some(path.to_path_buf()))
+    }
+
     fn spawn(
         args: &[&str],
         addr: SocketAddr,

@@ -413,6 +413,7 @@ pub(super) fn live(admin: SocketAddr) -> Vec<Finding> {
         let evidence = format!("{admin} /status?format=json");
         out.push(finding(severity, check, title, evidence, fix));
     }
+    out.extend(cluster_finding(admin, &status["cluster"]));
     if let Some(certs) = status.get("acme").and_then(serde_json::Value::as_array) {
         out.extend(certs.iter().filter_map(|c| acme_finding(admin, c)));
     }
@@ -433,6 +434,36 @@ pub(super) fn live(admin: SocketAddr) -> Vec<Finding> {
     out.push(finding(severity, "live_499", title, format!("{admin} /status?format=json"),
         "clients give up before responses come: look at upstream response times (slipstream_upstream_server_response_seconds)"));
     out
+}
+
+/// A fleet member's standing: etcd unreachable (serving the last good configuration), or a
+/// shared configuration refused.
+fn cluster_finding(admin: SocketAddr, cluster: &serde_json::Value) -> Option<Finding> {
+    let connected = cluster.get("connected")?.as_bool().unwrap_or(false);
+    let evidence = format!("{admin} /status?format=json");
+    let refusal = cluster["last_refusal"].as_str().unwrap_or("");
+    let revision = cluster["revision"].as_i64().unwrap_or(0);
+    Some(if !connected {
+        finding(Severity::Warning, "live_cluster", format!("etcd unreachable: serving the last good shared configuration (revision {revision})"), evidence,
+            "check the [cluster] etcd endpoints and etcd's health (etcdctl endpoint health); nothing is lost meanwhile")
+    } else if !refusal.is_empty() {
+        let first = refusal.lines().next().unwrap_or("");
+        finding(
+            Severity::Warning,
+            "live_cluster",
+            format!("a shared configuration was refused: {first}"),
+            evidence,
+            "fix it and push it again with `slipstream config push` (it validates before writing)",
+        )
+    } else {
+        finding(
+            Severity::Ok,
+            "live_cluster",
+            format!("etcd reachable, shared configuration revision {revision} served"),
+            evidence,
+            "",
+        )
+    })
 }
 
 /// One ACME certificate's standing: not served, served by a placeholder, failing to renew,

@@ -1,0 +1,161 @@
+//! The `[cluster]` section: the etcd endpoints a fleet of instances shares its configuration
+//! through, the key prefix of the fleet, this instance's name and where it keeps the last good
+//! shared configuration. The section stays in the instance's own file; `cluster/` reads the
+//! shared configuration with it.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{ConfigError, ConfigErrors, Validator};
+
+/// Where the last good shared configuration is kept when `state_dir` is not given.
+pub const DEFAULT_CLUSTER_STATE_DIR: &str = "/var/lib/slipstream/cluster";
+
+/// The `[cluster]` section as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileCluster {
+    etcd: Vec<Spanned<String>>,
+    prefix: Spanned<String>,
+    name: Option<Spanned<String>>,
+    username: Option<String>,
+    password: Option<String>,
+    state_dir: Option<Spanned<String>>,
+}
+
+/// A fleet member's settings: how to reach etcd and under which keys the fleet lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSettings {
+    /// etcd client URLs (`http://host:port`), tried in turn.
+    pub endpoints: Vec<String>,
+    /// The fleet's key prefix, e.g. `/slipstream/prod` (no trailing `/`).
+    pub prefix: String,
+    /// This instance's name in the fleet (default: the host name).
+    pub name: String,
+    /// etcd user and password, when etcd has authentication on.
+    pub credentials: Option<(String, String)>,
+    /// Where the last good shared configuration is kept, to start and serve while etcd is down.
+    pub state_dir: PathBuf,
+}
+
+/// An instance's own file, read for its `[cluster]` section only (the rest is validated with the
+/// shared configuration over it).
+#[derive(Deserialize)]
+struct OwnFile {
+    cluster: Option<Spanned<FileCluster>>,
+}
+
+/// The `[cluster]` section of the file at `path`, validated (`None`: the file has none, it is a
+/// whole configuration by itself).
+pub fn read_cluster(path: &Path) -> Result<Option<ClusterSettings>, ConfigErrors> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError {
+            file: file.clone(),
+            line: 0,
+            column: 0,
+            message: format!("cannot read the config: {e}"),
+            source: String::new(),
+        }])
+    })?;
+    let mut v = Validator::new(&text, &file, super::resolve_system);
+    let own: OwnFile = match toml::from_str(&text) {
+        Ok(o) => o,
+        Err(e) => {
+            v.error(e.span().map_or(0, |s| s.start), e.message().trim());
+            return Err(ConfigErrors(v.errors));
+        }
+    };
+    let settings = v.build_cluster(own.cluster.as_ref());
+    if v.errors.is_empty() {
+        Ok(settings)
+    } else {
+        Err(ConfigErrors(v.errors))
+    }
+}
+
+impl Validator<'_> {
+    /// The cluster settings, when the file has a `[cluster]` section.
+    pub(super) fn build_cluster(
+        &mut self,
+        section: Option<&Spanned<FileCluster>>,
+    ) -> Option<ClusterSettings> {
+        let section = section?;
+        let at = section.span().start;
+        let c = section.get_ref();
+        if c.etcd.is_empty() {
+            self.error(
+                at,
+                "etcd lists the etcd client URLs, e.g. [\"http://127.0.0.1:2379\"]",
+            );
+        }
+        let mut endpoints = Vec::new();
+        for e in &c.etcd {
+            let url = e.get_ref().trim_end_matches('/');
+            match url.strip_prefix("http://") {
+                Some(rest) if !rest.is_empty() && !rest.contains('/') => endpoints.push(url.to_string()),
+                _ if url.starts_with("https://") => self.error(
+                    e.span().start,
+                    "etcd over TLS is not supported yet: use http:// to etcd on loopback or a private network",
+                ),
+                _ => self.error(e.span().start, "an etcd endpoint is http://HOST:PORT"),
+            }
+        }
+        let prefix = c.prefix.get_ref().trim_end_matches('/').to_string();
+        if !prefix.starts_with('/') || prefix.len() < 2 {
+            self.error(
+                c.prefix.span().start,
+                "prefix is a key path such as \"/slipstream/prod\"",
+            );
+        }
+        let name = match &c.name {
+            Some(n) if valid_name(n.get_ref()) => n.get_ref().clone(),
+            Some(n) => {
+                self.error(n.span().start, "name is letters, digits, '-', '_' and '.'");
+                String::new()
+            }
+            None => host_name(),
+        };
+        let credentials = match (&c.username, &c.password) {
+            (Some(u), Some(p)) => Some((u.clone(), p.clone())),
+            (None, None) => None,
+            _ => {
+                self.error(at, "username and password go together");
+                None
+            }
+        };
+        let state_dir = c.state_dir.as_ref().map_or_else(
+            || PathBuf::from(DEFAULT_CLUSTER_STATE_DIR),
+            |d| self.relative(d.get_ref()),
+        );
+        Some(ClusterSettings {
+            endpoints,
+            prefix,
+            name,
+            credentials,
+            state_dir,
+        })
+    }
+}
+
+/// An instance name fit for a key and a metric label.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+/// The host's name, the default instance name.
+fn host_name() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let name = name.trim();
+    if valid_name(name) {
+        name.to_string()
+    } else {
+        "slipstream".to_string()
+    }
+}

@@ -1,0 +1,89 @@
+//! A fleet member's standing (`[cluster]`): whether etcd answers, the shared configuration's
+//! revision served, refusals and the last one's reason. `cluster/` writes it from its threads;
+//! `/metrics`, `/status` and `doctor` read it. Process-wide atomics: nothing on the request path
+//! touches them.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static CONNECTED: AtomicBool = AtomicBool::new(false);
+static REVISION: AtomicI64 = AtomicI64::new(0);
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+static FAILURES: AtomicU64 = AtomicU64::new(0);
+static LAST_REFUSAL: Mutex<String> = Mutex::new(String::new());
+
+/// This process is a fleet member: its standing is shown from now on.
+pub fn activate() {
+    ACTIVE.store(true, Relaxed);
+}
+
+/// etcd answered (`true`) or every endpoint failed (`false`, counted).
+pub fn set_connected(up: bool) {
+    if !up {
+        FAILURES.fetch_add(1, Relaxed);
+    }
+    CONNECTED.store(up, Relaxed);
+}
+
+/// Whether etcd answered last time it was asked.
+pub fn connected() -> bool {
+    CONNECTED.load(Relaxed)
+}
+
+/// The shared configuration's revision now served (a refusal before it is forgotten).
+pub fn served(revision: i64) {
+    REVISION.store(revision, Relaxed);
+    if let Ok(mut last) = LAST_REFUSAL.lock() {
+        last.clear();
+    }
+}
+
+/// A shared configuration refused, and why (the running one keeps serving).
+pub fn refused(reason: &str) {
+    REFUSED.fetch_add(1, Relaxed);
+    if let Ok(mut last) = LAST_REFUSAL.lock() {
+        reason.clone_into(&mut last);
+    }
+}
+
+/// `/status`'s `cluster` object (`null` outside a fleet).
+pub fn status() -> serde_json::Value {
+    if !ACTIVE.load(Relaxed) {
+        return serde_json::Value::Null;
+    }
+    serde_json::json!({
+        "connected": CONNECTED.load(Relaxed),
+        "revision": REVISION.load(Relaxed),
+        "etcd_failures": FAILURES.load(Relaxed),
+        "refused": REFUSED.load(Relaxed),
+        "last_refusal": LAST_REFUSAL.lock().map(|l| l.clone()).unwrap_or_default(),
+    })
+}
+
+/// The Prometheus lines of the fleet member's standing (none outside a fleet).
+pub fn render_metrics(out: &mut String) {
+    if !ACTIVE.load(Relaxed) {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "# HELP slipstream_cluster_etcd_connected Whether etcd answered the last call (1) or no endpoint did (0).\n\
+         # TYPE slipstream_cluster_etcd_connected gauge\n\
+         slipstream_cluster_etcd_connected {}\n\
+         # HELP slipstream_cluster_config_revision The etcd revision of the shared configuration served.\n\
+         # TYPE slipstream_cluster_config_revision gauge\n\
+         slipstream_cluster_config_revision {}\n\
+         # HELP slipstream_cluster_etcd_failures_total Calls to etcd that no endpoint answered.\n\
+         # TYPE slipstream_cluster_etcd_failures_total counter\n\
+         slipstream_cluster_etcd_failures_total {}\n\
+         # HELP slipstream_cluster_configs_refused_total Shared configurations refused (the running one kept serving).\n\
+         # TYPE slipstream_cluster_configs_refused_total counter\n\
+         slipstream_cluster_configs_refused_total {}",
+        u8::from(CONNECTED.load(Relaxed)),
+        REVISION.load(Relaxed),
+        FAILURES.load(Relaxed),
+        REFUSED.load(Relaxed),
+    );
+}

@@ -1,0 +1,493 @@
+//! A fleet on etcd (`[cluster]`) against a real etcd (Debian's `etcd-server`, members on
+//! loopback): configurations pushed with `slipstream config push` reach every instance under
+//! wrk's load with no failed request; an etcd member, all of etcd, or an instance killed; a watch
+//! that fell behind a compaction; bad configurations refused with their errors under the prefix.
+
+#![allow(clippy::print_stderr)] // the figures the issue asks for, in the tests' output
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::observe::admin_get;
+use crate::support::{eventually, free_port, http_client, temp_path, Running, BIN};
+
+/// An etcd cluster of members on loopback, each with its own data directory.
+struct Etcd {
+    members: Vec<EtcdMember>,
+    token: String,
+}
+
+struct EtcdMember {
+    name: String,
+    client: u16,
+    peer: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Etcd {
+    /// `n` members, started and answering.
+    fn start(n: usize) -> Etcd {
+        let token = format!("it-{}-{}", std::process::id(), free_port());
+        let members = (0..n)
+            .map(|i| EtcdMember {
+                name: format!("m{i}"),
+                client: free_port(),
+                peer: free_port(),
+                dir: temp_path(&format!("etcd-{token}-{i}")),
+                child: None,
+            })
+            .collect();
+        let mut etcd = Etcd { members, token };
+        for i in 0..n {
+            etcd.run(i, "new");
+        }
+        for i in 0..n {
+            etcd.wait_healthy(i);
+        }
+        etcd
+    }
+
+    fn run(&mut self, i: usize, state: &str) {
+        let cluster: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .collect();
+        let m = &mut self.members[i];
+        let client = format!("http://127.0.0.1:{}", m.client);
+        let peer = format!("http://127.0.0.1:{}", m.peer);
+        let child = Command::new("etcd")
+            .args(["--name", &m.name, "--data-dir", m.dir.to_str().unwrap()])
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &cluster.join(",")])
+            .args(["--initial-cluster-token", &self.token])
+            .args(["--initial-cluster-state", state])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd is not installed (apt-get install etcd-server; .ci/test-tools does)");
+        m.child = Some(child);
+    }
+
+    /// Member `i` answers /health with a leader.
+    fn wait_healthy(&self, i: usize) {
+        let url = format!("{}/health", self.url(i));
+        let healthy = (0..200).any(|_| {
+            let ok = http_client()
+                .get(&url)
+                .call()
+                .ok()
+                .and_then(|mut r| r.body_mut().read_to_string().ok())
+                .is_some_and(|b| b.contains("\"health\":\"true\""));
+            if !ok {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            ok
+        });
+        assert!(healthy, "etcd member {i} did not become healthy");
+    }
+
+    /// SIGKILLs member `i`.
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts member `i` again on its data directory.
+    fn restart(&mut self, i: usize) {
+        self.run(i, "existing");
+    }
+
+    fn url(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.members[i].client)
+    }
+
+    /// The `etcd = [...]` value naming the members `which`.
+    fn endpoints(&self, which: &[usize]) -> String {
+        let urls: Vec<String> = which
+            .iter()
+            .map(|i| format!("\"{}\"", self.url(*i)))
+            .collect();
+        format!("[{}]", urls.join(", "))
+    }
+
+    /// A JSON call to member `i`'s gateway.
+    fn call(&self, i: usize, path: &str, body: &str) -> serde_json::Value {
+        let mut r = http_client()
+            .post(&format!("{}{path}", self.url(i)))
+            .send(body)
+            .unwrap();
+        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap()
+    }
+
+    /// Writes `value` under `key` without any validation (as a careless tool would).
+    fn put_raw(&self, i: usize, key: &str, value: &str) {
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let body = format!("{{\"key\":\"{}\",\"value\":\"{}\"}}", b64(key), b64(value));
+        self.call(i, "/v3/kv/put", &body);
+    }
+
+    /// The value under `key`, if any.
+    fn get(&self, i: usize, key: &str) -> Option<String> {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let body = format!("{{\"key\":\"{}\"}}", b64.encode(key));
+        let answer = self.call(i, "/v3/kv/range", &body);
+        let value = answer["kvs"].as_array()?.first()?["value"]
+            .as_str()?
+            .to_string();
+        Some(String::from_utf8(b64.decode(value).unwrap()).unwrap())
+    }
+
+    /// The store's current revision.
+    fn revision(&self, i: usize) -> i64 {
+        let answer = self.call(i, "/v3/kv/range", "{\"key\":\"AA==\"}");
+        answer["header"]["revision"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// A fleet's files: the own-file text of each instance, and a config to push from.
+struct Fleet {
+    prefix: String,
+    endpoints: String,
+}
+
+impl Fleet {
+    fn new(etcd: &Etcd, which: &[usize]) -> Fleet {
+        Fleet {
+            prefix: format!("/slipstream/it-{}", free_port()),
+            endpoints: etcd.endpoints(which),
+        }
+    }
+
+    /// An own file: this instance's listener and admin, and the `[cluster]` section.
+    fn own(&self, name: &str, endpoints: &str) -> String {
+        let state = temp_path(&format!(
+            "cluster-state-{}-{name}",
+            self.prefix.replace('/', "_")
+        ));
+        format!(
+            "admin = \"{{admin}}\"\n[[listen]]\naddress = \"{{listen}}\"\n[cluster]\netcd = {endpoints}\nprefix = \"{}\"\nname = \"{name}\"\nstate_dir = \"{}\"\n",
+            self.prefix,
+            state.display()
+        )
+    }
+
+    /// Starts instance `name` against the etcd members `endpoints`.
+    fn instance(&self, name: &str, endpoints: &str) -> Running {
+        Running::config(
+            &format!("own-{name}-{}.toml", free_port()),
+            &self.own(name, endpoints),
+        )
+    }
+
+    /// `slipstream config push` of a config answering every request with `body`; its output.
+    fn push_answering(&self, body: &str) -> std::process::Output {
+        self.push(&format!(
+            "[[sites]]\ndefault = true\nrules = [{{ return = 200, body = \"{body}\" }}]\n"
+        ))
+    }
+
+    fn push(&self, shared: &str) -> std::process::Output {
+        let own = temp_path(&format!("pusher-{}.toml", free_port()));
+        let text = self
+            .own("pusher", &self.endpoints)
+            .replace("{admin}", "127.0.0.1:1")
+            .replace("{listen}", "127.0.0.1:1");
+        std::fs::write(&own, text).unwrap();
+        let file = temp_path(&format!("shared-{}.toml", free_port()));
+        std::fs::write(&file, shared).unwrap();
+        Command::new(BIN)
+            .args([
+                "config",
+                "push",
+                "-c",
+                own.to_str().unwrap(),
+                file.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap()
+    }
+
+    fn config_key(&self) -> String {
+        format!("{}/config", self.prefix)
+    }
+}
+
+/// The body one GET gets from `addr` ("" when it gets nothing).
+fn body_at(addr: SocketAddr) -> String {
+    let raw = crate::support::exchange_until_close(
+        addr,
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    text.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
+}
+
+/// Waits (up to 10 s) until every instance answers `body`; how long it took.
+fn all_serve(instances: &[&Running], body: &str) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if instances.iter().all(|i| body_at(i.addr) == body) {
+            return start.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!(
+        "not every instance serves {body:?}: {:?}",
+        instances
+            .iter()
+            .map(|i| body_at(i.addr))
+            .collect::<Vec<_>>()
+    );
+}
+
+fn pushed(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "push failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// wrk against `addr` for `secs` seconds, in the background.
+fn wrk(addr: SocketAddr, secs: u64) -> Child {
+    Command::new("wrk")
+        .args([
+            "-t1",
+            "-c8",
+            &format!("-d{secs}s"),
+            &format!("http://{addr}/"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("wrk is not installed (apt-get install wrk; .ci/test-tools does)")
+}
+
+/// wrk's report: requests done, and every failure it saw (non-2xx answers, socket errors).
+fn wrk_result(child: Child) -> (u64, String) {
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let requests = text
+        .lines()
+        .find(|l| l.contains("requests in"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    let failures = text
+        .lines()
+        .filter(|l| l.contains("Non-2xx") || l.contains("Socket errors"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    (requests, failures)
+}
+
+#[test]
+fn a_fleet_follows_pushed_configs_under_load_through_etcd_and_instance_failures() {
+    let mut etcd = Etcd::start(3);
+    let fleet = Fleet::new(&etcd, &[0, 1, 2]);
+    pushed(&fleet.push_answering("A"));
+    let a = fleet.instance("a", &etcd.endpoints(&[0, 1, 2]));
+    let b = fleet.instance("b", &etcd.endpoints(&[1, 2, 0]));
+    let mut c = fleet.instance("c", &etcd.endpoints(&[2, 0, 1]));
+    all_serve(&[&a, &b, &c], "A");
+    let load: Vec<Child> = [&a, &b].iter().map(|i| wrk(i.addr, 8)).collect();
+    let load_c = wrk(c.addr, 8);
+    std::thread::sleep(Duration::from_millis(500));
+
+    pushed(&fleet.push_answering("B"));
+    let took = all_serve(&[&a, &b, &c], "B");
+    eprintln!("pushed config B served by all 3 instances {took:?} after the push returned");
+
+    // One etcd member gone: the instances watching through it move to another.
+    etcd.kill(0);
+    pushed(&fleet.push_answering("C"));
+    let took = all_serve(&[&a, &b, &c], "C");
+    eprintln!("with etcd member 0 killed, config C served by all 3 after {took:?}");
+
+    // One instance gone: the others are unaffected.
+    let _ = c.child.kill();
+    let _ = c.child.wait();
+    drop(load_c);
+    pushed(&fleet.push_answering("D"));
+    let took = all_serve(&[&a, &b], "D");
+    eprintln!("with instance c killed, config D served by a and b after {took:?}");
+
+    for (name, child) in ["a", "b"].iter().zip(load) {
+        let (requests, failures) = wrk_result(child);
+        eprintln!("wrk on {name}: {requests} requests");
+        assert!(requests > 1000, "wrk on {name} made {requests} requests");
+        assert!(
+            failures.is_empty(),
+            "wrk on {name} saw failures: {failures}"
+        );
+    }
+    // The fleet as `slipstream fleet` lists it: a and b on D's revision, serving.
+    let own = temp_path(&format!("fleet-{}.toml", free_port()));
+    std::fs::write(
+        &own,
+        fleet
+            .own("lister", &etcd.endpoints(&[1, 2]))
+            .replace("{admin}", "127.0.0.1:1")
+            .replace("{listen}", "127.0.0.1:1"),
+    )
+    .unwrap();
+    let revision = etcd.revision(1);
+    let listed = eventually(|| {
+        let out = Command::new(BIN)
+            .args(["fleet", "--json", "-c", own.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let config_revision = all["config_revision"].as_i64().unwrap_or(-1);
+        let on = |n: &str| {
+            all["instances"].as_array().into_iter().flatten().any(|i| {
+                i["name"] == n
+                    && i["revision"].as_i64() == Some(config_revision)
+                    && i["health"] == "serving"
+            })
+        };
+        config_revision > 0 && config_revision <= revision && on("a") && on("b")
+    });
+    assert!(
+        listed,
+        "`slipstream fleet` does not list a and b serving the last push"
+    );
+}
+
+#[test]
+fn without_etcd_members_keep_serving_restart_from_the_kept_copy_and_catch_up_past_a_compaction() {
+    let mut etcd = Etcd::start(3);
+    let fleet = Fleet::new(&etcd, &[0, 1, 2]);
+    pushed(&fleet.push_answering("A"));
+    // This instance knows member 0 only.
+    let only_0 = etcd.endpoints(&[0]);
+    let a = fleet.instance("a", &only_0);
+    all_serve(&[&a], "A");
+    let admin = a.admin.unwrap();
+    let connected = |admin| admin_get(admin, "/status?format=json").contains("\"connected\":true");
+    assert!(eventually(|| connected(admin)));
+    // The served copy is kept before etcd goes (the registrar keeps it within a tick).
+    std::thread::sleep(Duration::from_secs(3));
+
+    for i in 0..3 {
+        etcd.kill(i);
+    }
+    assert!(
+        eventually(|| !connected(admin)),
+        "/status does not say etcd is gone"
+    );
+    assert_eq!(body_at(a.addr), "A");
+    let metrics = admin_get(admin, "/metrics");
+    assert!(
+        metrics.contains("slipstream_cluster_etcd_connected 0"),
+        "{metrics}"
+    );
+
+    // Restarted while etcd is down: it starts from the kept copy.
+    let config = a.config.clone().unwrap();
+    drop(a);
+    let mut a = Running::spawn_config_file(&config);
+    assert!(a.wait_logged("etcd is unreachable"), "{}", a.log_text());
+    assert_eq!(body_at(a.addr), "A");
+
+    // Two members come back (a quorum, without member 0): B and C are pushed, and the history
+    // is compacted past A.
+    etcd.restart(1);
+    etcd.restart(2);
+    etcd.wait_healthy(1);
+    pushed(&fleet.push_answering("B"));
+    pushed(&fleet.push_answering("C"));
+    let revision = etcd.revision(1);
+    etcd.call(
+        1,
+        "/v3/kv/compaction",
+        &format!("{{\"revision\":\"{revision}\",\"physical\":true}}"),
+    );
+    assert_eq!(body_at(a.addr), "A");
+
+    // Member 0 returns: the instance's watch from A's revision finds it compacted, reads the
+    // key again and serves C.
+    etcd.restart(0);
+    etcd.wait_healthy(0);
+    let took = all_serve(&[&a], "C");
+    assert!(
+        a.logged("etcd compacted the revisions after"),
+        "{}",
+        a.log_text()
+    );
+    eprintln!("after the compaction, C served {took:?} after member 0 answered");
+    assert!(eventually(|| connected(a.admin.unwrap())));
+}
+
+#[test]
+fn bad_configs_are_refused_by_push_and_by_instances_with_their_errors_under_the_prefix() {
+    let etcd = Etcd::start(1);
+    let fleet = Fleet::new(&etcd, &[0]);
+    pushed(&fleet.push_answering("A"));
+    let a = fleet.instance("a", &etcd.endpoints(&[0]));
+    all_serve(&[&a], "A");
+
+    // `config push` validates first: nothing is written.
+    let out = fleet.push("[[sites]]\ndefault = true\nbogus = 1\n");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(":3:1: unknown key `bogus`"), "{stderr}");
+    assert!(etcd.get(0, &fleet.config_key()).unwrap().contains("\"A\""));
+
+    // Written past it: the instance refuses it, keeps serving A, and says why under the prefix.
+    etcd.put_raw(
+        0,
+        &fleet.config_key(),
+        "[[sites]]\ndefault = true\nbogus = 1\n",
+    );
+    let errors_key = format!("{}/errors/a", fleet.prefix);
+    assert!(
+        eventually(|| etcd.get(0, &errors_key).is_some()),
+        "no errors key"
+    );
+    let errors = etcd.get(0, &errors_key).unwrap();
+    assert!(errors.contains(":3:1: unknown key `bogus`"), "{errors}");
+    assert_eq!(body_at(a.addr), "A");
+    let status = admin_get(a.admin.unwrap(), "/status?format=json");
+    assert!(status.contains("unknown key `bogus`"), "{status}");
+
+    // A good one after it is served and clears the errors key.
+    pushed(&fleet.push_answering("B"));
+    all_serve(&[&a], "B");
+    assert!(
+        eventually(|| etcd.get(0, &errors_key).is_none()),
+        "the errors key stays"
+    );
+}
