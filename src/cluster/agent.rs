@@ -3,7 +3,9 @@
 //! file and swaps it in or refuses it; a watch cancelled by compaction reads the key again and watches on; a
 //! broken one reconnects with backoff from the last revision seen, so nothing is missed. The
 //! registrar keeps the instance's key under a lease (address, version, generation, revision,
-//! health), writes or clears its errors key, and keeps the served configuration on disk.
+//! health), writes or clears its errors key, and keeps the served configuration on disk. The
+//! publisher writes each purge done here under `PREFIX/purge/`; the watcher hands the others'
+//! to the run loop.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,13 +28,20 @@ pub(super) struct Setup {
     pub watch_from: i64,
     pub served: Arc<Mutex<Served>>,
     pub updates: tokio::sync::mpsc::UnboundedSender<Update>,
+    pub purges: tokio::sync::mpsc::UnboundedSender<String>,
     pub addresses: Vec<String>,
     pub admin: Option<String>,
 }
 
-/// Starts the watcher and the registrar.
+/// Starts the watcher, the registrar and the purge publisher.
 pub(super) fn spawn(setup: Setup) {
     let setup = Arc::new(setup);
+    let (done_here, to_publish) = std::sync::mpsc::channel();
+    standing::set_purge_sink(done_here);
+    let p = setup.clone();
+    let _ = std::thread::Builder::new()
+        .name("cluster-purge".into())
+        .spawn(move || publish_purges(&p, &to_publish));
     let s = setup.clone();
     let _ = std::thread::Builder::new()
         .name("cluster-watch".into())
@@ -42,35 +51,45 @@ pub(super) fn spawn(setup: Setup) {
         .spawn(move || register(&setup));
 }
 
-/// The watcher's loop; it ends when the run loop has gone.
+/// The watcher's loop over everything under the prefix (the configuration and the purges); it
+/// ends when the run loop has gone.
 fn watch(s: &Setup) {
     let key = config_key(&s.settings);
+    let prefix = format!("{}/", s.settings.prefix);
     let mut etcd = Etcd::new(&s.settings.endpoints, s.settings.credentials.clone());
     let mut seen = s.watch_from;
     let mut backoff = Duration::from_millis(250);
     while !s.updates.is_closed() {
         let mut compacted = false;
-        let result = etcd.watch(&key, seen + 1, |event| {
+        let result = etcd.watch(&prefix, seen + 1, |event| {
             standing::set_connected(true);
             match event {
                 WatchEvent::Created => {}
                 WatchEvent::Put(kv) => {
                     seen = kv.mod_revision;
-                    apply(s, &String::from_utf8_lossy(&kv.value), kv.mod_revision);
+                    if kv.key == key.as_bytes() {
+                        apply(s, &String::from_utf8_lossy(&kv.value), kv.mod_revision);
+                    } else if kv.key.starts_with(purge_prefix(&s.settings).as_bytes()) {
+                        purge(s, &kv.value);
+                    }
                 }
-                WatchEvent::Delete(_, revision) => {
+                WatchEvent::Delete(deleted, revision) => {
                     seen = revision;
-                    tracing::warn!("cluster: {key} was deleted: the running config stays");
+                    if deleted == key.as_bytes() {
+                        tracing::warn!("cluster: {key} was deleted: the running config stays");
+                    }
                 }
                 WatchEvent::Compacted(_) => compacted = true,
             }
             !compacted && !s.updates.is_closed()
         });
         if compacted {
-            // What was missed is gone from etcd's history: read the key as it is now.
+            // What was missed is gone from etcd's history: read the key as it is now, and
+            // since purges may be among what was missed, empty the caches.
             tracing::info!(
-                "cluster: etcd compacted the revisions after {seen}: reading {key} again"
+                "cluster: etcd compacted the revisions after {seen}: reading {key} again and emptying the caches (purges may have been missed)"
             );
+            let _ = s.purges.send("prefix=".to_string());
             match etcd.get(&key) {
                 Ok((kv, at)) => {
                     if let Some(kv) = kv.filter(|kv| kv.mod_revision > seen) {
@@ -85,7 +104,7 @@ fn watch(s: &Setup) {
         } else if let Err(e) = result {
             if standing::connected() {
                 tracing::warn!(
-                    "cluster: the watch of {key} broke ({e}): retrying; the running config stays"
+                    "cluster: the watch of {prefix} broke ({e}): retrying; the running config stays"
                 );
             }
             standing::set_connected(false);
@@ -104,6 +123,43 @@ fn apply(s: &Setup, text: &str, revision: i64) {
         text: text.to_string(),
         revision,
     });
+}
+
+/// Where purges are published: `PREFIX/purge/NAME-N`.
+fn purge_prefix(settings: &ClusterSettings) -> String {
+    format!("{}/purge/", settings.prefix)
+}
+
+/// A purge another instance published, for the run loop to run here.
+fn purge(s: &Setup, record: &[u8]) {
+    let record: serde_json::Value = serde_json::from_slice(record).unwrap_or_default();
+    let (Some(origin), Some(query)) = (record["origin"].as_str(), record["query"].as_str()) else {
+        return;
+    };
+    if origin != s.settings.name {
+        let _ = s.purges.send(query.to_string());
+    }
+}
+
+/// How long a purge record stays in etcd: an instance that reconnects within it still sees it.
+const PURGE_TTL: u64 = 600;
+
+/// The publisher's loop: each purge done here written for the others, under a lease.
+fn publish_purges(s: &Setup, done_here: &std::sync::mpsc::Receiver<String>) {
+    let mut etcd = Etcd::new(&s.settings.endpoints, s.settings.credentials.clone());
+    let prefix = purge_prefix(&s.settings);
+    for (n, query) in done_here.iter().enumerate() {
+        let record = serde_json::json!({ "origin": s.settings.name, "query": query }).to_string();
+        let key = format!("{prefix}{}-{}-{n}", s.settings.name, std::process::id());
+        let written = etcd
+            .grant(PURGE_TTL)
+            .and_then(|lease| etcd.put(&key, record.as_bytes(), lease));
+        if let Err(e) = written {
+            tracing::warn!(
+                "cluster: the purge {query:?} was done here but could not reach the fleet: {e}"
+            );
+        }
+    }
 }
 
 /// What the registrar last wrote, to write again only on a change.

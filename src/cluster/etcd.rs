@@ -192,15 +192,19 @@ impl Etcd {
         Ok(int(&answer["result"]["TTL"]).unwrap_or(0) > 0)
     }
 
-    /// Watches `key` from revision `from` on, calling `each` for every event until it returns
-    /// `false` or the stream ends (an error: the caller reconnects).
+    /// Watches every key under `prefix` from revision `from` on, calling `each` for every event
+    /// until it returns `false` or the stream ends (an error: the caller reconnects).
     pub fn watch(
         &mut self,
-        key: &str,
+        prefix: &str,
         from: i64,
         mut each: impl FnMut(WatchEvent) -> bool,
     ) -> Result<(), String> {
-        let body = json!({ "create_request": { "key": B64.encode(key), "start_revision": from.to_string() } });
+        let body = json!({ "create_request": {
+            "key": B64.encode(prefix),
+            "range_end": B64.encode(prefix_end(prefix)),
+            "start_revision": from.to_string(),
+        } });
         let mut last = String::from("no etcd endpoint");
         for i in 0..self.endpoints.len() {
             let at = (self.current + i) % self.endpoints.len();

@@ -57,6 +57,8 @@ struct Served {
 pub struct Member {
     /// New revisions of the shared configuration, in order.
     pub updates: tokio::sync::mpsc::UnboundedReceiver<Update>,
+    /// Purges done by other instances (their admin listener's queries), to run here.
+    pub purges: tokio::sync::mpsc::UnboundedReceiver<String>,
     /// What joining found worth a warning, for the error log once it is open.
     pub notes: Vec<String>,
     served: Arc<Mutex<Served>>,
@@ -201,6 +203,7 @@ fn start(
         refusal,
     }));
     let (tx, updates) = tokio::sync::mpsc::unbounded_channel();
+    let (purge_tx, purges) = tokio::sync::mpsc::unbounded_channel();
     let addresses = config
         .listeners
         .iter()
@@ -212,6 +215,7 @@ fn start(
         watch_from,
         served: served.clone(),
         updates: tx,
+        purges: purge_tx,
         addresses,
         admin,
     });
@@ -219,6 +223,7 @@ fn start(
         config,
         Member {
             updates,
+            purges,
             notes,
             served,
             settings,

@@ -93,7 +93,7 @@ async fn answer(mut stream: tokio::net::TcpStream, sources: Sources) {
 }
 
 /// A purge: `POST` (or `PURGE`, `DELETE`) `/cache/purge?zone=Z&key=K` or `?prefix=P`; the
-/// answer says how many keys went, as JSON.
+/// answer says how many keys went, as JSON. In a fleet it goes to every other instance too.
 fn purge(method: &str, query: &str, sources: &Sources) -> (&'static str, &'static str, String) {
     const JSON: &str = "application/json";
     if !matches!(method, "POST" | "PURGE" | "DELETE") {
@@ -107,7 +107,10 @@ fn purge(method: &str, query: &str, sources: &Sources) -> (&'static str, &'stati
     match asked.and_then(|p| {
         crate::cache::admin::purge(&(sources.caches)(), &p).map_err(|_| "no such cache zone")
     }) {
-        Ok(n) => ("200 OK", JSON, format!("{{\"purged\":{n}}}\n")),
+        Ok(n) => {
+            super::cluster::broadcast_purge(query);
+            ("200 OK", JSON, format!("{{\"purged\":{n}}}\n"))
+        }
         Err(e) => ("400 Bad Request", JSON, format!("{{\"error\":\"{e}\"}}\n")),
     }
 }

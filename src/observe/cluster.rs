@@ -13,6 +13,23 @@ static REVISION: AtomicI64 = AtomicI64::new(0);
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 static FAILURES: AtomicU64 = AtomicU64::new(0);
 static LAST_REFUSAL: Mutex<String> = Mutex::new(String::new());
+static PURGES: Mutex<Option<std::sync::mpsc::Sender<String>>> = Mutex::new(None);
+
+/// Where the admin listener's purges go to reach the rest of the fleet.
+pub fn set_purge_sink(sink: std::sync::mpsc::Sender<String>) {
+    if let Ok(mut p) = PURGES.lock() {
+        *p = Some(sink);
+    }
+}
+
+/// A purge done here (its query, as the admin listener took it), for every other instance.
+pub fn broadcast_purge(query: &str) {
+    if let Ok(p) = PURGES.lock() {
+        if let Some(sink) = p.as_ref() {
+            let _ = sink.send(query.to_string());
+        }
+    }
+}
 
 /// This process is a fleet member: its standing is shown from now on.
 pub fn activate() {

@@ -77,14 +77,16 @@ fn run_member(
     rt.block_on(async {
         loop {
             tokio::select! {
-                update = next_update(&mut member) => {
-                    let outcome = swap_in(&server, member.as_ref(), config_path, &update);
-                    let generation = server.metrics().process.generation.load(Ordering::Relaxed);
-                    state.attempts += 1;
-                    state.generation = generation;
-                    state.refused = outcome.err();
-                    record(&state);
-                }
+                event = next_event(&mut member) => match event {
+                    FleetEvent::Purge(query) => purge(&server, &query),
+                    FleetEvent::Config(update) => {
+                        let outcome = swap_in(&server, member.as_ref(), config_path, &update);
+                        state.attempts += 1;
+                        state.generation = server.metrics().process.generation.load(Ordering::Relaxed);
+                        state.refused = outcome.err();
+                        record(&state);
+                    }
+                },
                 _ = hup.recv() => {
                     systemd::reloading();
                     let outcome = reload(&server, config_path, member.as_ref());
@@ -177,14 +179,35 @@ fn swap_in(
     outcome
 }
 
-/// The next shared configuration to swap in (never, outside a fleet).
-async fn next_update(member: &mut Option<Member>) -> Update {
-    match member {
-        Some(m) => match m.updates.recv().await {
-            Some(u) => u,
-            None => std::future::pending().await,
-        },
-        None => std::future::pending().await,
+/// What a fleet member's threads hand the run loop.
+enum FleetEvent {
+    /// A new revision of the shared configuration.
+    Config(Update),
+    /// A purge another instance did.
+    Purge(String),
+}
+
+/// The next fleet event (never, outside a fleet).
+async fn next_event(member: &mut Option<Member>) -> FleetEvent {
+    let Some(m) = member else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        Some(update) = m.updates.recv() => FleetEvent::Config(update),
+        Some(query) = m.purges.recv() => FleetEvent::Purge(query),
+        else => std::future::pending().await,
+    }
+}
+
+/// A purge another fleet member did, run on this instance's caches.
+fn purge(server: &Server, query: &str) {
+    let zones = server.cache_zones();
+    let done = crate::cache::admin::parse_purge(query)
+        .map_err(str::to_string)
+        .and_then(|p| crate::cache::admin::purge(&zones, &p));
+    match done {
+        Ok(n) => tracing::info!("cluster: purge {query:?} from the fleet: {n} keys"),
+        Err(e) => tracing::warn!("cluster: purge {query:?} from the fleet not done here: {e}"),
     }
 }
 

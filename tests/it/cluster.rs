@@ -491,3 +491,55 @@ fn bad_configs_are_refused_by_push_and_by_instances_with_their_errors_under_the_
         "the errors key stays"
     );
 }
+
+#[test]
+fn a_purge_on_one_instance_reaches_the_caches_of_the_others() {
+    use crate::cache::{get, reply};
+    use crate::support::Upstream;
+    let origin = Upstream::start(|_| reply("Cache-Control: max-age=600\r\n", "cached"));
+    let etcd = Etcd::start(1);
+    let fleet = Fleet::new(&etcd, &[0]);
+    let shared = format!(
+        "[upstreams.app]\nservers = [\"{}\"]\n[cache_zones.main]\nmemory = \"16m\"\n[[sites]]\ndefault = true\ncache = {{ zone = \"main\" }}\nroutes = [{{ location = \"/\", upstream = \"app\" }}]\n",
+        origin.addr
+    );
+    pushed(&fleet.push(&shared));
+    let a = fleet.instance("a", &etcd.endpoints(&[0]));
+    let b = fleet.instance("b", &etcd.endpoints(&[0]));
+    let c = fleet.instance("c", &etcd.endpoints(&[0]));
+    let hit = |i: &Running, path: &str| {
+        get(i.addr, path)
+            .header("Cache-Status")
+            .is_some_and(|s| s.contains("hit"))
+    };
+    for i in [&a, &b, &c] {
+        for path in ["/x", "/y"] {
+            assert_eq!(get(i.addr, path).status, 200);
+            assert!(hit(i, path), "{path} is not stored");
+        }
+    }
+    assert_eq!(origin.seen().len(), 6);
+
+    // Purged on a: gone from b and c too, and only that key.
+    let raw = crate::support::exchange_until_close(
+        a.admin.unwrap(),
+        b"POST /cache/purge?zone=main&key=http%3A%2F%2Fa%2Fx HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert!(
+        String::from_utf8_lossy(&raw).contains("{\"purged\":1}"),
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+    for i in [&b, &c] {
+        assert!(
+            eventually(|| i.logged("purge \"zone=main&key=")),
+            "{}",
+            i.log_text()
+        );
+    }
+    for i in [&a, &b, &c] {
+        assert!(!hit(i, "/x"), "/x is still stored after the purge");
+        assert!(hit(i, "/y"), "/y went too");
+    }
+    assert_eq!(origin.seen().len(), 9);
+}
