@@ -56,7 +56,7 @@ pub(super) fn spawn(setup: Setup) {
 fn watch(s: &Setup) {
     let key = config_key(&s.settings);
     let prefix = format!("{}/", s.settings.prefix);
-    let mut etcd = Etcd::new(&s.settings.endpoints, s.settings.credentials.clone());
+    let mut etcd = Etcd::new(&s.settings);
     let mut seen = s.watch_from;
     let mut backoff = Duration::from_millis(250);
     while !s.updates.is_closed() {
@@ -146,7 +146,7 @@ const PURGE_TTL: u64 = 600;
 
 /// The publisher's loop: each purge done here written for the others, under a lease.
 fn publish_purges(s: &Setup, done_here: &std::sync::mpsc::Receiver<String>) {
-    let mut etcd = Etcd::new(&s.settings.endpoints, s.settings.credentials.clone());
+    let mut etcd = Etcd::new(&s.settings);
     let prefix = purge_prefix(&s.settings);
     for (n, query) in done_here.iter().enumerate() {
         let record = serde_json::json!({ "origin": s.settings.name, "query": query }).to_string();
@@ -173,7 +173,7 @@ struct Published {
 
 /// The registrar's loop; it ends when the run loop has gone.
 fn register(s: &Setup) {
-    let mut etcd = Etcd::new(&s.settings.endpoints, s.settings.credentials.clone());
+    let mut etcd = Etcd::new(&s.settings);
     let mut last = Published {
         kept: -1,
         ..Published::default()

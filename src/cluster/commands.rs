@@ -25,7 +25,7 @@ pub fn push(local: &Path, file: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let own = std::fs::read_to_string(local).map_err(|e| format!("{}: {e}", local.display()))?;
     effective(&text, 0, &own, local, &settings)?;
-    let mut etcd = Etcd::new(&settings.endpoints, settings.credentials.clone());
+    let mut etcd = Etcd::new(&settings);
     let key = config_key(&settings);
     let revision = etcd.put(&key, text.as_bytes(), 0)?;
     Ok(format!(
@@ -38,7 +38,7 @@ pub fn push(local: &Path, file: &Path) -> Result<String, String> {
 pub fn fleet(local: &Path, json: bool) -> Result<String, String> {
     use std::fmt::Write;
     let settings = settings(local)?;
-    let mut etcd = Etcd::new(&settings.endpoints, settings.credentials.clone());
+    let mut etcd = Etcd::new(&settings);
     let (current, _) = etcd.get(&config_key(&settings))?;
     let current = current.map_or(0, |kv| kv.mod_revision);
     let parse = |v: &[u8]| serde_json::from_slice::<serde_json::Value>(v).unwrap_or_default();

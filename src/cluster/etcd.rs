@@ -3,11 +3,14 @@
 //! The gateway is part of every etcd since 3.4, so no gRPC stack or `protoc` is needed.
 
 use std::io::{BufRead, BufReader, Read};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use serde_json::{json, Value};
+
+use crate::config::cluster::{ClusterSettings, EtcdTls};
 
 /// How long one unary call may take, connect included.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
@@ -50,21 +53,24 @@ pub enum WatchEvent {
 }
 
 impl Etcd {
-    /// A client for these endpoints (`http://host:port`).
-    pub fn new(endpoints: &[String], credentials: Option<(String, String)>) -> Etcd {
+    /// A client for a fleet's endpoints, with its credentials and TLS settings.
+    pub fn new(settings: &ClusterSettings) -> Etcd {
+        let tls = tls_config(settings.tls.as_ref());
         let unary = ureq::Agent::config_builder()
             .timeout_global(Some(CALL_TIMEOUT))
             .http_status_as_error(false)
+            .tls_config(tls.clone())
             .build()
             .into();
         let streaming = ureq::Agent::config_builder()
             .timeout_connect(Some(CALL_TIMEOUT))
             .http_status_as_error(false)
+            .tls_config(tls)
             .build()
             .into();
         Etcd {
-            endpoints: endpoints.to_vec(),
-            credentials,
+            endpoints: settings.endpoints.clone(),
+            credentials: settings.credentials.clone(),
             token: None,
             current: 0,
             unary,
@@ -236,6 +242,44 @@ impl Etcd {
         }
         Err(last)
     }
+}
+
+/// rustls on aws-lc-rs (the provider the rest of slipstream uses), checking etcd's certificate
+/// against the CA given or the system's roots, with the client certificate if one is given.
+fn tls_config(tls: Option<&EtcdTls>) -> ureq::tls::TlsConfig {
+    use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let roots: Vec<Certificate<'static>> = match tls.and_then(|t| t.ca.as_deref()) {
+        Some(pem) => ureq::tls::parse_pem(pem)
+            .filter_map(|i| match i {
+                Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                _ => None,
+            })
+            .collect(),
+        None => rustls_native_certs::load_native_certs()
+            .certs
+            .iter()
+            .map(|c| Certificate::from_der(c.as_ref()).to_owned())
+            .collect(),
+    };
+    let identity = tls
+        .and_then(|t| t.identity.as_ref())
+        .and_then(|(chain, key)| {
+            let chain: Vec<Certificate<'static>> = ureq::tls::parse_pem(chain)
+                .filter_map(|i| match i {
+                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                    _ => None,
+                })
+                .collect();
+            let key = PrivateKey::from_pem(key).ok()?;
+            Some(ClientCert::new_with_certs(&chain, key))
+        });
+    TlsConfig::builder()
+        .provider(TlsProvider::Rustls)
+        .unversioned_rustls_crypto_provider(provider)
+        .root_certs(RootCerts::new_with_certs(&roots))
+        .client_cert(identity)
+        .build()
 }
 
 /// Reads a watch's stream of JSON messages, one per line (network input: fuzzed as

@@ -123,7 +123,7 @@ pub fn join(path: &Path, settings: ClusterSettings) -> Result<(Config, Member), 
     let local_text =
         std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     standing::activate();
-    let mut etcd = etcd::Etcd::new(&settings.endpoints, settings.credentials.clone());
+    let mut etcd = etcd::Etcd::new(&settings);
     let key = config_key(&settings);
     let mut notes = Vec::new();
     let (text, revision, read_at) = match etcd.get(&key) {

@@ -23,6 +23,9 @@ pub(super) struct FileCluster {
     username: Option<String>,
     password: Option<String>,
     state_dir: Option<Spanned<String>>,
+    ca: Option<Spanned<String>>,
+    cert: Option<Spanned<String>>,
+    key: Option<Spanned<String>>,
 }
 
 /// A fleet member's settings: how to reach etcd and under which keys the fleet lives.
@@ -38,6 +41,18 @@ pub struct ClusterSettings {
     pub credentials: Option<(String, String)>,
     /// Where the last good shared configuration is kept, to start and serve while etcd is down.
     pub state_dir: PathBuf,
+    /// TLS to etcd (`https://` endpoints), as etcdctl's `--cacert`, `--cert` and `--key`.
+    pub tls: Option<EtcdTls>,
+}
+
+/// TLS to etcd: the CA to check its certificate against (the system's roots without one) and
+/// this instance's client certificate when etcd asks for one (`--client-cert-auth`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// The CA's PEM.
+    pub ca: Option<Vec<u8>>,
+    /// The client certificate chain and key, as PEM.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// An instance's own file, read for its `[cluster]` section only (the rest is validated with the
@@ -94,13 +109,17 @@ impl Validator<'_> {
         let mut endpoints = Vec::new();
         for e in &c.etcd {
             let url = e.get_ref().trim_end_matches('/');
-            match url.strip_prefix("http://") {
-                Some(rest) if !rest.is_empty() && !rest.contains('/') => endpoints.push(url.to_string()),
-                _ if url.starts_with("https://") => self.error(
+            let rest = url
+                .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"));
+            match rest {
+                Some(rest) if !rest.is_empty() && !rest.contains('/') => {
+                    endpoints.push(url.to_string());
+                }
+                _ => self.error(
                     e.span().start,
-                    "etcd over TLS is not supported yet: use http:// to etcd on loopback or a private network",
+                    "an etcd endpoint is http://HOST:PORT or https://HOST:PORT",
                 ),
-                _ => self.error(e.span().start, "an etcd endpoint is http://HOST:PORT"),
             }
         }
         let prefix = c.prefix.get_ref().trim_end_matches('/').to_string();
@@ -130,12 +149,62 @@ impl Validator<'_> {
             || PathBuf::from(DEFAULT_CLUSTER_STATE_DIR),
             |d| self.relative(d.get_ref()),
         );
+        let tls = self.etcd_tls(c, &endpoints);
         Some(ClusterSettings {
             endpoints,
             prefix,
             name,
             credentials,
             state_dir,
+            tls,
+        })
+    }
+}
+
+impl Validator<'_> {
+    /// `ca`, `cert` and `key`, read and checked now (a file that does not read refuses the
+    /// config, not the first call to etcd).
+    fn etcd_tls(&mut self, c: &FileCluster, endpoints: &[String]) -> Option<EtcdTls> {
+        let https = endpoints.iter().any(|e| e.starts_with("https://"));
+        let mut pem = |v: &Option<Spanned<String>>, marker: &str| {
+            let v = v.as_ref()?;
+            let path = self.relative(v.get_ref());
+            match std::fs::read(&path) {
+                Ok(b) if b.windows(marker.len()).any(|w| w == marker.as_bytes()) => Some(b),
+                Ok(_) => {
+                    self.error(
+                        v.span().start,
+                        format!("{}: no {marker} in it", path.display()),
+                    );
+                    None
+                }
+                Err(e) => {
+                    self.error(v.span().start, format!("{}: {e}", path.display()));
+                    None
+                }
+            }
+        };
+        let ca = pem(&c.ca, "-----BEGIN CERTIFICATE-----");
+        let cert = pem(&c.cert, "-----BEGIN CERTIFICATE-----");
+        let key = pem(&c.key, "PRIVATE KEY-----");
+        let given = c.ca.as_ref().or(c.cert.as_ref()).or(c.key.as_ref());
+        if let Some(at) = given.filter(|_| !https) {
+            self.error(
+                at.span().start,
+                "ca, cert and key are for https:// etcd endpoints",
+            );
+        }
+        if c.cert.is_some() != c.key.is_some() {
+            let at = c
+                .cert
+                .as_ref()
+                .or(c.key.as_ref())
+                .map_or(0, |v| v.span().start);
+            self.error(at, "cert and key go together");
+        }
+        https.then_some(EtcdTls {
+            ca,
+            identity: cert.zip(key),
         })
     }
 }

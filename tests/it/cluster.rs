@@ -17,6 +17,8 @@ use crate::support::{eventually, free_port, http_client, temp_path, Running, BIN
 struct Etcd {
     members: Vec<EtcdMember>,
     token: String,
+    /// Client TLS flags for every member (`--cert-file ...`), with `https` client URLs.
+    tls: Vec<String>,
 }
 
 struct EtcdMember {
@@ -30,6 +32,12 @@ struct EtcdMember {
 impl Etcd {
     /// `n` members, started and answering.
     fn start(n: usize) -> Etcd {
+        Etcd::start_with(n, Vec::new())
+    }
+
+    /// `n` members serving clients over TLS with `tls` flags (not waited for: the test's own
+    /// client speaks plain HTTP).
+    fn start_with(n: usize, tls: Vec<String>) -> Etcd {
         let token = format!("it-{}-{}", std::process::id(), free_port());
         let members = (0..n)
             .map(|i| EtcdMember {
@@ -40,12 +48,18 @@ impl Etcd {
                 child: None,
             })
             .collect();
-        let mut etcd = Etcd { members, token };
+        let mut etcd = Etcd {
+            members,
+            token,
+            tls,
+        };
         for i in 0..n {
             etcd.run(i, "new");
         }
-        for i in 0..n {
-            etcd.wait_healthy(i);
+        if etcd.tls.is_empty() {
+            for i in 0..n {
+                etcd.wait_healthy(i);
+            }
         }
         etcd
     }
@@ -57,7 +71,8 @@ impl Etcd {
             .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
             .collect();
         let m = &mut self.members[i];
-        let client = format!("http://127.0.0.1:{}", m.client);
+        let scheme = if self.tls.is_empty() { "http" } else { "https" };
+        let client = format!("{scheme}://127.0.0.1:{}", m.client);
         let peer = format!("http://127.0.0.1:{}", m.peer);
         let child = Command::new("etcd")
             .args(["--name", &m.name, "--data-dir", m.dir.to_str().unwrap()])
@@ -76,6 +91,7 @@ impl Etcd {
             .args(["--initial-cluster", &cluster.join(",")])
             .args(["--initial-cluster-token", &self.token])
             .args(["--initial-cluster-state", state])
+            .args(&self.tls)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -115,7 +131,8 @@ impl Etcd {
     }
 
     fn url(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.members[i].client)
+        let scheme = if self.tls.is_empty() { "http" } else { "https" };
+        format!("{scheme}://127.0.0.1:{}", self.members[i].client)
     }
 
     /// The `etcd = [...]` value naming the members `which`.
@@ -179,6 +196,8 @@ impl Drop for Etcd {
 struct Fleet {
     prefix: String,
     endpoints: String,
+    /// More lines for each `[cluster]` section (credentials, TLS files).
+    extra: String,
 }
 
 impl Fleet {
@@ -186,6 +205,7 @@ impl Fleet {
         Fleet {
             prefix: format!("/slipstream/it-{}", free_port()),
             endpoints: etcd.endpoints(which),
+            extra: String::new(),
         }
     }
 
@@ -196,9 +216,10 @@ impl Fleet {
             self.prefix.replace('/', "_")
         ));
         format!(
-            "admin = \"{{admin}}\"\n[[listen]]\naddress = \"{{listen}}\"\n[cluster]\netcd = {endpoints}\nprefix = \"{}\"\nname = \"{name}\"\nstate_dir = \"{}\"\n",
+            "admin = \"{{admin}}\"\n[[listen]]\naddress = \"{{listen}}\"\n[cluster]\netcd = {endpoints}\nprefix = \"{}\"\nname = \"{name}\"\nstate_dir = \"{}\"\n{}",
             self.prefix,
-            state.display()
+            state.display(),
+            self.extra
         )
     }
 
@@ -542,4 +563,117 @@ fn a_purge_on_one_instance_reaches_the_caches_of_the_others() {
         assert!(hit(i, "/y"), "/y went too");
     }
     assert_eq!(origin.seen().len(), 9);
+}
+
+/// A CA, etcd's server certificate (for 127.0.0.1) and a client certificate, as PEM files.
+fn etcd_pki() -> PathBuf {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let dir = temp_path(&format!("etcd-pki-{}", free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "etcd test CA");
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    for (name, san) in [("server", "127.0.0.1"), ("client", "slipstream")] {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec![san.to_string()]).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, san);
+        let cert = params.signed_by(&key, &ca).unwrap();
+        std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn etcd_over_tls_with_a_client_certificate() {
+    let pki = etcd_pki();
+    let file = |f: &str| pki.join(f).display().to_string();
+    let flags = vec![
+        "--cert-file".to_string(),
+        file("server.pem"),
+        "--key-file".to_string(),
+        file("server.key"),
+        "--trusted-ca-file".to_string(),
+        file("ca.pem"),
+        "--client-cert-auth".to_string(),
+    ];
+    let etcd = Etcd::start_with(1, flags);
+    let mut fleet = Fleet::new(&etcd, &[0]);
+    // Without the client certificate etcd refuses the handshake.
+    fleet.extra = format!("ca = \"{}\"\n", file("ca.pem"));
+    let refused = fleet.push_answering("A");
+    assert!(!refused.status.success());
+    fleet.extra.push_str(&format!(
+        "cert = \"{}\"\nkey = \"{}\"\n",
+        file("client.pem"),
+        file("client.key")
+    ));
+    assert!(
+        eventually(|| fleet.push_answering("A").status.success()),
+        "no push over TLS"
+    );
+    let a = fleet.instance("a", &etcd.endpoints(&[0]));
+    all_serve(&[&a], "A");
+    pushed(&fleet.push_answering("B"));
+    all_serve(&[&a], "B");
+    // The wrong CA: etcd's certificate is refused.
+    fleet.extra = fleet.extra.replace(&file("ca.pem"), &file("server.pem"));
+    let out = fleet.push_answering("C");
+    assert!(!out.status.success(), "a push trusted the wrong CA");
+    assert_eq!(body_at(a.addr), "B");
+}
+
+#[test]
+fn etcd_with_authentication_takes_the_users_credentials() {
+    let etcd = Etcd::start(1);
+    for (path, body) in [
+        ("/v3/auth/role/add", "{\"name\":\"root\"}"),
+        (
+            "/v3/auth/user/add",
+            "{\"name\":\"root\",\"password\":\"s3cret\"}",
+        ),
+        (
+            "/v3/auth/user/grant",
+            "{\"user\":\"root\",\"role\":\"root\"}",
+        ),
+        ("/v3/auth/enable", "{}"),
+    ] {
+        let answer = etcd.call(0, path, body);
+        assert!(answer.get("error").is_none(), "{path}: {answer}");
+    }
+    let mut fleet = Fleet::new(&etcd, &[0]);
+    let out = fleet.push_answering("A");
+    assert!(
+        !out.status.success(),
+        "etcd took a push without credentials"
+    );
+    fleet.extra = "username = \"root\"\npassword = \"wrong\"\n".to_string();
+    let out = fleet.push_answering("A");
+    assert!(!out.status.success(), "etcd took a wrong password");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("etcd"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fleet.extra = "username = \"root\"\npassword = \"s3cret\"\n".to_string();
+    pushed(&fleet.push_answering("A"));
+    let a = fleet.instance("a", &etcd.endpoints(&[0]));
+    all_serve(&[&a], "A");
+    pushed(&fleet.push_answering("B"));
+    all_serve(&[&a], "B");
+    let fleet_out = Command::new(BIN)
+        .args(["fleet", "-c", a.config.as_ref().unwrap().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        fleet_out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fleet_out.stderr)
+    );
 }
