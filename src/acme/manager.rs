@@ -6,7 +6,6 @@
 //! the certificate already served keeps serving meanwhile.
 
 use std::borrow::Cow;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -280,6 +279,7 @@ async fn run(
         let wait = Duration::from_secs(wake.saturating_sub(now()).clamp(0, 86_400) as u64);
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
+            () = super::shared::CHANGED.notified() => take_stored(&state, &mut certs),
             update = updates.recv() => match update {
                 Some(p) => {
                     if p.settings.directory != settings.directory || p.settings.ca_root != settings.ca_root {
@@ -294,6 +294,19 @@ async fn run(
             _ = &mut stopped => return,
         }
     }
+}
+
+/// Serves what another instance of the fleet stored for these certificates.
+fn take_stored(state: &StateDir, certs: &mut [Managed]) {
+    for m in certs.iter_mut() {
+        if let Ok(Some(s)) = state.read_cert(&m.names[0]) {
+            if m.usable(&s) && !same(m.stored.as_ref(), &s) {
+                tracing::info!("ACME: {} taken from the fleet's store", m.names.join(", "));
+                m.serve(s);
+            }
+        }
+    }
+    super::publish(certs.iter().map(|m| m.status.clone()).collect());
 }
 
 /// A reload's certificates, keeping the counts and backoff of those with the same names.
@@ -468,11 +481,7 @@ async fn order(
         let key_authorization = challenge.key_authorization();
         match settings.challenge {
             Challenge::Http01 => {
-                answers.http(
-                    &challenge.token,
-                    key_authorization.as_str(),
-                    &state.tokens_dir(),
-                );
+                answers.http(state, &challenge.token, key_authorization.as_str());
                 // Other instances sharing the state directory (the CA may reach any of
                 // them) read the answer within one scan.
                 tokio::time::sleep(super::SHARED_TOKEN_SCAN * 2).await;
@@ -606,19 +615,28 @@ struct Answers {
     tokens: Vec<String>,
     names: Vec<String>,
     shared: Option<std::path::PathBuf>,
+    /// The answers' keys in a fleet's shared store.
+    keys: Vec<String>,
 }
 
 impl Answers {
-    /// Publishes an HTTP-01 answer, also in the state directory for the other instances.
-    fn http(&mut self, token: &str, key_authorization: &str, shared: &Path) {
+    /// Publishes an HTTP-01 answer, also in the state directory and the fleet's store for the
+    /// other instances.
+    fn http(&mut self, state: &StateDir, token: &str, key_authorization: &str) {
         super::set_http01(token, Some(key_authorization.to_string()));
         if !super::well_formed_token(token) {
             // Answered from memory only: never a file name made of what a CA sent.
             return;
         }
+        let shared = state.tokens_dir();
         let _ = super::state::write_atomically(&shared.join(token), key_authorization.as_bytes());
+        let key = state.token_key(token);
+        if let Err(e) = super::shared::publish(&key, key_authorization.as_bytes()) {
+            tracing::warn!("ACME: the HTTP-01 answer did not reach the fleet's store: {e}");
+        }
+        self.keys.push(key);
         self.tokens.push(token.to_string());
-        self.shared = Some(shared.to_path_buf());
+        self.shared = Some(shared);
     }
 
     fn alpn(&mut self, name: &str, key: Arc<CertifiedKey>) {
@@ -637,6 +655,9 @@ impl Drop for Answers {
         }
         for n in &self.names {
             super::set_alpn(n, None);
+        }
+        for k in &self.keys {
+            super::shared::withdraw(k);
         }
     }
 }

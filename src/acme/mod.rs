@@ -7,6 +7,7 @@
 //! by every worker at its next handshake, without a reload.
 
 pub mod manager;
+pub mod shared;
 pub mod state;
 
 use std::collections::HashMap;

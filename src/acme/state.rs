@@ -21,6 +21,23 @@ use rustls::sign::CertifiedKey;
 #[derive(Debug, Clone)]
 pub struct StateDir {
     root: PathBuf,
+    /// The CA's folder name: also the keys' prefix in a fleet's shared store.
+    folder: String,
+}
+
+/// A certificate's lock, held while it is ordered: the state directory's lock file, and the
+/// fleet's lock when there is a fleet. Released when dropped.
+pub struct Lock {
+    _file: File,
+    release: Option<super::shared::Release>,
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            release();
+        }
+    }
 }
 
 /// A certificate read back from the state directory.
@@ -41,7 +58,8 @@ pub struct Stored {
 impl StateDir {
     /// The folder for `directory` (the CA's directory URL) under `state_dir`, created 0700.
     pub fn open(state_dir: &Path, directory: &str) -> Result<StateDir, String> {
-        let root = state_dir.join(folder_name(directory));
+        let folder = folder_name(directory);
+        let root = state_dir.join(&folder);
         let mut dirs = std::fs::DirBuilder::new();
         dirs.recursive(true).mode(0o700);
         dirs.create(root.join("certs"))
@@ -52,7 +70,7 @@ impl StateDir {
                     root.display()
                 )
             })?;
-        Ok(StateDir { root })
+        Ok(StateDir { root, folder })
     }
 
     /// Where the account's credentials are kept.
@@ -74,6 +92,8 @@ impl StateDir {
     /// cannot be read back is an error naming it.
     pub fn read_account(&self) -> Result<Option<instant_acme::AccountCredentials>, String> {
         let path = self.account_path();
+        // The fleet's account is the one: every instance uses the first one created.
+        super::shared::mirror(&format!("{}/account.json", self.folder), &path, |_, _| true)?;
         match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
                 format!(
@@ -92,13 +112,15 @@ impl StateDir {
         credentials: &instant_acme::AccountCredentials,
     ) -> Result<(), String> {
         let json = serde_json::to_vec_pretty(credentials).map_err(|e| e.to_string())?;
-        write_atomically(&self.account_path(), &json)
+        write_atomically(&self.account_path(), &json)?;
+        super::shared::publish(&format!("{}/account.json", self.folder), &json)
     }
 
     /// The stored certificate named `name`: `None` when there is none; an error naming the
     /// file when one does not read back (a broken chain, a key that is not its key).
     pub fn read_cert(&self, name: &str) -> Result<Option<Stored>, String> {
         let path = self.cert_path(name);
+        super::shared::mirror(&self.cert_key(name), &path, later_expiry)?;
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -118,12 +140,35 @@ impl StateDir {
         both.push_str(chain_pem.trim_end());
         both.push('\n');
         both.push_str(key_pem);
-        write_atomically(&self.cert_path(name), both.as_bytes())
+        write_atomically(&self.cert_path(name), both.as_bytes())?;
+        super::shared::publish(&self.cert_key(name), both.as_bytes())
     }
 
-    /// Takes the lock of the certificate named `name` without waiting; `None` while another
-    /// process holds it. Released when the returned file is dropped.
-    pub fn try_lock(&self, name: &str) -> Result<Option<File>, String> {
+    /// The certificate's key in a fleet's shared store.
+    fn cert_key(&self, name: &str) -> String {
+        format!("{}/certs/{name}.pem", self.folder)
+    }
+
+    /// The HTTP-01 answer's key in a fleet's shared store.
+    pub fn token_key(&self, token: &str) -> String {
+        format!("{}/http-01/{token}", self.folder)
+    }
+
+    /// Takes the lock of the certificate named `name` without waiting: the lock file, then the
+    /// fleet's lock; `None` while another process or instance holds either. Released when the
+    /// returned lock is dropped.
+    pub fn try_lock(&self, name: &str) -> Result<Option<Lock>, String> {
+        let Some(file) = self.try_lock_file(name)? else {
+            return Ok(None);
+        };
+        let release = super::shared::lock(&format!("{}/locks/{name}", self.folder))?;
+        Ok(release.map(|r| Lock {
+            _file: file,
+            release: Some(r),
+        }))
+    }
+
+    fn try_lock_file(&self, name: &str) -> Result<Option<File>, String> {
         let path = self.root.join(format!("{name}.lock"));
         let file = OpenOptions::new()
             .create(true)
@@ -180,6 +225,20 @@ pub fn from_pem(chain_pem: &str, key_pem: &str) -> Result<Stored, String> {
         e => e.to_string(),
     })?;
     describe(Arc::new(key), &leaf)
+}
+
+/// Whether the certificate file `a` expires after `b`. Neither is later when one does not read
+/// back: a broken file is refused with its path, never replaced.
+fn later_expiry(a: &[u8], b: &[u8]) -> bool {
+    let expiry = |pem: &[u8]| {
+        let text = String::from_utf8_lossy(pem);
+        from_pem(&text, &text).ok().map(|s| s.not_after)
+    };
+    match (expiry(a), expiry(b)) {
+        (Some(a), Some(b)) => a > b,
+        (Some(_), None) => false,
+        (None, _) => false,
+    }
 }
 
 /// The folder of one CA: its directory URL without the scheme, every character other than a

@@ -71,12 +71,16 @@ fn watch(s: &Setup) {
                         apply(s, &String::from_utf8_lossy(&kv.value), kv.mod_revision);
                     } else if kv.key.starts_with(purge_prefix(&s.settings).as_bytes()) {
                         purge(s, &kv.value);
+                    } else {
+                        super::acme_store::seen(&s.settings, &kv.key, Some(&kv.value));
                     }
                 }
                 WatchEvent::Delete(deleted, revision) => {
                     seen = revision;
                     if deleted == key.as_bytes() {
                         tracing::warn!("cluster: {key} was deleted: the running config stays");
+                    } else {
+                        super::acme_store::seen(&s.settings, &deleted, None);
                     }
                 }
                 WatchEvent::Compacted(_) => compacted = true,
@@ -254,6 +258,6 @@ fn publish(s: &Setup, etcd: &mut Etcd, last: &mut Published) -> Result<(), Strin
 
 /// Waits on a cluster thread.
 #[allow(clippy::disallowed_methods)] // the cluster's own threads, never a worker
-fn pause(d: Duration) {
+pub(super) fn pause(d: Duration) {
     std::thread::sleep(d);
 }

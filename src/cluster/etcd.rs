@@ -184,6 +184,23 @@ impl Etcd {
             .map(drop)
     }
 
+    /// Writes `key` (bound to `lease`) only if it does not exist: `false` when it does.
+    pub fn create(&mut self, key: &str, value: &[u8], lease: i64) -> Result<bool, String> {
+        let key = B64.encode(key);
+        let body = json!({
+            "compare": [{ "key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
+            "success": [{ "request_put": { "key": key, "value": B64.encode(value), "lease": lease.to_string() } }],
+        });
+        let answer = self.call("/v3/kv/txn", &body)?;
+        Ok(answer["succeeded"].as_bool() == Some(true))
+    }
+
+    /// Ends `lease` now: the keys written with it go.
+    pub fn revoke(&mut self, lease: i64) -> Result<(), String> {
+        self.call("/v3/lease/revoke", &json!({ "ID": lease.to_string() }))
+            .map(drop)
+    }
+
     /// A lease of `ttl` seconds; keys written with it go when it is not kept alive.
     pub fn grant(&mut self, ttl: u64) -> Result<i64, String> {
         let answer = self.call("/v3/lease/grant", &json!({ "TTL": ttl.to_string() }))?;

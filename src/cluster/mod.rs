@@ -2,11 +2,13 @@
 //! instance's own file holds `[cluster]` and its own settings; the shared TOML lives under
 //! `PREFIX/config`. Each top-level key of the own file replaces the shared one (its `[[listen]]`,
 //! `admin`, `pid_file`, logs), and the result is validated by the same code as a file. Off the
-//! workers: `agent.rs` watches the key and registers the instance under a lease, `etcd.rs`
+//! workers: `agent.rs` watches the prefix and registers the instance under a lease,
+//! `acme_store.rs` keeps the fleet's ACME state and order locks in etcd, `etcd.rs`
 //! speaks etcd's JSON gateway, `commands.rs` is `slipstream config push` and `slipstream fleet`.
 //! A validated configuration reaches the run loop, which swaps it in as a reload does; the last
 //! one served is kept on disk, so an instance starts and serves while etcd is down.
 
+mod acme_store;
 mod agent;
 pub mod commands;
 pub mod etcd;
@@ -123,6 +125,7 @@ pub fn join(path: &Path, settings: ClusterSettings) -> Result<(Config, Member), 
     let local_text =
         std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     standing::activate();
+    crate::acme::shared::share_with(acme_store::store(settings.clone()));
     let mut etcd = etcd::Etcd::new(&settings);
     let key = config_key(&settings);
     let mut notes = Vec::new();

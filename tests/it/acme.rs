@@ -16,14 +16,14 @@ use crate::support::*;
 use crate::tls::TestPki;
 
 /// pebble and its DNS server, for one test.
-struct Pebble {
+pub(crate) struct Pebble {
     _pebble: Killed,
     _dns: Killed,
     log: Arc<Mutex<Vec<String>>>,
     /// The directory URL.
-    url: String,
+    pub(crate) url: String,
     /// The PEM root pebble's HTTPS is signed by (the test CA).
-    ca_root: String,
+    pub(crate) ca_root: String,
     management: SocketAddr,
     dir: std::path::PathBuf,
 }
@@ -44,7 +44,7 @@ fn go_tool(name: &str) -> String {
 impl Pebble {
     /// Starts pebble validating HTTP-01 on `http_port` and TLS-ALPN-01 on `tls_port`, with
     /// certificates valid for `validity` seconds.
-    fn start(name: &str, http_port: u16, tls_port: u16, validity: u64) -> Pebble {
+    pub(crate) fn start(name: &str, http_port: u16, tls_port: u16, validity: u64) -> Pebble {
         let pki = TestPki::new(&format!("acme-{name}-pki"));
         let dir = temp_path(&format!("acme-{name}"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -108,7 +108,7 @@ impl Pebble {
     }
 
     /// Orders pebble has taken.
-    fn orders(&self) -> usize {
+    pub(crate) fn orders(&self) -> usize {
         self.lines_with("Added order")
     }
 
@@ -122,7 +122,7 @@ impl Pebble {
     }
 
     /// The root pebble issues under (fetched from its management port: new at every start).
-    fn issuing_root(&self) -> String {
+    pub(crate) fn issuing_root(&self) -> String {
         let url = format!("https://localhost:{}/roots/0", self.management.port());
         let out = Command::new("curl")
             .args(["-sS", "--cacert", &self.ca_root, &url])
@@ -137,7 +137,7 @@ impl Pebble {
 
 /// `openssl s_client` to `addr` with SNI `name`, verifying against `root`: the leaf's serial
 /// when the chain verifies, `None` otherwise.
-fn verified_serial(addr: SocketAddr, name: &str, root: &str) -> Option<String> {
+pub(crate) fn verified_serial(addr: SocketAddr, name: &str, root: &str) -> Option<String> {
     let out = Command::new("openssl")
         .args([
             "s_client",

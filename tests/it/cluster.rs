@@ -198,6 +198,8 @@ struct Fleet {
     endpoints: String,
     /// More lines for each `[cluster]` section (credentials, TLS files).
     extra: String,
+    /// More listeners for each own file, after `{listen}`'s.
+    listeners: String,
 }
 
 impl Fleet {
@@ -206,6 +208,7 @@ impl Fleet {
             prefix: format!("/slipstream/it-{}", free_port()),
             endpoints: etcd.endpoints(which),
             extra: String::new(),
+            listeners: String::new(),
         }
     }
 
@@ -216,7 +219,8 @@ impl Fleet {
             self.prefix.replace('/', "_")
         ));
         format!(
-            "admin = \"{{admin}}\"\n[[listen]]\naddress = \"{{listen}}\"\n[cluster]\netcd = {endpoints}\nprefix = \"{}\"\nname = \"{name}\"\nstate_dir = \"{}\"\n{}",
+            "admin = \"{{admin}}\"\n[[listen]]\naddress = \"{{listen}}\"\n{}[cluster]\netcd = {endpoints}\nprefix = \"{}\"\nname = \"{name}\"\nstate_dir = \"{}\"\n{}",
+            self.listeners,
             self.prefix,
             state.display(),
             self.extra
@@ -676,4 +680,81 @@ fn etcd_with_authentication_takes_the_users_credentials() {
         "{}",
         String::from_utf8_lossy(&fleet_out.stderr)
     );
+}
+
+#[test]
+fn instances_racing_for_a_name_make_one_acme_order_through_etcd() {
+    use crate::acme::{verified_serial, Pebble};
+    use crate::support::within;
+    let upstream = crate::support::Upstream::ok(b"app");
+    let (plain_port, tls_port) = (free_port(), free_port());
+    let plain: SocketAddr = ([127, 0, 0, 1], plain_port).into();
+    let tls: SocketAddr = ([127, 0, 0, 1], tls_port).into();
+    let pebble = Pebble::start("fleet", plain_port, tls_port, 7_776_000);
+    let etcd = Etcd::start(1);
+    let mut fleet = Fleet::new(&etcd, &[0]);
+    // Every instance on the same ports (SO_REUSEPORT): the CA's check reaches any of them. Each
+    // keeps its ACME state beside its own file (a relative state_dir), so only etcd is shared.
+    fleet.listeners =
+        format!("shared = true\n[[listen]]\naddress = \"{tls}\"\ntls = true\nshared = true\n");
+    let shared = format!(
+        "[acme]\ndirectory = \"{}\"\nca_root = \"{}\"\nemail = \"ops@a.test\"\nstate_dir = \"acme-state\"\nchallenge = \"http-01\"\n\
+         [upstreams.app]\nservers = [\"{}\"]\n[[sites]]\nhosts = [\"a.test\", \"www.a.test\"]\nacme = true\nroutes = [{{ path = \"/\", upstream = \"app\" }}]\n",
+        pebble.url, pebble.ca_root, upstream.addr
+    );
+    pushed(&fleet.push(&shared));
+    let instances: Vec<Running> = ["a", "b", "c"]
+        .iter()
+        .map(|name| {
+            let dir = format!("fleet-acme-{}-{name}", free_port());
+            std::fs::create_dir_all(temp_path(&dir)).unwrap();
+            let own = fleet.own(name, &etcd.endpoints(&[0]));
+            Running::config_on(&format!("{dir}/own.toml"), &own, plain)
+        })
+        .collect();
+    for i in &instances {
+        let got = || {
+            i.logged("ACME: certificate for a.test, www.a.test obtained")
+                || i.logged("taken from the fleet's store")
+        };
+        assert!(within(60, got), "{}", i.log_text());
+    }
+    assert_eq!(
+        pebble.orders(),
+        1,
+        "{}",
+        instances
+            .iter()
+            .map(Running::log_text)
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    );
+    let root = pebble.issuing_root();
+    let serials: std::collections::HashSet<String> = (0..12)
+        .map(|_| verified_serial(tls, "a.test", &root).expect("verifies"))
+        .collect();
+    assert_eq!(serials.len(), 1, "{serials:?}");
+    // The certificate and its key are in etcd, for instances that join later.
+    let folder: String = pebble
+        .url
+        .split_once("://")
+        .unwrap()
+        .1
+        .trim_end_matches('/')
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let stored = etcd
+        .get(
+            0,
+            &format!("{}/acme/{folder}/certs/a.test.pem", fleet.prefix),
+        )
+        .expect("the certificate is in etcd");
+    assert!(stored.contains("BEGIN CERTIFICATE") && stored.contains("PRIVATE KEY"));
 }
