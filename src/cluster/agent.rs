@@ -1,4 +1,4 @@
-//! The cluster's two threads, off the workers. The watcher follows `PREFIX/config` from the
+//! The cluster's threads, off the workers. The watcher follows `PREFIX/config` from the
 //! revision read at start: each new revision goes to the run loop, which validates it over the own
 //! file and swaps it in or refuses it; a watch cancelled by compaction reads the key again and watches on; a
 //! broken one reconnects with backoff from the last revision seen, so nothing is missed. The
@@ -8,9 +8,9 @@
 //! to the run loop.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::etcd::{Etcd, WatchEvent};
+use super::etcd::{Etcd, WatchEvent, WATCH_LIFETIME};
 use super::{config_key, errors_key, instance_key, keep, lock, Served, Update};
 use crate::config::cluster::ClusterSettings;
 use crate::observe::cluster as standing;
@@ -31,6 +31,8 @@ pub(super) struct Setup {
     pub purges: tokio::sync::mpsc::UnboundedSender<String>,
     pub addresses: Vec<String>,
     pub admin: Option<String>,
+    /// This process among the fleet's, for the purges it publishes (names may repeat).
+    pub origin: String,
 }
 
 /// Starts the watcher, the registrar and the purge publisher.
@@ -51,29 +53,27 @@ pub(super) fn spawn(setup: Setup) {
         .spawn(move || register(&setup));
 }
 
-/// The watcher's loop over everything under the prefix (the configuration and the purges); it
-/// ends when the run loop has gone.
+/// The watcher's loop over everything under the prefix (the configuration, purges, ACME
+/// state); it ends when the run loop has gone.
 fn watch(s: &Setup) {
     let key = config_key(&s.settings);
     let prefix = format!("{}/", s.settings.prefix);
     let mut etcd = Etcd::new(&s.settings);
     let mut seen = s.watch_from;
-    let mut backoff = Duration::from_millis(250);
+    let mut backoff = FIRST_BACKOFF;
+    // When the watch last showed it had delivered everything up to `seen`.
+    let mut caught_up = Instant::now();
+    let mut warned = false;
     while !s.updates.is_closed() {
         let mut compacted = false;
+        let mut created = false;
+        let opened = Instant::now();
         let result = etcd.watch(&prefix, seen + 1, |event| {
-            standing::set_connected(true);
             match event {
-                WatchEvent::Created => {}
+                WatchEvent::Created => created = true,
                 WatchEvent::Put(kv) => {
                     seen = kv.mod_revision;
-                    if kv.key == key.as_bytes() {
-                        apply(s, &String::from_utf8_lossy(&kv.value), kv.mod_revision);
-                    } else if kv.key.starts_with(purge_prefix(&s.settings).as_bytes()) {
-                        purge(s, &kv.value);
-                    } else {
-                        super::acme_store::seen(&s.settings, &kv.key, Some(&kv.value));
-                    }
+                    put_seen(s, &key, &kv);
                 }
                 WatchEvent::Delete(deleted, revision) => {
                     seen = revision;
@@ -83,42 +83,85 @@ fn watch(s: &Setup) {
                         super::acme_store::seen(&s.settings, &deleted, None);
                     }
                 }
+                WatchEvent::Progress(revision) => {
+                    seen = seen.max(revision);
+                    caught_up = Instant::now();
+                }
                 WatchEvent::Compacted(_) => compacted = true,
             }
             !compacted && !s.updates.is_closed()
         });
+        let lived = opened.elapsed();
         if compacted {
-            // What was missed is gone from etcd's history: read the key as it is now, and
-            // since purges may be among what was missed, empty the caches.
-            tracing::info!(
-                "cluster: etcd compacted the revisions after {seen}: reading {key} again and emptying the caches (purges may have been missed)"
-            );
-            let _ = s.purges.send("prefix=".to_string());
-            match etcd.get(&key) {
-                Ok((kv, at)) => {
-                    if let Some(kv) = kv.filter(|kv| kv.mod_revision > seen) {
-                        apply(s, &String::from_utf8_lossy(&kv.value), kv.mod_revision);
-                    }
-                    seen = at;
-                    backoff = Duration::from_millis(250);
-                    continue;
-                }
-                Err(e) => tracing::warn!("cluster: reading {key} after a compaction: {e}"),
+            if catch_up(s, &mut etcd, &key, &mut seen, caught_up) {
+                caught_up = Instant::now();
+                backoff = FIRST_BACKOFF;
+                continue;
             }
+        } else if created && lived + Duration::from_secs(2) >= WATCH_LIFETIME {
+            // The watch's time was up: open the next one at once.
+            caught_up = Instant::now();
+            backoff = FIRST_BACKOFF;
+            continue;
         } else if let Err(e) = result {
-            if standing::connected() {
-                tracing::warn!(
-                    "cluster: the watch of {prefix} broke ({e}): retrying; the running config stays"
-                );
+            if !warned {
+                tracing::warn!("cluster: the watch of {prefix} broke ({e}): retrying; the running config stays");
+                warned = true;
             }
             standing::set_connected(false);
         }
-        pause(backoff + Duration::from_millis(fastrand::u64(0..=backoff.as_millis() as u64 / 2)));
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-        if standing::connected() {
-            backoff = Duration::from_millis(250);
+        if created && lived >= Duration::from_secs(1) {
+            // It worked for a while: the next failure starts the backoff again.
+            backoff = FIRST_BACKOFF;
+            warned = false;
         }
+        let jitter = Duration::from_millis(fastrand::u64(0..=backoff.as_millis() as u64 / 2));
+        pause((backoff + jitter).min(MAX_BACKOFF));
+        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// The first wait after a broken watch.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+
+/// A key written under the prefix: the configuration, a purge, or ACME state.
+fn put_seen(s: &Setup, key: &str, kv: &super::etcd::KeyValue) {
+    if kv.key == key.as_bytes() {
+        apply(s, &String::from_utf8_lossy(&kv.value), kv.mod_revision);
+    } else if kv.key.starts_with(purge_prefix(&s.settings).as_bytes()) {
+        purge(s, &kv.value);
+    } else {
+        super::acme_store::seen(&s.settings, &kv.key, Some(&kv.value));
+    }
+}
+
+/// After etcd compacted away the revisions the watch asked for: the configuration read as it
+/// is now, and the purges missed run from their records (they live `PURGE_TTL`); when the watch
+/// was behind longer than that, the caches are emptied instead. `false` when etcd did not
+/// answer (the caller retries).
+fn catch_up(s: &Setup, etcd: &mut Etcd, key: &str, seen: &mut i64, caught_up: Instant) -> bool {
+    tracing::info!("cluster: etcd compacted the revisions after {seen}: reading {key} again");
+    let (config, purges) = match (etcd.get(key), etcd.list(&purge_prefix(&s.settings))) {
+        (Ok(config), Ok(purges)) => (config, purges),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!("cluster: reading {key} after a compaction: {e}");
+            return false;
+        }
+    };
+    let (kv, at) = config;
+    if let Some(kv) = kv.filter(|kv| kv.mod_revision > *seen) {
+        apply(s, &String::from_utf8_lossy(&kv.value), kv.mod_revision);
+    }
+    if caught_up.elapsed() + Duration::from_secs(60) < Duration::from_secs(PURGE_TTL) {
+        for p in purges.iter().filter(|p| p.mod_revision > *seen) {
+            purge(s, &p.value);
+        }
+    } else {
+        tracing::info!("cluster: behind for longer than a purge is kept: emptying the caches");
+        let _ = s.purges.send("prefix=".to_string());
+    }
+    *seen = at;
+    true
 }
 
 /// One revision of the shared configuration, sent to the run loop.
@@ -140,7 +183,7 @@ fn purge(s: &Setup, record: &[u8]) {
     let (Some(origin), Some(query)) = (record["origin"].as_str(), record["query"].as_str()) else {
         return;
     };
-    if origin != s.settings.name {
+    if origin != s.origin {
         let _ = s.purges.send(query.to_string());
     }
 }
@@ -153,8 +196,8 @@ fn publish_purges(s: &Setup, done_here: &std::sync::mpsc::Receiver<String>) {
     let mut etcd = Etcd::new(&s.settings);
     let prefix = purge_prefix(&s.settings);
     for (n, query) in done_here.iter().enumerate() {
-        let record = serde_json::json!({ "origin": s.settings.name, "query": query }).to_string();
-        let key = format!("{prefix}{}-{}-{n}", s.settings.name, std::process::id());
+        let record = serde_json::json!({ "origin": s.origin, "query": query }).to_string();
+        let key = format!("{prefix}{}-{n}", s.origin);
         let written = etcd
             .grant(PURGE_TTL)
             .and_then(|lease| etcd.put(&key, record.as_bytes(), lease));
@@ -171,7 +214,9 @@ fn publish_purges(s: &Setup, done_here: &std::sync::mpsc::Receiver<String>) {
 struct Published {
     lease: i64,
     record: String,
-    refusal: Option<(i64, String)>,
+    /// The refusal in the errors key (`None` at start: written or deleted on the first turn,
+    /// whatever an earlier run left there).
+    refusal: Option<Option<(i64, String)>>,
     kept: i64,
 }
 
@@ -206,26 +251,21 @@ fn register(s: &Setup) {
 fn publish(s: &Setup, etcd: &mut Etcd, last: &mut Published) -> Result<(), String> {
     let (record, refusal) = {
         let served = lock(&s.served);
-        if served.revision != last.kept && served.revision > 0 {
-            match keep(&s.settings, &served.text, served.revision) {
-                Ok(()) => last.kept = served.revision,
+        let (text, revision) = (served.text.clone(), served.revision);
+        let keep_now = served.started && revision != last.kept && revision > 0;
+        let record = record(s, &served);
+        let refusal = served.refusal.clone();
+        drop(served);
+        if keep_now {
+            match keep(&s.settings, &text, revision) {
+                Ok(()) => last.kept = revision,
                 Err(e) => tracing::warn!(
                     "cluster: cannot keep the served configuration in {}: {e}",
                     s.settings.state_dir.display()
                 ),
             }
         }
-        let record = serde_json::json!({
-            "name": s.settings.name,
-            "pid": std::process::id(),
-            "version": env!("CARGO_PKG_VERSION"),
-            "listen": s.addresses,
-            "admin": s.admin,
-            "revision": served.revision,
-            "generation": served.generation,
-            "health": if served.refusal.is_some() { "refused" } else { "serving" },
-        });
-        (record.to_string(), served.refusal.clone())
+        (record, refusal)
     };
     if last.lease != 0 && !etcd.keep_alive(last.lease)? {
         last.lease = 0;
@@ -242,7 +282,7 @@ fn publish(s: &Setup, etcd: &mut Etcd, last: &mut Published) -> Result<(), Strin
         )?;
         last.record = record;
     }
-    if refusal != last.refusal {
+    if last.refusal.as_ref() != Some(&refusal) {
         let key = errors_key(&s.settings, &s.settings.name);
         match &refusal {
             Some((revision, errors)) => {
@@ -251,9 +291,24 @@ fn publish(s: &Setup, etcd: &mut Etcd, last: &mut Published) -> Result<(), Strin
             }
             None => etcd.delete(&key)?,
         }
-        last.refusal = refusal;
+        last.refusal = Some(refusal);
     }
     Ok(())
+}
+
+/// The instance's record in the fleet list, as JSON.
+fn record(s: &Setup, served: &Served) -> String {
+    serde_json::json!({
+        "name": s.settings.name,
+        "pid": std::process::id(),
+        "version": env!("CARGO_PKG_VERSION"),
+        "listen": s.addresses,
+        "admin": s.admin,
+        "revision": served.revision,
+        "generation": served.generation,
+        "health": if served.refusal.is_some() { "refused" } else { "serving" },
+    })
+    .to_string()
 }
 
 /// Waits on a cluster thread.

@@ -14,6 +14,8 @@ use crate::config::cluster::{ClusterSettings, EtcdTls};
 
 /// How long one unary call may take, connect included.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long one watch stream is read before it is opened again.
+pub const WATCH_LIFETIME: Duration = Duration::from_secs(120);
 /// The largest unary response read (a configuration is a few hundred KB at most).
 const MAX_RESPONSE: u64 = 16 << 20;
 
@@ -50,6 +52,8 @@ pub enum WatchEvent {
     Delete(Vec<u8>, i64),
     /// The revisions asked for were compacted away: read the keys again, then watch on.
     Compacted(i64),
+    /// Every event up to this revision has been delivered (a progress notification).
+    Progress(i64),
 }
 
 impl Etcd {
@@ -62,8 +66,11 @@ impl Etcd {
             .tls_config(tls.clone())
             .build()
             .into();
+        // A watch ends after WATCH_LIFETIME and is opened again from the last revision seen, so
+        // a connection that died without a word (a host gone, a NAT's table flushed) is found.
         let streaming = ureq::Agent::config_builder()
             .timeout_connect(Some(CALL_TIMEOUT))
+            .timeout_recv_body(Some(WATCH_LIFETIME))
             .http_status_as_error(false)
             .tls_config(tls)
             .build()
@@ -227,6 +234,7 @@ impl Etcd {
             "key": B64.encode(prefix),
             "range_end": B64.encode(prefix_end(prefix)),
             "start_revision": from.to_string(),
+            "progress_notify": true,
         } });
         let mut last = String::from("no etcd endpoint");
         for i in 0..self.endpoints.len() {
@@ -255,7 +263,12 @@ impl Etcd {
                 .into_with_config()
                 .limit(u64::MAX)
                 .reader();
-            return read_watch(reader, &mut each);
+            let result = read_watch(reader, &mut each);
+            if result.is_err() && self.credentials.is_some() {
+                // An expired token ends a watch too: the next one authenticates again.
+                self.token = None;
+            }
+            return result;
         }
         Err(last)
     }
@@ -329,7 +342,14 @@ pub(crate) fn read_watch(
                 result["cancel_reason"]
             ));
         }
-        for event in result["events"].as_array().into_iter().flatten() {
+        let events = result["events"].as_array().filter(|e| !e.is_empty());
+        if events.is_none() && result["created"].as_bool() != Some(true) {
+            let revision = revision(&result["header"]);
+            if revision > 0 && !each(WatchEvent::Progress(revision)) {
+                return Ok(());
+            }
+        }
+        for event in events.into_iter().flatten() {
             let kv = key_value(&event["kv"])?;
             let event = if event["type"].as_str() == Some("DELETE") {
                 WatchEvent::Delete(kv.key, kv.mod_revision)
@@ -367,8 +387,20 @@ fn error_text(answer: &Value) -> Option<String> {
     )
 }
 
+/// etcd's answer, or its error: one that another member may not give (no leader, an election
+/// under way, a timeout) is worth another endpoint; others are refusals.
 fn refused(answer: Value) -> Result<Value, Failure> {
+    const PASSING: [&str; 5] = [
+        "leader",
+        "timed out",
+        "unavailable",
+        "too many requests",
+        "stopped",
+    ];
     match error_text(&answer) {
+        Some(e) if PASSING.iter().any(|p| e.to_ascii_lowercase().contains(p)) => {
+            Err(Failure::Unreachable(format!("etcd: {e}")))
+        }
         Some(e) => Err(Failure::Refused(format!("etcd: {e}"))),
         None => Ok(answer),
     }

@@ -52,6 +52,13 @@ struct Served {
     revision: i64,
     generation: u64,
     refusal: Option<(i64, String)>,
+    /// The server runs (the kept copy is written only from then on).
+    started: bool,
+    /// The last revision refused, tried again first on SIGHUP (the own file may have been
+    /// what was wrong).
+    pending: Option<(String, i64)>,
+    /// What a SIGHUP's reload is trying, until it is known to have taken effect.
+    trying: Option<(String, i64)>,
 }
 
 /// The run loop's side of a fleet member: the updates to swap in, and where it reports how
@@ -77,6 +84,7 @@ impl Member {
                 served.revision = update.revision;
                 served.generation = generation;
                 served.refusal = None;
+                served.pending = None;
                 standing::served(update.revision);
                 tracing::info!(
                     "cluster: serving the shared configuration of revision {}",
@@ -85,6 +93,7 @@ impl Member {
             }
             Err(e) => {
                 served.refusal = Some((update.revision, e.clone()));
+                served.pending = Some((update.text.clone(), update.revision));
                 standing::refused(e);
                 tracing::error!(
                     "cluster: revision {} refused, the running config stays:\n{e}",
@@ -101,20 +110,39 @@ impl Member {
         effective(&update.text, update.revision, &local, path, &self.settings)
     }
 
-    /// SIGHUP: the own file read again over the shared configuration served.
+    /// SIGHUP: the own file read again over the last revision refused, if it now validates,
+    /// else over the shared configuration served.
     pub fn reload_local(&self, path: &Path) -> Result<Config, String> {
         let local =
             std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let (text, revision) = {
-            let served = lock(&self.served);
-            (served.text.clone(), served.revision)
-        };
-        effective(&text, revision, &local, path, &self.settings)
+        let mut served = lock(&self.served);
+        if let Some((text, revision)) = served.pending.clone() {
+            if let Ok(config) = effective(&text, revision, &local, path, &self.settings) {
+                served.trying = Some((text, revision));
+                return Ok(config);
+            }
+        }
+        served.trying = None;
+        effective(&served.text, served.revision, &local, path, &self.settings)
     }
 
     /// A reload of the own file took effect as `generation`.
     pub fn reloaded(&self, generation: u64) {
-        lock(&self.served).generation = generation;
+        let mut served = lock(&self.served);
+        served.generation = generation;
+        if let Some((text, revision)) = served.trying.take() {
+            tracing::info!("cluster: serving the shared configuration of revision {revision}");
+            standing::served(revision);
+            served.text = text;
+            served.revision = revision;
+            served.refusal = None;
+            served.pending = None;
+        }
+    }
+
+    /// The server runs: from now on the configuration served is kept on disk.
+    pub fn started(&self) {
+        lock(&self.served).started = true;
     }
 }
 
@@ -138,7 +166,7 @@ pub fn join(path: &Path, settings: ClusterSettings) -> Result<(Config, Member), 
                 at,
             )
         }
-        Ok((None, _)) => {
+        Ok((None, at)) => {
             standing::set_connected(true);
             let (text, revision) = kept(&settings).ok_or_else(|| {
                 format!(
@@ -146,7 +174,7 @@ pub fn join(path: &Path, settings: ClusterSettings) -> Result<(Config, Member), 
                     path.display()
                 )
             })?;
-            (text, revision, revision)
+            (text, revision, at)
         }
         Err(e) => {
             standing::set_connected(false);
@@ -170,6 +198,7 @@ pub fn join(path: &Path, settings: ClusterSettings) -> Result<(Config, Member), 
             ));
             standing::refused(&e);
             let config = effective(&kept_text, kept_rev, &local_text, path, &settings)?;
+            standing::served(kept_rev);
             return Ok(start(
                 settings,
                 notes,
@@ -204,6 +233,9 @@ fn start(
         revision,
         generation: 0,
         refusal,
+        started: false,
+        pending: None,
+        trying: None,
     }));
     let (tx, updates) = tokio::sync::mpsc::unbounded_channel();
     let (purge_tx, purges) = tokio::sync::mpsc::unbounded_channel();
@@ -221,6 +253,12 @@ fn start(
         purges: purge_tx,
         addresses,
         admin,
+        origin: format!(
+            "{}-{}-{:08x}",
+            settings.name,
+            std::process::id(),
+            fastrand::u32(..)
+        ),
     });
     (
         config,
@@ -284,34 +322,27 @@ pub fn merge(shared: &str, local: &str) -> Result<(String, String), String> {
     Ok((text(&table)?, text(&supplement)?))
 }
 
+/// The first line of the kept copy, before its revision.
+const KEPT_HEADER: &str = "# slipstream cluster: the shared configuration of etcd revision ";
+
 /// The last shared configuration served, kept in the state directory.
 fn kept(settings: &ClusterSettings) -> Option<(String, i64)> {
-    let text = std::fs::read_to_string(kept_path(settings, "config.toml")).ok()?;
-    let revision = std::fs::read_to_string(kept_path(settings, "revision"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some((text, revision))
+    let text = std::fs::read_to_string(kept_path(settings)).ok()?;
+    let (first, rest) = text.split_once('\n')?;
+    let revision = first.strip_prefix(KEPT_HEADER)?.trim().parse().ok()?;
+    Some((rest.to_string(), revision))
 }
 
-/// Keeps the shared configuration served (written whole, then renamed into place).
-fn keep(settings: &ClusterSettings, text: &str, revision: i64) -> std::io::Result<()> {
-    std::fs::create_dir_all(&settings.state_dir)?;
-    for (name, bytes) in [
-        ("config.toml", text.to_string()),
-        ("revision", revision.to_string()),
-    ] {
-        let path = kept_path(settings, name);
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, bytes)?;
-        std::fs::rename(&tmp, &path)?;
-    }
-    Ok(())
+/// Keeps the shared configuration served, with its revision in its first line, in one file
+/// written whole and synced before it replaces the last one.
+fn keep(settings: &ClusterSettings, text: &str, revision: i64) -> Result<(), String> {
+    std::fs::create_dir_all(&settings.state_dir).map_err(|e| e.to_string())?;
+    let whole = format!("{KEPT_HEADER}{revision}\n{text}");
+    crate::acme::state::write_atomically(&kept_path(settings), whole.as_bytes())
 }
 
-fn kept_path(settings: &ClusterSettings, name: &str) -> PathBuf {
-    settings.state_dir.join(name)
+fn kept_path(settings: &ClusterSettings) -> PathBuf {
+    settings.state_dir.join("config.toml")
 }
 
 fn lock(served: &Mutex<Served>) -> std::sync::MutexGuard<'_, Served> {

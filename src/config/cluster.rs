@@ -29,7 +29,7 @@ pub(super) struct FileCluster {
 }
 
 /// A fleet member's settings: how to reach etcd and under which keys the fleet lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ClusterSettings {
     /// etcd client URLs (`http://host:port`), tried in turn.
     pub endpoints: Vec<String>,
@@ -43,6 +43,20 @@ pub struct ClusterSettings {
     pub state_dir: PathBuf,
     /// TLS to etcd (`https://` endpoints), as etcdctl's `--cacert`, `--cert` and `--key`.
     pub tls: Option<EtcdTls>,
+}
+
+impl std::fmt::Debug for ClusterSettings {
+    /// Everything but the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterSettings")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.prefix)
+            .field("name", &self.name)
+            .field("user", &self.credentials.as_ref().map(|c| &c.0))
+            .field("state_dir", &self.state_dir)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
 }
 
 /// TLS to etcd: the CA to check its certificate against (the system's roots without one) and

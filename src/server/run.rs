@@ -55,6 +55,9 @@ fn run_member(
             .unwrap_or_else(pid_file::default_path)
     });
     let server = Server::start(config)?;
+    if let Some(m) = &member {
+        m.started();
+    }
     let pid_file = pid_path.as_deref().map(PidFile::create).transpose()?;
     let mut state = SavedState {
         pid: std::process::id(),
@@ -80,10 +83,10 @@ fn run_member(
                 event = next_event(&mut member) => match event {
                     FleetEvent::Purge(query) => purge(&server, &query),
                     FleetEvent::Config(update) => {
-                        let outcome = swap_in(&server, member.as_ref(), config_path, &update);
-                        state.attempts += 1;
+                        // Recorded as the generation only: `slipstream reload` waits on the
+                        // attempts of its own SIGHUPs.
+                        let _ = swap_in(&server, member.as_ref(), config_path, &update);
                         state.generation = server.metrics().process.generation.load(Ordering::Relaxed);
-                        state.refused = outcome.err();
                         record(&state);
                     }
                 },

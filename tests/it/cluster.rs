@@ -280,10 +280,10 @@ fn body_at(addr: SocketAddr) -> String {
         .unwrap_or_default()
 }
 
-/// Waits (up to 10 s) until every instance answers `body`; how long it took.
+/// Waits (up to 20 s) until every instance answers `body`; how long it took.
 fn all_serve(instances: &[&Running], body: &str) -> Duration {
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(10) {
+    while start.elapsed() < Duration::from_secs(20) {
         if instances.iter().all(|i| body_at(i.addr) == body) {
             return start.elapsed();
         }
@@ -347,8 +347,8 @@ fn a_fleet_follows_pushed_configs_under_load_through_etcd_and_instance_failures(
     let b = fleet.instance("b", &etcd.endpoints(&[1, 2, 0]));
     let mut c = fleet.instance("c", &etcd.endpoints(&[2, 0, 1]));
     all_serve(&[&a, &b, &c], "A");
-    let load: Vec<Child> = [&a, &b].iter().map(|i| wrk(i.addr, 8)).collect();
-    let load_c = wrk(c.addr, 8);
+    let mut load: Vec<Child> = [&a, &b].iter().map(|i| wrk(i.addr, 12)).collect();
+    let mut load_c = wrk(c.addr, 12);
     std::thread::sleep(Duration::from_millis(500));
 
     pushed(&fleet.push_answering("B"));
@@ -364,11 +364,19 @@ fn a_fleet_follows_pushed_configs_under_load_through_etcd_and_instance_failures(
     // One instance gone: the others are unaffected.
     let _ = c.child.kill();
     let _ = c.child.wait();
-    drop(load_c);
+    let _ = load_c.kill();
+    let _ = load_c.wait();
     pushed(&fleet.push_answering("D"));
     let took = all_serve(&[&a, &b], "D");
     eprintln!("with instance c killed, config D served by a and b after {took:?}");
 
+    // The load ran through every push.
+    for child in &mut load {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "wrk ended before the last push"
+        );
+    }
     for (name, child) in ["a", "b"].iter().zip(load) {
         let (requests, failures) = wrk_result(child);
         eprintln!("wrk on {name}: {requests} requests");
@@ -515,6 +523,30 @@ fn bad_configs_are_refused_by_push_and_by_instances_with_their_errors_under_the_
         eventually(|| etcd.get(0, &errors_key).is_none()),
         "the errors key stays"
     );
+
+    // Refused for what the own file lacks: once the own file has it, SIGHUP serves the
+    // refused revision without another push.
+    let api = crate::support::Upstream::ok(b"api");
+    etcd.put_raw(
+        0,
+        &fleet.config_key(),
+        "[[sites]]\ndefault = true\nroutes = [{ location = \"/\", upstream = \"api\" }]\n",
+    );
+    assert!(
+        eventually(|| etcd.get(0, &errors_key).is_some()),
+        "not refused"
+    );
+    assert_eq!(body_at(a.addr), "B");
+    let own = a.config.clone().unwrap();
+    let mut text = std::fs::read_to_string(&own).unwrap();
+    text.push_str(&format!("[upstreams.api]\nservers = [\"{}\"]\n", api.addr));
+    std::fs::write(&own, text).unwrap();
+    a.signal("-HUP");
+    all_serve(&[&a], "api");
+    assert!(
+        eventually(|| etcd.get(0, &errors_key).is_none()),
+        "the errors key stays after the refused revision is served"
+    );
 }
 
 #[test]
@@ -609,19 +641,23 @@ fn etcd_over_tls_with_a_client_certificate() {
     ];
     let etcd = Etcd::start_with(1, flags);
     let mut fleet = Fleet::new(&etcd, &[0]);
-    // Without the client certificate etcd refuses the handshake.
-    fleet.extra = format!("ca = \"{}\"\n", file("ca.pem"));
-    let refused = fleet.push_answering("A");
-    assert!(!refused.status.success());
-    fleet.extra.push_str(&format!(
-        "cert = \"{}\"\nkey = \"{}\"\n",
+    let ca = format!("ca = \"{}\"\n", file("ca.pem"));
+    fleet.extra = format!(
+        "{ca}cert = \"{}\"\nkey = \"{}\"\n",
         file("client.pem"),
         file("client.key")
-    ));
+    );
     assert!(
         eventually(|| fleet.push_answering("A").status.success()),
         "no push over TLS"
     );
+    // Without the client certificate etcd (now up) refuses the handshake.
+    let with_certificate = std::mem::replace(&mut fleet.extra, ca);
+    assert!(
+        !fleet.push_answering("A").status.success(),
+        "etcd took a client without a certificate"
+    );
+    fleet.extra = with_certificate;
     let a = fleet.instance("a", &etcd.endpoints(&[0]));
     all_serve(&[&a], "A");
     pushed(&fleet.push_answering("B"));
@@ -635,7 +671,7 @@ fn etcd_over_tls_with_a_client_certificate() {
 
 #[test]
 fn etcd_with_authentication_takes_the_users_credentials() {
-    let etcd = Etcd::start(1);
+    let mut etcd = Etcd::start(1);
     for (path, body) in [
         ("/v3/auth/role/add", "{\"name\":\"root\"}"),
         (
@@ -671,6 +707,15 @@ fn etcd_with_authentication_takes_the_users_credentials() {
     all_serve(&[&a], "A");
     pushed(&fleet.push_answering("B"));
     all_serve(&[&a], "B");
+    // A restarted member has forgotten every token: the watch authenticates again.
+    etcd.kill(0);
+    etcd.restart(0);
+    etcd.wait_healthy(0);
+    assert!(
+        eventually(|| fleet.push_answering("C").status.success()),
+        "no push after the restart"
+    );
+    all_serve(&[&a], "C");
     let fleet_out = Command::new(BIN)
         .args(["fleet", "-c", a.config.as_ref().unwrap().to_str().unwrap()])
         .output()
