@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use slipstream::acme::Challenge;
+use slipstream::cluster::commands as fleet;
 use slipstream::config::{self, Balance, Config, IoMode, Protocol, ServerSpec};
 use slipstream::observe::access_log::AccessLogTarget;
 use slipstream::observe::doctor;
@@ -572,17 +573,18 @@ fn main() -> ExitCode {
         } => return import_command(&nginx_conf, strict, verbose),
         Command::Check { config } => return check_command(&config),
         Command::Config(ConfigCommand::Push { config, file }) => {
-            return print_outcome(slipstream::cluster::commands::push(&config, &file))
+            return print_outcome(fleet::push(&config, &file))
         }
-        Command::Fleet { config, json } => {
-            return print_outcome(slipstream::cluster::commands::fleet(&config, json))
-        }
+        Command::Fleet { config, json } => return print_outcome(fleet::fleet(&config, json)),
     };
     finish(result)
 }
 
 /// `slipstream check`: every error of the config, or `FILE: ok`.
 fn check_command(config: &Path) -> ExitCode {
+    if let Ok(Some(_)) = slipstream::config::cluster::read_cluster(config) {
+        return print_outcome(fleet::check(config));
+    }
     match Config::load(config) {
         Ok(_) => {
             println!("{}: ok", config.display());

@@ -272,6 +272,7 @@ fn publish(s: &Setup, etcd: &mut Etcd, last: &mut Published) -> Result<(), Strin
     }
     if last.lease == 0 {
         last.lease = etcd.grant(LEASE_TTL)?;
+        lock(&s.served).lease = last.lease;
         last.record.clear();
     }
     if record != last.record {

@@ -34,6 +34,49 @@ pub fn push(local: &Path, file: &Path) -> Result<String, String> {
     ))
 }
 
+/// `slipstream check` on an own file: the shared configuration in etcd (else the copy kept on
+/// disk) validated over it, as the instance would run it.
+pub fn check(local: &Path) -> Result<String, String> {
+    let settings = settings(local)?;
+    let own = std::fs::read_to_string(local).map_err(|e| format!("{}: {e}", local.display()))?;
+    let key = config_key(&settings);
+    let (text, revision, whence) = match Etcd::new(&settings).get(&key) {
+        Ok((Some(kv), _)) => (kv.value, kv.mod_revision, format!("{key} in etcd")),
+        Ok((None, _)) => {
+            return Err(format!(
+                "nothing under {key} in etcd yet: push a configuration first"
+            ))
+        }
+        Err(e) => {
+            let (text, revision) = super::kept(&settings).ok_or_else(|| {
+                format!(
+                    "etcd is unreachable ({e}) and nothing is kept in {}",
+                    settings.state_dir.display()
+                )
+            })?;
+            (
+                text.into_bytes(),
+                revision,
+                format!(
+                    "the copy kept in {} (etcd is unreachable: {e})",
+                    settings.state_dir.display()
+                ),
+            )
+        }
+    };
+    effective(
+        &String::from_utf8_lossy(&text),
+        revision,
+        &own,
+        local,
+        &settings,
+    )?;
+    Ok(format!(
+        "{}: ok over revision {revision} of {whence}",
+        local.display()
+    ))
+}
+
 /// The fleet's instances and what each serves, and any refusals, as a table or JSON.
 pub fn fleet(local: &Path, json: bool) -> Result<String, String> {
     use std::fmt::Write;

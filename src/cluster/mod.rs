@@ -59,6 +59,8 @@ struct Served {
     pending: Option<(String, i64)>,
     /// What a SIGHUP's reload is trying, until it is known to have taken effect.
     trying: Option<(String, i64)>,
+    /// The registration's lease (0: none yet), revoked when the instance leaves.
+    lease: i64,
 }
 
 /// The run loop's side of a fleet member: the updates to swap in, and where it reports how
@@ -137,6 +139,14 @@ impl Member {
             served.revision = revision;
             served.refusal = None;
             served.pending = None;
+        }
+    }
+
+    /// The instance stops: its record leaves the fleet list now, not when its lease runs out.
+    pub fn leave(&self) {
+        let lease = lock(&self.served).lease;
+        if lease != 0 {
+            let _ = etcd::Etcd::new(&self.settings).revoke(lease);
         }
     }
 
@@ -236,6 +246,7 @@ fn start(
         started: false,
         pending: None,
         trying: None,
+        lease: 0,
     }));
     let (tx, updates) = tokio::sync::mpsc::unbounded_channel();
     let (purge_tx, purges) = tokio::sync::mpsc::unbounded_channel();

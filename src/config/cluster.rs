@@ -201,6 +201,15 @@ impl Validator<'_> {
         let ca = pem(&c.ca, "-----BEGIN CERTIFICATE-----");
         let cert = pem(&c.cert, "-----BEGIN CERTIFICATE-----");
         let key = pem(&c.key, "PRIVATE KEY-----");
+        if let (Some(k), Some(at)) = (&key, &c.key) {
+            use rustls::pki_types::pem::PemObject;
+            if rustls::pki_types::PrivateKeyDer::from_pem_slice(k).is_err() {
+                self.error(
+                    at.span().start,
+                    "the key does not read as a PEM private key",
+                );
+            }
+        }
         let given = c.ca.as_ref().or(c.cert.as_ref()).or(c.key.as_ref());
         if let Some(at) = given.filter(|_| !https) {
             self.error(

@@ -116,6 +116,9 @@ fn run_member(
         }
     });
     tracing::info!("shutting down: draining in-flight requests (signal again to stop at once)");
+    if let Some(m) = &member {
+        m.leave();
+    }
     systemd::stopping();
     state.draining = true;
     record(&state);

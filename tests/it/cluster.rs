@@ -492,6 +492,17 @@ fn bad_configs_are_refused_by_push_and_by_instances_with_their_errors_under_the_
     let a = fleet.instance("a", &etcd.endpoints(&[0]));
     all_serve(&[&a], "A");
 
+    // `slipstream check` on the own file validates etcd's configuration over it.
+    let own = a.config.clone().unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "-c", own.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(": ok over revision"),
+        "{out:?}"
+    );
+
     // `config push` validates first: nothing is written.
     let out = fleet.push("[[sites]]\ndefault = true\nbogus = 1\n");
     assert!(!out.status.success());
@@ -599,6 +610,15 @@ fn a_purge_on_one_instance_reaches_the_caches_of_the_others() {
         assert!(hit(i, "/y"), "/y went too");
     }
     assert_eq!(origin.seen().len(), 9);
+
+    // An instance stopped leaves the fleet list at once, not when its lease runs out (10 s).
+    let record = format!("{}/instances/c", fleet.prefix);
+    assert!(etcd.get(0, &record).is_some());
+    c.signal("-TERM");
+    assert!(
+        eventually(|| etcd.get(0, &record).is_none()),
+        "c is still listed"
+    );
 }
 
 /// A CA, etcd's server certificate (for 127.0.0.1) and a client certificate, as PEM files.
