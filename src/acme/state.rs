@@ -243,7 +243,7 @@ fn later_expiry(a: &[u8], b: &[u8]) -> bool {
 
 /// The folder of one CA: its directory URL without the scheme, every character other than a
 /// letter, digit, dot or dash made `_` (`acme-v02.api.letsencrypt.org_directory`).
-fn folder_name(directory: &str) -> String {
+pub fn folder_name(directory: &str) -> String {
     let rest = directory.split_once("://").map_or(directory, |(_, r)| r);
     let name: String = rest
         .trim_end_matches('/')

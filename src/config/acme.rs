@@ -79,25 +79,11 @@ impl Validator<'_> {
             }
             ok.then(|| v.clone())
         });
-        let ca_root = section.ca_root.as_ref().and_then(|r| {
-            let path = self.relative(r.get_ref());
-            match std::fs::read(&path) {
-                Ok(pem) if pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") => {
-                    Some(path)
-                }
-                Ok(_) => {
-                    self.error(
-                        r.span().start,
-                        format!("{}: no PEM certificate in it", path.display()),
-                    );
-                    None
-                }
-                Err(e) => {
-                    self.error(r.span().start, format!("{}: {e}", path.display()));
-                    None
-                }
-            }
-        });
+        let ca_root = section
+            .ca_root
+            .as_ref()
+            .and_then(|r| self.read_pem_file(r, "-----BEGIN CERTIFICATE-----"))
+            .map(|(path, _)| path);
         let state_dir = section
             .state_dir
             .as_ref()

@@ -181,22 +181,8 @@ impl Validator<'_> {
     fn etcd_tls(&mut self, c: &FileCluster, endpoints: &[String]) -> Option<EtcdTls> {
         let https = endpoints.iter().any(|e| e.starts_with("https://"));
         let mut pem = |v: &Option<Spanned<String>>, marker: &str| {
-            let v = v.as_ref()?;
-            let path = self.relative(v.get_ref());
-            match std::fs::read(&path) {
-                Ok(b) if b.windows(marker.len()).any(|w| w == marker.as_bytes()) => Some(b),
-                Ok(_) => {
-                    self.error(
-                        v.span().start,
-                        format!("{}: no {marker} in it", path.display()),
-                    );
-                    None
-                }
-                Err(e) => {
-                    self.error(v.span().start, format!("{}: {e}", path.display()));
-                    None
-                }
-            }
+            self.read_pem_file(v.as_ref()?, marker)
+                .map(|(_, bytes)| bytes)
         };
         let ca = pem(&c.ca, "-----BEGIN CERTIFICATE-----");
         let cert = pem(&c.cert, "-----BEGIN CERTIFICATE-----");

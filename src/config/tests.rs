@@ -440,6 +440,7 @@ fn the_example_config_and_the_readme_show_every_key() {
         "[tls]\nzzzz = 1\n",
         "[http2]\nzzzz = 1\n",
         "[compression]\nzzzz = 1\n",
+        "[cluster]\netcd = []\nprefix = \"/p\"\nzzzz = 1\n",
     ];
     let root = env!("CARGO_MANIFEST_DIR");
     let example = std::fs::read_to_string(format!("{root}/examples/slipstream.toml")).unwrap();

@@ -203,6 +203,34 @@ impl Validator<'_> {
         all
     }
 
+    /// The file a config value names (relative to the config file's folder), read, when it
+    /// holds `marker` (a PEM label); else an error at the value, and `None`.
+    pub(super) fn read_pem_file(
+        &mut self,
+        value: &Spanned<String>,
+        marker: &str,
+    ) -> Option<(std::path::PathBuf, Vec<u8>)> {
+        let path = self.relative(value.get_ref());
+        match std::fs::read(&path) {
+            Ok(b) if b.windows(marker.len()).any(|w| w == marker.as_bytes()) => Some((path, b)),
+            Ok(_) => {
+                let what = marker
+                    .trim_matches('-')
+                    .trim_start_matches("BEGIN ")
+                    .to_ascii_lowercase();
+                self.error(
+                    value.span().start,
+                    format!("{}: no PEM {what} in it", path.display()),
+                );
+                None
+            }
+            Err(e) => {
+                self.error(value.span().start, format!("{}: {e}", path.display()));
+                None
+            }
+        }
+    }
+
     /// A path from the config, relative to the config file's folder.
     pub(super) fn relative(&self, path: &str) -> std::path::PathBuf {
         let p = Path::new(path);

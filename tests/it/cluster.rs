@@ -800,21 +800,7 @@ fn instances_racing_for_a_name_make_one_acme_order_through_etcd() {
         .collect();
     assert_eq!(serials.len(), 1, "{serials:?}");
     // The certificate and its key are in etcd, for instances that join later.
-    let folder: String = pebble
-        .url
-        .split_once("://")
-        .unwrap()
-        .1
-        .trim_end_matches('/')
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let folder = slipstream::acme::state::folder_name(&pebble.url);
     let stored = etcd
         .get(
             0,
