@@ -631,7 +631,7 @@ impl Answers {
         let shared = state.tokens_dir();
         let _ = super::state::write_atomically(&shared.join(token), key_authorization.as_bytes());
         let key = state.token_key(token);
-        if let Err(e) = super::shared::publish(&key, key_authorization.as_bytes()) {
+        if let Err(e) = super::shared::publish_for_a_while(&key, key_authorization.as_bytes()) {
             tracing::warn!("ACME: the HTTP-01 answer did not reach the fleet's store: {e}");
         }
         self.keys.push(key);

@@ -18,6 +18,9 @@ pub enum Op<'a> {
     Get(&'a str),
     /// Writes a key.
     Put(&'a str, &'a [u8]),
+    /// Writes a key that goes by itself after a while (a pending HTTP-01 answer), so one left
+    /// by a crash does not stay.
+    PutForAWhile(&'a str, &'a [u8]),
     /// Deletes a key.
     Delete(&'a str),
     /// Takes the lock named by a key without waiting.
@@ -75,13 +78,26 @@ pub(super) fn mirror(
     let Some(store) = store() else {
         return Ok(());
     };
+    let file = std::fs::read(local).ok();
     match store(Op::Get(key)) {
-        Ok(Answer::Value(Some(bytes)))
-            if std::fs::read(local).map_or(true, |file| file != bytes && newer(&bytes, &file)) =>
-        {
-            super::state::write_atomically(local, &bytes)
+        Ok(Answer::Value(Some(bytes))) => match file {
+            None => super::state::write_atomically(local, &bytes),
+            Some(file) if file != bytes && newer(&bytes, &file) => {
+                super::state::write_atomically(local, &bytes)
+            }
+            // The file is newer (its publication failed once): the fleet gets it now.
+            Some(file) if file != bytes && newer(&file, &bytes) => {
+                publish(key, &file);
+                Ok(())
+            }
+            Some(_) => Ok(()),
+        },
+        Ok(_) => {
+            if let Some(file) = file {
+                publish(key, &file);
+            }
+            Ok(())
         }
-        Ok(_) => Ok(()),
         Err(e) => {
             tracing::warn!(
                 "ACME: the fleet's store is unreachable ({e}): using {}",
@@ -92,9 +108,19 @@ pub(super) fn mirror(
     }
 }
 
-/// Writes `key` to the store (nothing without one).
-pub(super) fn publish(key: &str, bytes: &[u8]) -> Result<(), String> {
-    store().map_or(Ok(()), |s| s(Op::Put(key, bytes)).map(drop))
+/// Writes `key` to the store (nothing without one). A failure is logged, not returned: what
+/// was written to the state directory stands, and `mirror` publishes it later.
+pub(super) fn publish(key: &str, bytes: &[u8]) {
+    if let Some(Err(e)) = store().map(|s| s(Op::Put(key, bytes))) {
+        tracing::warn!(
+            "ACME: {key} did not reach the fleet's store ({e}); it will be written when next read"
+        );
+    }
+}
+
+/// Writes `key` to the store for a while (a pending HTTP-01 answer).
+pub(super) fn publish_for_a_while(key: &str, bytes: &[u8]) -> Result<(), String> {
+    store().map_or(Ok(()), |s| s(Op::PutForAWhile(key, bytes)).map(drop))
 }
 
 /// Deletes `key` from the store, best effort.

@@ -113,7 +113,8 @@ impl StateDir {
     ) -> Result<(), String> {
         let json = serde_json::to_vec_pretty(credentials).map_err(|e| e.to_string())?;
         write_atomically(&self.account_path(), &json)?;
-        super::shared::publish(&format!("{}/account.json", self.folder), &json)
+        super::shared::publish(&format!("{}/account.json", self.folder), &json);
+        Ok(())
     }
 
     /// The stored certificate named `name`: `None` when there is none; an error naming the
@@ -141,7 +142,8 @@ impl StateDir {
         both.push('\n');
         both.push_str(key_pem);
         write_atomically(&self.cert_path(name), both.as_bytes())?;
-        super::shared::publish(&self.cert_key(name), both.as_bytes())
+        super::shared::publish(&self.cert_key(name), both.as_bytes());
+        Ok(())
     }
 
     /// The certificate's key in a fleet's shared store.
@@ -265,7 +267,10 @@ pub fn folder_name(directory: &str) -> String {
 
 /// Writes `bytes` to `path` through a synced temporary file renamed over it, mode 0600.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    // Unique per call: two threads may write the same file at once (the last rename wins whole).
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp{}-{n}", std::process::id()));
     let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
     let mut file = OpenOptions::new()
         .create(true)

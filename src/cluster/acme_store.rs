@@ -4,7 +4,7 @@
 //! watcher does with other instances' writes (answer their tokens, serve their certificates).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::etcd::Etcd;
@@ -20,16 +20,31 @@ pub(super) fn prefix(settings: &ClusterSettings) -> String {
     format!("{}/acme/", settings.prefix)
 }
 
-/// The store for `acme::shared::share_with`.
+/// How long a pending HTTP-01 answer stays in etcd if the instance that wrote it never
+/// withdraws it (an order takes at most 5 minutes).
+const ANSWER_TTL: u64 = 600;
+
+/// The store for `acme::shared::share_with`: one client, kept between calls. While the fleet's
+/// threads find etcd unreachable it fails at once, so a start or reload never waits on it.
 pub(super) fn store(settings: ClusterSettings) -> SharedStore {
+    let etcd = Mutex::new(Etcd::new(&settings));
     Box::new(move |op| {
-        let mut etcd = Etcd::new(&settings);
+        if !crate::observe::cluster::connected() {
+            return Err("etcd is unreachable".into());
+        }
         let key = |k: &str| format!("{}{k}", prefix(&settings));
+        let mut etcd = etcd
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match op {
             Op::Get(k) => Ok(Answer::Value(etcd.get(&key(k))?.0.map(|kv| kv.value))),
             Op::Put(k, v) => etcd.put(&key(k), v, 0).map(|_| Answer::Done),
+            Op::PutForAWhile(k, v) => {
+                let lease = etcd.grant(ANSWER_TTL)?;
+                etcd.put(&key(k), v, lease).map(|_| Answer::Done)
+            }
             Op::Delete(k) => etcd.delete(&key(k)).map(|()| Answer::Done),
-            Op::Lock(k) => lock(etcd, &key(k), &settings.name).map(Answer::Locked),
+            Op::Lock(k) => lock(Etcd::new(&settings), &key(k), &settings.name).map(Answer::Locked),
         }
     })
 }
@@ -43,7 +58,7 @@ fn lock(mut etcd: Etcd, key: &str, holder: &str) -> Result<Option<Release>, Stri
     }
     let released = Arc::new(AtomicBool::new(false));
     let stop = released.clone();
-    let _ = std::thread::Builder::new()
+    let keeper = std::thread::Builder::new()
         .name("cluster-acme-lock".into())
         .spawn(move || {
             let third = Duration::from_secs(LOCK_TTL / 3);
@@ -63,6 +78,10 @@ fn lock(mut etcd: Etcd, key: &str, holder: &str) -> Result<Option<Release>, Stri
             }
             let _ = etcd.revoke(lease);
         });
+    if let Err(e) = keeper {
+        // The lease is left to run out (LOCK_TTL): without a keeper the order must not start.
+        return Err(format!("cannot start the thread that keeps the lock: {e}"));
+    }
     Ok(Some(Box::new(move || {
         released.store(true, Ordering::Relaxed);
     })))

@@ -1,11 +1,14 @@
-//! The cluster's threads, off the workers. The watcher follows `PREFIX/config` from the
-//! revision read at start: each new revision goes to the run loop, which validates it over the own
-//! file and swaps it in or refuses it; a watch cancelled by compaction reads the key again and watches on; a
-//! broken one reconnects with backoff from the last revision seen, so nothing is missed. The
-//! registrar keeps the instance's key under a lease (address, version, generation, revision,
-//! health), writes or clears its errors key, and keeps the served configuration on disk. The
-//! publisher writes each purge done here under `PREFIX/purge/`; the watcher hands the others'
-//! to the run loop.
+//! The cluster's threads, off the workers.
+//! - The watcher follows everything under `PREFIX/` (the configuration, purges, ACME state)
+//!   from the revision read at start. Each configuration revision goes to the run loop, which
+//!   validates it over the own file and swaps it in or refuses it. A watch cancelled by
+//!   compaction reads the key again; a broken one reconnects with backoff from the last
+//!   revision seen, so nothing is missed.
+//! - The registrar keeps the instance's key under a lease (address, version, generation,
+//!   revision, health), writes or clears its errors key, and keeps the served configuration on
+//!   disk.
+//! - The publisher writes each purge done here under `PREFIX/purge/`; the watcher hands the
+//!   others' to the run loop.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -141,6 +144,8 @@ fn put_seen(s: &Setup, key: &str, kv: &super::etcd::KeyValue) {
 /// answer (the caller retries).
 fn catch_up(s: &Setup, etcd: &mut Etcd, key: &str, seen: &mut i64, caught_up: Instant) -> bool {
     tracing::info!("cluster: etcd compacted the revisions after {seen}: reading {key} again");
+    // Certificates another instance stored meanwhile are read from etcd by the ACME thread.
+    crate::acme::shared::stored_elsewhere();
     let (config, purges) = match (etcd.get(key), etcd.list(&purge_prefix(&s.settings))) {
         (Ok(config), Ok(purges)) => (config, purges),
         (Err(e), _) | (_, Err(e)) => {
@@ -152,7 +157,10 @@ fn catch_up(s: &Setup, etcd: &mut Etcd, key: &str, seen: &mut i64, caught_up: In
     if let Some(kv) = kv.filter(|kv| kv.mod_revision > *seen) {
         apply(s, &String::from_utf8_lossy(&kv.value), kv.mod_revision);
     }
-    if caught_up.elapsed() + Duration::from_secs(60) < Duration::from_secs(PURGE_TTL) {
+    // Margin: a watch ended by its lifetime may have been dead for all of it.
+    if caught_up.elapsed() + WATCH_LIFETIME + Duration::from_secs(60)
+        < Duration::from_secs(PURGE_TTL)
+    {
         for p in purges.iter().filter(|p| p.mod_revision > *seen) {
             purge(s, &p.value);
         }
@@ -251,6 +259,9 @@ fn register(s: &Setup) {
 fn publish(s: &Setup, etcd: &mut Etcd, last: &mut Published) -> Result<(), String> {
     let (record, refusal) = {
         let served = lock(&s.served);
+        if served.leaving {
+            return Ok(());
+        }
         let (text, revision) = (served.text.clone(), served.revision);
         let keep_now = served.started && revision != last.kept && revision > 0;
         let record = record(s, &served);

@@ -61,6 +61,8 @@ struct Served {
     trying: Option<(String, i64)>,
     /// The registration's lease (0: none yet), revoked when the instance leaves.
     lease: i64,
+    /// The instance is stopping: the registrar writes nothing more.
+    leaving: bool,
 }
 
 /// The run loop's side of a fleet member: the updates to swap in, and where it reports how
@@ -144,7 +146,11 @@ impl Member {
 
     /// The instance stops: its record leaves the fleet list now, not when its lease runs out.
     pub fn leave(&self) {
-        let lease = lock(&self.served).lease;
+        let lease = {
+            let mut served = lock(&self.served);
+            served.leaving = true;
+            served.lease
+        };
         if lease != 0 {
             let _ = etcd::Etcd::new(&self.settings).revoke(lease);
         }
@@ -209,11 +215,16 @@ pub fn join(path: &Path, settings: ClusterSettings) -> Result<(Config, Member), 
             standing::refused(&e);
             let config = effective(&kept_text, kept_rev, &local_text, path, &settings)?;
             standing::served(kept_rev);
+            let refused = Refused {
+                revision,
+                errors: e,
+                text,
+            };
             return Ok(start(
                 settings,
                 notes,
                 (kept_text, kept_rev),
-                Some((revision, e)),
+                Some(refused),
                 read_at,
                 config,
             ));
@@ -230,11 +241,18 @@ pub fn join(path: &Path, settings: ClusterSettings) -> Result<(Config, Member), 
     ))
 }
 
+/// etcd's revision refused at start (the kept copy serves): retried first on SIGHUP.
+struct Refused {
+    revision: i64,
+    errors: String,
+    text: String,
+}
+
 fn start(
     settings: ClusterSettings,
     notes: Vec<String>,
     (text, revision): (String, i64),
-    refusal: Option<(i64, String)>,
+    refused: Option<Refused>,
     watch_from: i64,
     config: Config,
 ) -> (Config, Member) {
@@ -242,11 +260,12 @@ fn start(
         text,
         revision,
         generation: 0,
-        refusal,
+        refusal: refused.as_ref().map(|r| (r.revision, r.errors.clone())),
         started: false,
-        pending: None,
+        pending: refused.map(|r| (r.text, r.revision)),
         trying: None,
         lease: 0,
+        leaving: false,
     }));
     let (tx, updates) = tokio::sync::mpsc::unbounded_channel();
     let (purge_tx, purges) = tokio::sync::mpsc::unbounded_channel();

@@ -59,16 +59,7 @@ fn run_member(
         m.started();
     }
     let pid_file = pid_path.as_deref().map(PidFile::create).transpose()?;
-    let mut state = SavedState {
-        pid: std::process::id(),
-        config: config_path
-            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
-            .map_or(String::new(), |p| p.display().to_string()),
-        generation: 0,
-        attempts: 0,
-        draining: false,
-        refused: None,
-    };
+    let mut state = first_state(config_path);
     let record = |state: &SavedState| {
         if let Some(p) = &pid_file {
             p.record(state);
@@ -136,6 +127,20 @@ fn run_member(
     });
     drop(pid_file);
     Ok(())
+}
+
+/// What the pid file's state says at start: this process, its config file, generation 0.
+fn first_state(config_path: Option<&Path>) -> SavedState {
+    SavedState {
+        pid: std::process::id(),
+        config: config_path
+            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+            .map_or(String::new(), |p| p.display().to_string()),
+        generation: 0,
+        attempts: 0,
+        draining: false,
+        refused: None,
+    }
 }
 
 /// The start logged and told to systemd: listeners, pid file, admin listener.

@@ -14,6 +14,7 @@ mod compression;
 mod control;
 mod dates;
 mod error_pages;
+mod etcd;
 mod fastcgi;
 mod fastcgi_proxy;
 mod files;
