@@ -22,8 +22,8 @@ fn settings(local: &Path) -> Result<ClusterSettings, String> {
 /// the fleet's configuration key. Returns what to print.
 pub fn push(local: &Path, file: &Path) -> Result<String, String> {
     let settings = settings(local)?;
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let own = std::fs::read_to_string(local).map_err(|e| format!("{}: {e}", local.display()))?;
+    let text = super::read_file(file)?;
+    let own = super::read_file(local)?;
     effective(&text, 0, &own, local, &settings)?;
     let mut etcd = Etcd::new(&settings);
     let key = config_key(&settings);
@@ -38,7 +38,7 @@ pub fn push(local: &Path, file: &Path) -> Result<String, String> {
 /// disk) validated over it, as the instance would run it.
 pub fn check(local: &Path) -> Result<String, String> {
     let settings = settings(local)?;
-    let own = std::fs::read_to_string(local).map_err(|e| format!("{}: {e}", local.display()))?;
+    let own = super::read_file(local)?;
     let key = config_key(&settings);
     let (text, revision, whence) = match Etcd::new(&settings).get(&key) {
         Ok((Some(kv), _)) => (kv.value, kv.mod_revision, format!("{key} in etcd")),

@@ -65,6 +65,18 @@ struct Served {
     leaving: bool,
 }
 
+impl Served {
+    /// `text` (revision `revision`) is now served: any refusal before it is over.
+    fn commit(&mut self, text: String, revision: i64) {
+        tracing::info!("cluster: serving the shared configuration of revision {revision}");
+        standing::served(revision);
+        self.text = text;
+        self.revision = revision;
+        self.refusal = None;
+        self.pending = None;
+    }
+}
+
 /// The run loop's side of a fleet member: the updates to swap in, and where it reports how
 /// each went.
 pub struct Member {
@@ -84,16 +96,8 @@ impl Member {
         let mut served = lock(&self.served);
         match result {
             Ok(()) => {
-                served.text.clone_from(&update.text);
-                served.revision = update.revision;
                 served.generation = generation;
-                served.refusal = None;
-                served.pending = None;
-                standing::served(update.revision);
-                tracing::info!(
-                    "cluster: serving the shared configuration of revision {}",
-                    update.revision
-                );
+                served.commit(update.text.clone(), update.revision);
             }
             Err(e) => {
                 served.refusal = Some((update.revision, e.clone()));
@@ -109,16 +113,14 @@ impl Member {
 
     /// The configuration `update` makes over the own file as it is now, validated.
     pub fn prepare(&self, update: &Update, path: &Path) -> Result<Config, String> {
-        let local =
-            std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let local = read_file(path)?;
         effective(&update.text, update.revision, &local, path, &self.settings)
     }
 
     /// SIGHUP: the own file read again over the last revision refused, if it now validates,
     /// else over the shared configuration served.
     pub fn reload_local(&self, path: &Path) -> Result<Config, String> {
-        let local =
-            std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let local = read_file(path)?;
         let mut served = lock(&self.served);
         if let Some((text, revision)) = served.pending.clone() {
             if let Ok(config) = effective(&text, revision, &local, path, &self.settings) {
@@ -135,12 +137,7 @@ impl Member {
         let mut served = lock(&self.served);
         served.generation = generation;
         if let Some((text, revision)) = served.trying.take() {
-            tracing::info!("cluster: serving the shared configuration of revision {revision}");
-            standing::served(revision);
-            served.text = text;
-            served.revision = revision;
-            served.refusal = None;
-            served.pending = None;
+            served.commit(text, revision);
         }
     }
 
@@ -166,8 +163,7 @@ impl Member {
 /// last one served (kept on disk); with neither, it does not start. Starts the
 /// cluster threads, which watch from the revision read.
 pub fn join(path: &Path, settings: ClusterSettings) -> Result<(Config, Member), String> {
-    let local_text =
-        std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let local_text = read_file(path)?;
     standing::activate();
     crate::acme::shared::share_with(acme_store::store(settings.clone()));
     let mut etcd = etcd::Etcd::new(&settings);
@@ -354,6 +350,11 @@ pub fn merge(shared: &str, local: &str) -> Result<(String, String), String> {
 
 /// The first line of the kept copy, before its revision.
 const KEPT_HEADER: &str = "# slipstream cluster: the shared configuration of etcd revision ";
+
+/// A config file (an own file or a shared configuration), as text.
+pub(crate) fn read_file(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
 
 /// The last shared configuration served, kept in the state directory.
 fn kept(settings: &ClusterSettings) -> Option<(String, i64)> {
