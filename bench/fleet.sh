@@ -8,7 +8,9 @@
 # new body. For each push: the time from the push command's return to every instance answering
 # the new body (polled every millisecond). Then an etcd member is killed and the pushes are
 # repeated through the two left. Prints the propagation times (p50, p90, max) and wrk's totals
-# (requests, non-2xx answers, socket errors) per phase.
+# (requests, non-2xx answers, socket errors) per phase. Then fleet-wide rate limits: what one
+# client on all three instances is admitted through a zone of scope "fleet" and one of scope
+# "instance", and the request path's cost of counting for the fleet.
 #
 # Usage: bench/fleet.sh [pushes per phase, default 20]
 set -euo pipefail
@@ -37,7 +39,9 @@ for i in 0 1 2; do
     PIDS+=($!)
     ETCD[$i]=$!
 done
-for _ in $(seq 100); do curl -sf http://127.0.0.1:23790/health | grep -q true && break; sleep 0.1; done
+for i in 0 1 2; do
+    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$((23790 + i))/health" | grep -q true && break; sleep 0.1; done
+done
 
 own() { # name port admin
     cat <<EOF
@@ -56,7 +60,12 @@ EOF
 shared() { printf '[[sites]]\ndefault = true\nrules = [{ return = 200, body = "%s" }]\n' "$1"; }
 own pusher 1 1 > "$WORK/pusher.toml"
 shared v0 > "$WORK/shared.toml"
-"$BIN" config push -c "$WORK/pusher.toml" "$WORK/shared.toml" >/dev/null
+# The first push may meet a cluster still electing its leader: tried for up to 10 s.
+for try in $(seq 20); do
+    "$BIN" config push -c "$WORK/pusher.toml" "$WORK/shared.toml" >/dev/null 2>&1 && break
+    [ "$try" = 20 ] && { echo "etcd did not take the first push" >&2; exit 1; }
+    sleep 0.5
+done
 PORTS=(18601 18602 18603)
 for n in 0 1 2; do
     own "i$n" "${PORTS[$n]}" $((18611 + n)) > "$WORK/i$n.toml"
@@ -132,3 +141,75 @@ printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' ------------------------ -------- ---------
 run_phase "all 3 etcd members" a
 kill -9 "${ETCD[0]}"
 run_phase "etcd member 0 killed" b
+
+# Fleet-wide rate limits: wrk -c4 on every instance at once against one zone of scope "fleet"
+# and one of scope "instance" (same rate, burst 5, nodelay, keyed by $remote_addr: one client
+# spread over 3 instances). "allowed" is rate x seconds + burst + 1 (what nginx alone would
+# admit); "over" is what the fleet admitted past it. Then the request path's cost of counting:
+# one instance serving a small file, a rate never reached, alternating rounds of the two scopes.
+mkdir -p "$WORK/files/fleet" "$WORK/files/own"
+echo ok > "$WORK/files/fleet/index.html"
+echo ok > "$WORK/files/own/index.html"
+limits_config() { # rate
+    cat <<EOF2
+[rate_zones.fleet]
+key = "\$remote_addr"
+rate = "$1r/s"
+[rate_zones.own]
+key = "\$remote_addr"
+rate = "$1r/s"
+scope = "instance"
+[[sites]]
+default = true
+routes = [
+  { location = "/x", rules = [{ return = 200, body = "limits-$1" }] },
+  { location = "/fleet/", root = "$WORK/files", limit_req = [{ zone = "fleet", burst = 5, nodelay = true }] },
+  { location = "/own/", root = "$WORK/files", limit_req = [{ zone = "own", burst = 5, nodelay = true }] },
+]
+EOF2
+}
+admitted() { # path secs -> "n0 n1 n2"
+    local n outs=()
+    for n in 0 1 2; do
+        wrk -t1 -c4 -d"$2s" "http://127.0.0.1:${PORTS[$n]}$1" > "$WORK/lim-$n.txt" &
+        outs+=("$WORK/lim-$n.txt")
+    done
+    wait_limits
+    for n in 0 1 2; do
+        awk '/requests in/ {r = $1} /Non-2xx/ {x = $NF} END {printf "%d ", r - x}' "$WORK/lim-$n.txt"
+    done
+}
+wait_limits() { while pgrep -f "wrk -t1 -c4" >/dev/null; do sleep 0.1; done; }
+printf '\nfleet-wide rate limits: 3 instances, one client on all three, burst 5 nodelay\n\n'
+printf '| %8s | %4s | %-8s | %7s | %-17s | %8s | %6s | %5s |\n' rate secs scope allowed "per instance" admitted over ratio
+printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' ---------- ------ ---------- --------- ------------------- ---------- -------- -------
+for rate in 20 200; do
+    limits_config "$rate" > "$WORK/shared.toml"
+    "$BIN" config push -c "$WORK/pusher.toml" "$WORK/shared.toml" >/dev/null
+    for p in "${PORTS[@]}"; do
+        for _ in $(seq 100); do [ "$(curl -s "http://127.0.0.1:$p/x")" = "limits-$rate" ] && break; sleep 0.05; done
+    done
+    for secs in 5 20; do
+        for scope in fleet own; do
+            sleep 2 # the buckets drain between runs
+            read -r a b c <<< "$(admitted "/$scope/" "$secs")"
+            total=$((a + b + c)) allowed=$((rate * secs + 6))
+            printf '| %6sr/s | %4s | %-8s | %7d | %-17s | %8d | %6d | %5.2f |\n' "$rate" "$secs" \
+                "$([ $scope = own ] && echo instance || echo fleet)" "$allowed" "$a $b $c" "$total" \
+                $((total - allowed)) "$(echo "$total / $allowed" | bc -l)"
+        done
+    done
+done
+
+limits_config 1000000 > "$WORK/shared.toml"
+"$BIN" config push -c "$WORK/pusher.toml" "$WORK/shared.toml" >/dev/null
+sleep 1
+printf '\nthe cost of counting for the fleet: instance i0 alone, wrk -t1 -c16 -d5s, a rate never reached\n\n'
+printf '| %5s | %-8s | %9s |\n' round scope "req/s"
+printf '|%s|%s|%s|\n' ------- ---------- -----------
+for round in 1 2 3; do
+    for scope in fleet own; do
+        rps=$(wrk -t1 -c16 -d5s "http://127.0.0.1:${PORTS[0]}/$scope/" | awk '/Requests\/sec/ {print $2}')
+        printf '| %5s | %-8s | %9s |\n' "$round" "$([ $scope = own ] && echo instance || echo fleet)" "$rps"
+    done
+done

@@ -9,6 +9,8 @@
 //!   disk.
 //! - The publisher writes each purge done here under `PREFIX/purge/`; the watcher hands the
 //!   others' to the run loop.
+//! - The limits thread publishes this instance's rate limit counts (`limits.rs`); the watcher
+//!   hands the others' to the charging thread, which adds them to the buckets here.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -47,6 +49,14 @@ pub(super) fn spawn(setup: Setup) {
     let _ = std::thread::Builder::new()
         .name("cluster-purge".into())
         .spawn(move || publish_purges(&p, &to_publish));
+    let l = setup.clone();
+    let _ = std::thread::Builder::new()
+        .name("cluster-limits".into())
+        .spawn(move || super::limits::sync(&l));
+    let c = setup.clone();
+    let _ = std::thread::Builder::new()
+        .name("cluster-charge".into())
+        .spawn(move || super::limits::charge(&c));
     let s = setup.clone();
     let _ = std::thread::Builder::new()
         .name("cluster-watch".into())
@@ -133,6 +143,13 @@ fn put_seen(s: &Setup, key: &str, kv: &super::etcd::KeyValue) {
         apply(s, &String::from_utf8_lossy(&kv.value), kv.mod_revision);
     } else if kv.key.starts_with(purge_prefix(&s.settings).as_bytes()) {
         purge(s, &kv.value);
+    } else if let Some(from) = kv
+        .key
+        .strip_prefix(super::limits::counts_prefix(&s.settings).as_bytes())
+    {
+        if from != s.origin.as_bytes() {
+            super::limits::received(&kv.value);
+        }
     } else {
         super::acme_store::seen(&s.settings, &kv.key, Some(&kv.value));
     }

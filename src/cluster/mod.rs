@@ -3,7 +3,8 @@
 //! `PREFIX/config`. Each top-level key of the own file replaces the shared one (its `[[listen]]`,
 //! `admin`, `pid_file`, logs), and the result is validated by the same code as a file. Off the
 //! workers: `agent.rs` watches the prefix and registers the instance under a lease,
-//! `acme_store.rs` keeps the fleet's ACME state and order locks in etcd, `etcd.rs`
+//! `acme_store.rs` keeps the fleet's ACME state and order locks in etcd, `limits.rs` shares
+//! rate limit counts, `etcd.rs`
 //! speaks etcd's JSON gateway, `commands.rs` is `slipstream config push` and `slipstream fleet`.
 //! A validated configuration reaches the run loop, which swaps it in as a reload does; the last
 //! one served is kept on disk, so an instance starts and serves while etcd is down.
@@ -12,6 +13,7 @@ mod acme_store;
 mod agent;
 pub mod commands;
 pub mod etcd;
+pub mod limits;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -153,6 +155,11 @@ impl Member {
         }
     }
 
+    /// The configuration now served has these rate limit zones (their counts are shared).
+    pub fn serving(&self, zones: crate::rules::zones::Zones) {
+        limits::serve(zones);
+    }
+
     /// The server runs: from now on the configuration served is kept on disk.
     pub fn started(&self) {
         lock(&self.served).started = true;
@@ -169,6 +176,8 @@ pub fn join(path: &Path, settings: ClusterSettings) -> Result<(Config, Member), 
     let mut etcd = etcd::Etcd::new(&settings);
     let key = config_key(&settings);
     let mut notes = Vec::new();
+    let secret = limits::secret(&mut etcd, &settings, &mut notes);
+    crate::rules::limit::fleet::share_seeds(secret);
     let (text, revision, read_at) = match etcd.get(&key) {
         Ok((Some(kv), at)) => {
             standing::set_connected(true);

@@ -9,20 +9,22 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{Size, Validator};
-use crate::rules::limit::{parse_rate, ConnZone, Delay, RateRule, RateZone};
+use crate::rules::limit::{fleet, parse_rate, ConnZone, Delay, RateRule, RateZone};
 use crate::rules::template::Template;
 use crate::rules::zones::{ConnZoneOf, LimitConn, LimitReq, RateZoneOf, Zones};
 
 /// nginx's smallest useful zone is a few pages; slipstream's default holds ~65k rate keys.
 const DEFAULT_ZONE: usize = 1 << 20;
 
-/// `[rate_zones.NAME]`: `key`, `rate` (`"10r/s"`, `"30r/m"`), `size`.
+/// `[rate_zones.NAME]`: `key`, `rate` (`"10r/s"`, `"30r/m"`), `size`, `scope` (`"fleet"`, the
+/// default, or `"instance"`: in a `[cluster]`, whether the rate holds over the fleet).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct FileRateZone {
     key: String,
     rate: String,
     size: Option<Size>,
+    scope: Option<Spanned<String>>,
 }
 
 /// `[conn_zones.NAME]`: `key`, `size`.
@@ -67,13 +69,35 @@ impl Validator<'_> {
             else {
                 continue;
             };
+            let fleet = match z
+                .scope
+                .as_ref()
+                .map(|s| (s.span().start, s.get_ref().as_str()))
+            {
+                None | Some((_, "fleet")) => true,
+                Some((_, "instance")) => false,
+                Some((at, other)) => {
+                    self.error(
+                        at,
+                        format!(
+                            "rate_zones.{}: scope {other:?}: \"fleet\" or \"instance\"",
+                            name.get_ref()
+                        ),
+                    );
+                    continue;
+                }
+            };
             match parse_rate(&z.rate) {
                 Ok(r) => {
                     self.rate_zone_names.push(name.get_ref().clone());
+                    let zone = match fleet.then(|| fleet::seed_for(name.get_ref())).flatten() {
+                        Some(seed) => RateZone::shared(r, bytes, seed),
+                        None => RateZone::new(r, bytes),
+                    };
                     zones.rate.push(Arc::new(RateZoneOf {
                         name: name.get_ref().clone(),
                         key,
-                        zone: RateZone::new(r, bytes),
+                        zone,
                     }));
                 }
                 Err(e) => self.error(at, format!("rate_zones.{}: {e}", name.get_ref())),
@@ -191,5 +215,30 @@ impl Validator<'_> {
             out.push(LimitConn { zone, max: l.max });
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn zone(scope: &str) -> String {
+        format!("[rate_zones.perip]\nkey = \"$remote_addr\"\nrate = \"10r/s\"\n{scope}[[sites]]\ndefault = true\nlimit_req = [{{ zone = \"perip\" }}]\n[[listen]]\naddress = \"127.0.0.1:0\"\n")
+    }
+
+    #[test]
+    fn a_rate_zones_scope_is_fleet_or_instance() {
+        for scope in ["", "scope = \"fleet\"\n", "scope = \"instance\"\n"] {
+            let config = Config::parse(&zone(scope), "a.toml").unwrap();
+            // Outside a fleet no zone is shared, whatever its scope.
+            assert!(!config.router.zones().rate[0].zone.is_shared());
+        }
+        let e = Config::parse(&zone("scope = \"galaxy\"\n"), "a.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a.toml:4") && e.contains("\"fleet\" or \"instance\""),
+            "{e}"
+        );
     }
 }

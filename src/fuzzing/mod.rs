@@ -703,3 +703,11 @@ pub fn etcd_watch(data: &[u8]) {
         assert!(result.is_err(), "a stream that ended was taken as complete");
     }
 }
+
+/// A fleet member's rate limit counts record (`cluster::limits::decode`): no input panics, and
+/// whatever it reads encodes back to the same bytes.
+pub fn fleet_counts(data: &[u8]) {
+    if let Ok(batch) = crate::cluster::limits::decode(data) {
+        assert_eq!(crate::cluster::limits::encode(&batch), data);
+    }
+}

@@ -12,6 +12,10 @@ static CONNECTED: AtomicBool = AtomicBool::new(false);
 static REVISION: AtomicI64 = AtomicI64::new(0);
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 static FAILURES: AtomicU64 = AtomicU64::new(0);
+static LIMIT_SENT: AtomicU64 = AtomicU64::new(0);
+static LIMIT_UNSENT: AtomicU64 = AtomicU64::new(0);
+static LIMIT_APPLIED: AtomicU64 = AtomicU64::new(0);
+static LIMIT_IGNORED: AtomicU64 = AtomicU64::new(0);
 static LAST_REFUSAL: Mutex<String> = Mutex::new(String::new());
 static PURGES: Mutex<Option<std::sync::mpsc::Sender<String>>> = Mutex::new(None);
 
@@ -65,6 +69,23 @@ pub fn refused(reason: &str) {
     }
 }
 
+/// Rate limit count records published to the fleet.
+pub fn limit_sent(records: u64) {
+    LIMIT_SENT.fetch_add(records, Relaxed);
+}
+
+/// Rate limit count records etcd did not take (the fleet saw those requests late or never).
+pub fn limit_unsent(records: u64) {
+    LIMIT_UNSENT.fetch_add(records, Relaxed);
+}
+
+/// Other instances' count records added here, and those skipped (a zone unknown here, not
+/// shared, or of another size).
+pub fn limit_records(applied: u64, ignored: u64) {
+    LIMIT_APPLIED.fetch_add(applied, Relaxed);
+    LIMIT_IGNORED.fetch_add(ignored, Relaxed);
+}
+
 /// `/status`'s `cluster` object (`null` outside a fleet).
 pub fn status() -> serde_json::Value {
     if !ACTIVE.load(Relaxed) {
@@ -75,6 +96,12 @@ pub fn status() -> serde_json::Value {
         "revision": REVISION.load(Relaxed),
         "etcd_failures": FAILURES.load(Relaxed),
         "refused": REFUSED.load(Relaxed),
+        "limit_records": {
+            "sent": LIMIT_SENT.load(Relaxed),
+            "unsent": LIMIT_UNSENT.load(Relaxed),
+            "applied": LIMIT_APPLIED.load(Relaxed),
+            "ignored": LIMIT_IGNORED.load(Relaxed),
+        },
         "last_refusal": LAST_REFUSAL.lock().map(|l| l.clone()).unwrap_or_default(),
     })
 }
@@ -97,10 +124,20 @@ pub fn render_metrics(out: &mut String) {
          slipstream_cluster_etcd_failures_total {}\n\
          # HELP slipstream_cluster_configs_refused_total Shared configurations refused (the running one kept serving).\n\
          # TYPE slipstream_cluster_configs_refused_total counter\n\
-         slipstream_cluster_configs_refused_total {}",
+         slipstream_cluster_configs_refused_total {}\n\
+         # HELP slipstream_cluster_limit_records_total Fleet rate limit count records (one key's requests over one second) by what became of them.\n\
+         # TYPE slipstream_cluster_limit_records_total counter\n\
+         slipstream_cluster_limit_records_total{{outcome=\"sent\"}} {}\n\
+         slipstream_cluster_limit_records_total{{outcome=\"unsent\"}} {}\n\
+         slipstream_cluster_limit_records_total{{outcome=\"applied\"}} {}\n\
+         slipstream_cluster_limit_records_total{{outcome=\"ignored\"}} {}",
         u8::from(CONNECTED.load(Relaxed)),
         REVISION.load(Relaxed),
         FAILURES.load(Relaxed),
         REFUSED.load(Relaxed),
+        LIMIT_SENT.load(Relaxed),
+        LIMIT_UNSENT.load(Relaxed),
+        LIMIT_APPLIED.load(Relaxed),
+        LIMIT_IGNORED.load(Relaxed),
     );
 }

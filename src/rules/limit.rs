@@ -25,6 +25,10 @@
 //! - Unlike nginx, keys of any length are limited: nginx skips keys over 65 535 (req) or
 //!   255 (conn) bytes, which nginx-tests marks as a bug to fix; no key bytes are stored here.
 //!
+//! In a fleet (`[cluster]`) a zone of scope `"fleet"` is shared with the other instances:
+//! [`fleet`] seeds its hash from the fleet, counts what each key is admitted and adds the
+//! others' counts to its buckets.
+//!
 //! # One table per zone, shared by all workers
 //!
 //! With `SO_REUSEPORT` one client's connections land on several workers, so per-worker
@@ -92,6 +96,9 @@
 //!   exact state word reappears could apply one request to the new owner; not reachable
 //!   in practice (the full 64-bit state, including `last`, must repeat).
 //! - A key silent for exactly a multiple of 795 days reads its old state as recent.
+//! - Shared zones ([`fleet`]): a request joining a new key's slot while it is being claimed
+//!   may go uncounted for the fleet, and a slot taken from an idle key drops that key's count
+//!   not yet published (under the threshold, so at most a second's share).
 
 use std::fmt;
 use std::sync::atomic::AtomicU64;
@@ -405,6 +412,13 @@ impl Bucket {
         ((self.excess + 1000).saturating_sub(drained), ms)
     }
 
+    /// [`Mode::Add`]'s step: the excess drained to `now`, plus `add`; and `ms`.
+    fn drain(self, now: u64, rate: u64, add: u64) -> (u64, u64) {
+        let ms = elapsed(now, self.last);
+        let drained = rate.saturating_mul(ms) / 1000;
+        (self.excess.saturating_sub(drained).saturating_add(add), ms)
+    }
+
     /// Milliseconds from `now` until a request would fit within `burst` (at least 1).
     fn retry_ms(self, now: u64, rate: u64, burst: u64) -> u64 {
         let owed = (self.excess + 1000).saturating_sub(burst);
@@ -422,6 +436,20 @@ enum Mode {
     Check(u64),
     /// Store unconditionally (an earlier limit, once all have passed).
     Commit,
+    /// Add requests other fleet members admitted (`milli` thousandths), after draining to
+    /// now: no burst check, nothing counted as admitted here; `busy` (the sender found the key
+    /// over its threshold) makes the key hot here.
+    Add { milli: u64, busy: bool },
+}
+
+impl Mode {
+    /// The thousandths a new key's first state starts with.
+    fn added(self) -> u64 {
+        match self {
+            Mode::Add { milli, .. } => milli,
+            _ => 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -469,6 +497,9 @@ pub struct RateZone {
     rate: u64,
     seed: u64,
     slots: Box<[RateSlot]>,
+    /// Per slot, in a zone shared with a fleet ([`fleet`]): requests admitted since the last
+    /// sync, where the key's home is, and how long to keep publishing it. Empty otherwise.
+    counts: Box<[AtomicU64]>,
     evictions: AtomicU64,
     full: AtomicU64,
 }
@@ -490,6 +521,7 @@ impl RateZone {
             rate: rate.per_ms_milli.max(1),
             seed: fastrand::u64(..),
             slots: (0..len).map(|_| RateSlot::default()).collect(),
+            counts: Box::new([]),
             evictions: AtomicU64::new(0),
             full: AtomicU64::new(0),
         }
@@ -536,7 +568,14 @@ impl RateZone {
     }
 
     fn run(&self, key: &[u8], now: u64, mode: Mode) -> Outcome {
-        let home = home(self.seed, key, self.slots.len(), 64 - GEN_BITS);
+        self.run_at(
+            home(self.seed, key, self.slots.len(), 64 - GEN_BITS),
+            now,
+            mode,
+        )
+    }
+
+    fn run_at(&self, home: Home, now: u64, mode: Mode) -> Outcome {
         for _ in 0..MAX_ATTEMPTS {
             let step = match self.find(home) {
                 Some((idx, key)) => self.update(idx, key, now, mode),
@@ -571,14 +610,17 @@ impl RateZone {
             }
             let old = Bucket::unpack(seen);
             let new = if old.gen == gen {
-                let (excess, ms) = old.step(now, self.rate);
+                let (excess, ms) = match mode {
+                    Mode::Add { milli, .. } => old.drain(now, self.rate, milli),
+                    _ => old.step(now, self.rate),
+                };
                 match mode {
                     Mode::Peek(burst) | Mode::Check(burst) if excess > burst => {
                         let retry = old.retry_ms(now, self.rate, burst);
                         return Step::Done(Outcome::Rejected(retry));
                     }
                     Mode::Peek(_) => return Step::Done(Outcome::Accepted(excess)),
-                    Mode::Check(_) | Mode::Commit => {}
+                    Mode::Check(_) | Mode::Commit | Mode::Add { .. } => {}
                 }
                 let last = if ms == 0 { old.last } else { now };
                 Bucket { gen, excess, last }
@@ -590,7 +632,7 @@ impl RateZone {
                 }
                 Bucket {
                     gen,
-                    excess: 0,
+                    excess: mode.added(),
                     last: now,
                 }
             } else {
@@ -598,13 +640,17 @@ impl RateZone {
             };
             let word = new.pack();
             if word == seen {
+                self.counted(idx, mode);
                 return Step::Done(Outcome::Accepted(new.excess));
             }
             match slot
                 .state
                 .compare_exchange_weak(seen, word, AcqRel, Acquire)
             {
-                Ok(_) => return Step::Done(Outcome::Accepted(new.excess)),
+                Ok(_) => {
+                    self.counted(idx, mode);
+                    return Step::Done(Outcome::Accepted(new.excess));
+                }
                 Err(actual) => seen = actual,
             }
         }
@@ -634,15 +680,21 @@ impl RateZone {
         if evict {
             self.evictions.fetch_add(1, Relaxed);
         }
+        self.claimed(idx, home);
         let first = Bucket {
             gen,
-            excess: 0,
+            excess: mode.added(),
             last: now,
-        }
-        .pack();
+        };
         loop {
-            match slot.state.compare_exchange(seen, first, SeqCst, SeqCst) {
-                Ok(_) => return Step::Done(Outcome::Accepted(0)),
+            match slot
+                .state
+                .compare_exchange(seen, first.pack(), SeqCst, SeqCst)
+            {
+                Ok(_) => {
+                    self.counted(idx, mode);
+                    return Step::Done(Outcome::Accepted(first.excess));
+                }
                 // Another worker with this key wrote the first state: count ours after it.
                 Err(actual) if Bucket::unpack(actual).gen == gen => {
                     return self.update(idx, mine, now, mode)
@@ -710,6 +762,7 @@ impl RateZone {
 }
 
 mod conn;
+pub mod fleet;
 pub use conn::{ConnGuard, ConnRefused, ConnZone};
 
 #[cfg(test)]

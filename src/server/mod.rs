@@ -199,6 +199,11 @@ impl Server {
         &self.fleet
     }
 
+    /// The running config's limit zones.
+    pub fn limit_zones(&self) -> crate::rules::zones::Zones {
+        self.shared.current().router.zones().clone()
+    }
+
     /// The running config's cache zones (a reload's config keeps those it names unchanged).
     pub fn cache_zones(&self) -> Vec<Arc<crate::cache::zone::Zone>> {
         self.shared.current().cache_zones.clone()

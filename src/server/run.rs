@@ -57,6 +57,7 @@ fn run_member(
     let server = Server::start(config)?;
     if let Some(m) = &member {
         m.started();
+        m.serving(server.limit_zones());
     }
     let pid_file = pid_path.as_deref().map(PidFile::create).transpose()?;
     let mut state = first_state(config_path);
@@ -187,6 +188,7 @@ fn swap_in(
         &outcome,
         server.metrics().process.generation.load(Ordering::Relaxed),
     );
+    m.serving(server.limit_zones());
     outcome
 }
 
@@ -266,6 +268,7 @@ fn reload(
     };
     if let (Some(m), Ok(())) = (member, &result) {
         m.reloaded(server.metrics().process.generation.load(Ordering::Relaxed));
+        m.serving(server.limit_zones());
     }
     match &result {
         Ok(()) => tracing::info!("reloaded {}", path.display()),

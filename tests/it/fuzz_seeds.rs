@@ -147,3 +147,8 @@ fn proxy_protocol_seeds() {
 fn etcd_watch_seeds() {
     replay("etcd_watch", slipstream::fuzzing::etcd_watch);
 }
+
+#[test]
+fn fleet_counts_seeds() {
+    replay("fleet_counts", slipstream::fuzzing::fleet_counts);
+}
