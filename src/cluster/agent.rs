@@ -40,7 +40,8 @@ pub(super) struct Setup {
     pub origin: String,
 }
 
-/// Starts the watcher, the registrar and the purge publisher.
+/// Starts the watcher, the registrar, the purge publisher, and the limits and charging
+/// threads.
 pub(super) fn spawn(setup: Setup) {
     let setup = Arc::new(setup);
     let (done_here, to_publish) = std::sync::mpsc::channel();

@@ -16,7 +16,7 @@ use super::agent::{pause, Setup};
 use super::etcd::Etcd;
 use crate::config::cluster::ClusterSettings;
 use crate::observe::cluster as standing;
-use crate::rules::limit::fleet::Tally;
+use crate::rules::limit::fleet::{Tally, MAX_TALLY};
 use crate::rules::zones::Zones;
 
 /// How often counts are published: the delay term of the error bound.
@@ -24,15 +24,13 @@ pub const PERIOD: Duration = Duration::from_secs(1);
 /// The most records one put carries (16 bytes each, under etcd's 1.5 MiB request limit once
 /// base64 encoded); the rest wait for the next period.
 const MAX_RECORDS: usize = 60_000;
-/// How often the fleet's size (which sets the publishing threshold) is read again, in periods.
-const SIZE_EVERY: u32 = 10;
 const MAGIC: &[u8; 5] = b"slrc2";
-/// A record's count field: the count, and the busy flag in the top bit.
-const COUNT_BITS: u32 = 0x7fff_ffff;
-/// The pieces another instance's count is charged in, spread over one period: the requests it
-/// counts came over a period, and charged at once they would overflow a bucket that had
+/// How often the charging thread adds the next part of each record: the requests a record counts
+/// came over one period (or more), and charged at once they would overflow a bucket that had
 /// drained meanwhile, refusing clients under the rate.
 const PIECES: u32 = 10;
+/// The most records being charged at once; past it, records are ignored (and counted).
+const MAX_CHARGING: usize = 2_000_000;
 /// A record older than this (by its sender's clock) is not applied: a watch replaying history
 /// after a reconnect must not charge old requests now. Fleets keep their clocks in NTP sync.
 const STALE_MS: u64 = 5_000;
@@ -59,13 +57,24 @@ pub(super) fn counts_prefix(settings: &ClusterSettings) -> String {
 }
 
 /// The fleet's hashing secret: created in etcd by the first instance to ask, kept in the state
-/// directory for a start while etcd is down. With neither, a secret of this process's own
-/// (its limits then stay its own until it restarts with etcd up).
-pub(super) fn secret(etcd: &mut Etcd, settings: &ClusterSettings, notes: &mut Vec<String>) -> u64 {
+/// directory for a start while etcd is down (`reachable` false: etcd is not asked). With
+/// neither, a secret of this process's own (the others ignore its records, and it theirs, until
+/// it restarts with etcd up).
+pub(super) fn secret(
+    etcd: &mut Etcd,
+    settings: &ClusterSettings,
+    reachable: bool,
+    notes: &mut Vec<String>,
+) -> u64 {
     let key = format!("{}/limits/secret", settings.prefix);
     let path = settings.state_dir.join("limits-secret");
     let proposed = format!("{:016x}", fastrand::u64(..));
-    let from_etcd = match etcd.create(&key, proposed.as_bytes(), 0) {
+    let created = if reachable {
+        etcd.create(&key, proposed.as_bytes(), 0)
+    } else {
+        Err("etcd is unreachable".into())
+    };
+    let from_etcd = match created {
         Ok(true) => Ok(parse_secret(proposed.as_bytes())),
         Ok(false) => etcd
             .get(&key)
@@ -144,7 +153,8 @@ pub fn encode(batch: &Batch) -> Vec<u8> {
         for r in &z.records {
             out.extend_from_slice(&r.home.to_le_bytes());
             out.extend_from_slice(&r.fingerprint.to_le_bytes());
-            let word = (r.count & COUNT_BITS) | (u32::from(r.busy) << 31);
+            let periods = u32::from(r.periods.saturating_sub(1).min(15));
+            let word = (r.count & MAX_TALLY) | (periods << 27) | (u32::from(r.busy) << 31);
             out.extend_from_slice(&word.to_le_bytes());
         }
     }
@@ -177,8 +187,9 @@ pub fn decode(bytes: &[u8]) -> Result<Batch, String> {
             records.push(Tally {
                 home,
                 fingerprint,
-                count: word & COUNT_BITS,
+                count: word & MAX_TALLY,
                 busy: word >> 31 == 1,
+                periods: ((word >> 27) & 0xf) as u8 + 1,
             });
         }
         out.push(ZoneCounts {
@@ -216,43 +227,79 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Other instances' counts being charged here: each record a tenth at a time over a period.
+/// Another instance's records for one zone, being charged here: each over as many periods as
+/// it was counted over, from when it arrived.
 struct Charging {
-    zone: Arc<crate::rules::zones::RateZoneOf>,
-    /// The zones' clock origin (the workers' `now`).
-    since: std::time::Instant,
-    records: Vec<Tally>,
-    /// Pieces charged so far.
-    done: u32,
+    zone: String,
+    slots: u32,
+    check: u64,
+    arrived: std::time::Instant,
+    /// Each record, with the thousandths already charged.
+    records: Vec<(Tally, u64)>,
 }
 
 static CHARGING: Mutex<Vec<Charging>> = Mutex::new(Vec::new());
 
-/// The charging thread's loop: every tenth of a period, the next piece of each record
-/// received. It ends when the run loop has gone.
+fn charging() -> std::sync::MutexGuard<'static, Vec<Charging>> {
+    CHARGING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The zone of the configuration served that a record is for (by name, size and seed).
+fn zone_for<'a>(
+    zones: &'a Zones,
+    name: &str,
+    slots: u32,
+    check: u64,
+) -> Option<&'a crate::rules::zones::RateZoneOf> {
+    zones.rate.iter().map(|z| &**z).find(|z| {
+        z.name == name
+            && z.zone.is_shared()
+            && z.zone.capacity() == slots as usize
+            && z.zone.seed_check() == check
+    })
+}
+
+/// The charging thread's loop: every tenth of a period, each record queued is charged up to
+/// the share of its count its time so far is due (so a slow turn catches up, never runs
+/// behind). The queue is taken out while charging: the watcher never waits on it. A record
+/// for a zone a reload replaced is charged to the new zone of that name. It ends when the run
+/// loop has gone.
 pub(super) fn charge(s: &Arc<Setup>) {
     while !s.updates.is_closed() {
         pause(PERIOD / PIECES);
-        let mut charging = CHARGING
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for c in charging.iter_mut() {
-            let now = c.since.elapsed().as_millis() as u64;
-            let (from, to) = (u64::from(c.done), u64::from(c.done) + 1);
-            for r in &c.records {
-                let whole = u64::from(r.count) * 1000;
-                let piece = whole * to / u64::from(PIECES) - whole * from / u64::from(PIECES);
-                c.zone.zone.add_remote(r, piece, now);
+        let mut work = std::mem::take(&mut *charging());
+        if let Some(zones) = live() {
+            let now = zones.since.elapsed().as_millis() as u64;
+            for c in &mut work {
+                let Some(zone) = zone_for(&zones, &c.zone, c.slots, c.check) else {
+                    c.records.clear();
+                    continue;
+                };
+                let elapsed = c.arrived.elapsed().as_millis();
+                for (t, charged) in &mut c.records {
+                    let whole = u64::from(t.count) * 1000;
+                    let span = PERIOD.as_millis() * u128::from(t.periods.max(1));
+                    let due = (u128::from(whole) * elapsed.min(span) / span) as u64;
+                    if due > *charged {
+                        zone.zone.add_remote(t, due - *charged, now);
+                        *charged = due;
+                    }
+                }
+                c.records
+                    .retain(|(t, charged)| *charged < u64::from(t.count) * 1000);
             }
-            c.done += 1;
+            work.retain(|c| !c.records.is_empty());
         }
-        charging.retain(|c| c.done < PIECES);
+        charging().extend(work);
     }
 }
 
-/// Another instance's counts, queued to be charged to the buckets here over the next period.
-/// Zones not shared here, of another size or seed, or unknown are skipped (counted as
-/// ignored), as are records older than `STALE_MS`.
+/// Another instance's counts, queued to be charged to the buckets here over the next period
+/// (or as many as each was counted over). Zones not shared here, of another size or seed, or
+/// unknown are skipped (counted as ignored), as are records older than `STALE_MS` and records
+/// past `MAX_CHARGING` in the queue.
 pub(super) fn received(value: &[u8]) {
     let Some(zones) = live() else {
         return;
@@ -264,34 +311,29 @@ pub(super) fn received(value: &[u8]) {
             return;
         }
     };
+    let records = |z: &ZoneCounts| z.records.len() as u64;
     if unix_ms().saturating_sub(batch.sent_ms) > STALE_MS {
-        let records = batch.zones.iter().map(|z| z.records.len() as u64).sum();
-        standing::limit_records(0, records);
+        standing::limit_records(0, batch.zones.iter().map(records).sum());
         return;
     }
-    let mut queue = Vec::new();
+    let mut queue = charging();
+    let mut queued: usize = queue.iter().map(|c| c.records.len()).sum();
     for counts in batch.zones {
-        let zone = zones.rate.iter().find(|z| z.name == counts.name);
-        let Some(zone) = zone.filter(|z| {
-            z.zone.is_shared()
-                && z.zone.capacity() == counts.slots as usize
-                && z.zone.seed_check() == counts.check
-        }) else {
-            standing::limit_records(0, counts.records.len() as u64);
+        let known = zone_for(&zones, &counts.name, counts.slots, counts.check).is_some();
+        if !known || queued + counts.records.len() > MAX_CHARGING {
+            standing::limit_records(0, records(&counts));
             continue;
-        };
-        standing::limit_records(counts.records.len() as u64, 0);
+        }
+        standing::limit_records(records(&counts), 0);
+        queued += counts.records.len();
         queue.push(Charging {
-            zone: zone.clone(),
-            since: zones.since,
-            records: counts.records,
-            done: 0,
+            zone: counts.name,
+            slots: counts.slots,
+            check: counts.check,
+            arrived: std::time::Instant::now(),
+            records: counts.records.into_iter().map(|t| (t, 0)).collect(),
         });
     }
-    CHARGING
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .extend(queue);
 }
 
 fn unix_ms() -> u64 {
@@ -334,7 +376,8 @@ fn collect(zones: &Zones, size: u64) -> Batch {
 }
 
 /// The sync thread's loop: every period, the busy keys' counts published under the
-/// registration lease. It ends when the run loop has gone.
+/// registration lease. Counts are taken every period, published or not, so none build up while
+/// the instance is unregistered or leaving. It ends when the run loop has gone.
 pub(super) fn sync(s: &Arc<Setup>) {
     let mut etcd = Etcd::new(&s.settings);
     // By process, not name: two instances may share a name (it defaults to the host's).
@@ -342,7 +385,6 @@ pub(super) fn sync(s: &Arc<Setup>) {
     let instances = format!("{}/instances/", s.settings.prefix);
     let mut size = 1;
     let mut warned = false;
-    let mut size_read = None;
     loop {
         pause(PERIOD);
         if s.updates.is_closed() {
@@ -354,19 +396,16 @@ pub(super) fn sync(s: &Arc<Setup>) {
         }
         let lease = {
             let served = super::lock(&s.served);
-            (!served.leaving).then_some(served.lease)
+            (!served.leaving && served.lease != 0).then_some(served.lease)
         };
-        // Leaving, or not registered yet: the counts wait (or go with the instance).
-        let Some(lease) = lease.filter(|&l| l != 0) else {
-            continue;
-        };
-        if size_read.is_none_or(|at: std::time::Instant| at.elapsed() >= PERIOD * SIZE_EVERY) {
+        if lease.is_some() {
+            // Read every period: instances starting one after another change the threshold.
             if let Ok(list) = etcd.list(&instances) {
                 size = (list.len() as u64).max(1);
-                size_read = Some(std::time::Instant::now());
             }
         }
         let batch = collect(&zones, size);
+        let Some(lease) = lease else { continue };
         if batch.zones.is_empty() {
             continue;
         }
@@ -405,12 +444,14 @@ mod tests {
                             fingerprint: 0x3fff_ffff_ffff_fff0,
                             count: 12,
                             busy: true,
+                            periods: 1,
                         },
                         Tally {
                             home: 43_689,
                             fingerprint: 1,
                             count: 1,
                             busy: false,
+                            periods: 16,
                         },
                     ],
                 },

@@ -176,9 +176,10 @@ pub fn join(path: &Path, settings: ClusterSettings) -> Result<(Config, Member), 
     let mut etcd = etcd::Etcd::new(&settings);
     let key = config_key(&settings);
     let mut notes = Vec::new();
-    let secret = limits::secret(&mut etcd, &settings, &mut notes);
+    let read = etcd.get(&key);
+    let secret = limits::secret(&mut etcd, &settings, read.is_ok(), &mut notes);
     crate::rules::limit::fleet::share_seeds(secret);
-    let (text, revision, read_at) = match etcd.get(&key) {
+    let (text, revision, read_at) = match read {
         Ok((Some(kv), at)) => {
             standing::set_connected(true);
             (

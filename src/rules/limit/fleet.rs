@@ -11,10 +11,12 @@
 //!
 //! # The count word (one per slot, only in shared zones)
 //!
-//! `count:32 | home offset:3 | hot:8` (bits 0, 32 and 40): requests admitted here since the last
-//! sync (one relaxed add on the request path), how far the slot is from the key's home, and for
-//! how many more periods the key is published whatever its count (set when a record for it
-//! arrives or when it is published: once one instance finds a key busy, all report it).
+//! `count:32 | home offset:3 | hot:8 | age:4` (bits 0, 32, 40 and 48): requests admitted here
+//! since the last sync (one relaxed add on the request path), how far the slot is from the key's
+//! home, for how many more periods the key is published whatever its count (set when it is
+//! busy here or a record says it is busy elsewhere: once one instance finds a key busy, all
+//! report it), and over how many earlier periods a count under the threshold was kept (so a
+//! receiver spreads its charge over as many seconds).
 
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
@@ -28,6 +30,11 @@ const COUNT_MASK: u64 = 0xffff_ffff;
 const OFFSET_SHIFT: u32 = 32;
 const OFFSET_MASK: u64 = 0b111;
 const HOT_SHIFT: u32 = 40;
+const AGE_SHIFT: u32 = 48;
+const AGE_MASK: u64 = 0xf;
+/// The largest count a record carries (27 bits: the record's count field also holds the periods
+/// and the busy flag).
+pub const MAX_TALLY: u32 = (1 << 27) - 1;
 const HOT_MASK: u64 = 0xff;
 /// Sync periods a key stays published after it was last found busy.
 pub const HOT_PERIODS: u64 = 10;
@@ -58,6 +65,9 @@ pub struct Tally {
     pub count: u32,
     /// The count reached the sender's threshold: receivers turn the key hot.
     pub busy: bool,
+    /// The sync periods the count was taken over (1 to 16): receivers spread its charge over
+    /// as many.
+    pub periods: u8,
 }
 
 impl RateZone {
@@ -118,8 +128,16 @@ impl RateZone {
                 } else {
                     hot(w).saturating_sub(1)
                 };
-                let kept = if publish { 0 } else { count };
-                Some((w & (OFFSET_MASK << OFFSET_SHIFT)) | (hot << HOT_SHIFT) | kept)
+                let (kept, age) = match (publish, count) {
+                    (false, 1..) => (count, (age(w) + 1).min(AGE_MASK)),
+                    _ => (0, 0),
+                };
+                Some(
+                    (w & (OFFSET_MASK << OFFSET_SHIFT))
+                        | (hot << HOT_SHIFT)
+                        | (age << AGE_SHIFT)
+                        | kept,
+                )
             }) else {
                 continue;
             };
@@ -136,8 +154,9 @@ impl RateZone {
             out.push(Tally {
                 home: ((idx + len - offset) % len) as u32,
                 fingerprint: key >> GEN_BITS,
-                count: count.min(i32::MAX as u32),
+                count: count.min(MAX_TALLY),
                 busy: count >= threshold,
+                periods: age(word) as u8 + 1,
             });
         }
     }
@@ -194,6 +213,10 @@ fn hot(word: u64) -> u64 {
     (word >> HOT_SHIFT) & HOT_MASK
 }
 
+fn age(word: u64) -> u64 {
+    (word >> AGE_SHIFT) & AGE_MASK
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,6 +232,29 @@ mod tests {
     }
 
     /// Another instance's record charged here whole, at `now`.
+    #[test]
+    fn a_count_kept_over_periods_says_so() {
+        let a = RateZone::shared(Rate::per_second(100), 1 << 16, SEED);
+        let rule = nodelay(1000);
+        for period in 0..3 {
+            for _ in 0..10 {
+                a.check(b"slow", period * 1000, &rule);
+            }
+            if period < 2 {
+                assert!(tallies(&a, 25).is_empty());
+            }
+        }
+        // 30 over three periods, published once the threshold is reached, as three periods'.
+        let sent = tallies(&a, 25);
+        assert_eq!(
+            (sent[0].count, sent[0].periods, sent[0].busy),
+            (30, 3, true)
+        );
+        // The next count starts a period of its own.
+        a.check(b"slow", 3000, &rule);
+        assert_eq!(tallies(&a, 25)[0].periods, 1);
+    }
+
     fn charge(zone: &RateZone, t: &Tally, now: u64) -> bool {
         zone.add_remote(t, u64::from(t.count) * 1000, now)
     }
@@ -326,6 +372,7 @@ mod tests {
             fingerprint: 1,
             count: 1,
             busy: true,
+            periods: 1,
         };
         assert!(!charge(&b, &outside, 0));
     }
