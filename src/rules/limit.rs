@@ -516,12 +516,20 @@ impl fmt::Debug for RateZone {
 impl RateZone {
     /// A zone of `bytes` (`zone=NAME:SIZE`): `bytes / 16` slots, at least 8.
     pub fn new(rate: Rate, bytes: usize) -> RateZone {
-        let len = (bytes / RATE_SLOT_BYTES).max(WINDOW);
+        RateZone::with_slots(rate, bytes / RATE_SLOT_BYTES, fastrand::u64(..), false)
+    }
+
+    /// A zone of `len` slots (at least 8) hashing with `seed`; `counted`: with a count word
+    /// per slot, for a fleet ([`fleet`]).
+    fn with_slots(rate: Rate, len: usize, seed: u64, counted: bool) -> RateZone {
+        let len = len.max(WINDOW);
         RateZone {
             rate: rate.per_ms_milli.max(1),
-            seed: fastrand::u64(..),
+            seed,
             slots: (0..len).map(|_| RateSlot::default()).collect(),
-            counts: Box::new([]),
+            counts: (0..if counted { len } else { 0 })
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             evictions: AtomicU64::new(0),
             full: AtomicU64::new(0),
         }

@@ -18,13 +18,12 @@
 //! report it), and over how many earlier periods a count under the threshold was kept (so a
 //! receiver spreads its charge over as many seconds).
 
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::OnceLock;
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use super::{window, Home, Mode, Rate, RateSlot, RateZone, EXCESS_MAX, GEN_BITS, RATE_SLOT_BYTES};
+use super::{window, Home, Mode, Rate, RateZone, EXCESS_MAX, GEN_BITS, RATE_SLOT_BYTES};
 
 const COUNT_MASK: u64 = 0xffff_ffff;
 const OFFSET_SHIFT: u32 = 32;
@@ -61,7 +60,7 @@ pub struct Tally {
     pub home: u32,
     /// The key's fingerprint in the zone (62 bits).
     pub fingerprint: u64,
-    /// Requests admitted (at most 2^31 - 1).
+    /// Requests admitted (at most [`MAX_TALLY`]).
     pub count: u32,
     /// The count reached the sender's threshold: receivers turn the key hot.
     pub busy: bool,
@@ -74,15 +73,7 @@ impl RateZone {
     /// A zone whose keys hash with `seed` (the fleet's, by [`seed_for`]) and whose admitted
     /// requests are counted per key for the fleet: `bytes / 24` slots, at least 8.
     pub fn shared(rate: Rate, bytes: usize, seed: u64) -> RateZone {
-        let len = (bytes / (RATE_SLOT_BYTES + 8)).max(super::WINDOW);
-        RateZone {
-            rate: rate.per_ms_milli.max(1),
-            seed,
-            slots: (0..len).map(|_| RateSlot::default()).collect(),
-            counts: (0..len).map(|_| AtomicU64::new(0)).collect(),
-            evictions: AtomicU64::new(0),
-            full: AtomicU64::new(0),
-        }
+        RateZone::with_slots(rate, bytes / (RATE_SLOT_BYTES + 8), seed, true)
     }
 
     /// A check value of the zone's seed: records hashed with another seed (an instance that
