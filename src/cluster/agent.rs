@@ -149,7 +149,7 @@ fn put_seen(s: &Setup, key: &str, kv: &super::etcd::KeyValue) {
         .strip_prefix(super::limits::counts_prefix(&s.settings).as_bytes())
     {
         if from != s.origin.as_bytes() {
-            super::limits::received(&kv.value);
+            super::limits::received(from, &kv.value);
         }
     } else {
         super::acme_store::seen(&s.settings, &kv.key, Some(&kv.value));

@@ -5,12 +5,15 @@
 //! size in the last second, or any count for a key another instance reported lately) and puts
 //! them in one record, `PREFIX/limits/counts/NAME-PID-RANDOM`, under the registration lease. The
 //! watcher hands the others' records to [`received`]; the charging thread adds each count to the
-//! key's bucket here in tenths over the next second, as the requests came.
+//! key's bucket here in tenths over as long as it was counted over, one sender's records one
+//! after another, so each instance's requests are charged at the pace they came.
 //! One etcd write per instance per second at most, none while nothing is busy; etcd down, each
 //! instance limits alone. The record is binary (`encode`/[`decode`]) and fuzzed.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::agent::{pause, Setup};
 use super::etcd::Etcd;
@@ -24,11 +27,16 @@ pub const PERIOD: Duration = Duration::from_secs(1);
 /// The most records one put carries (16 bytes each, under etcd's 1.5 MiB request limit once
 /// base64 encoded); the rest wait for the next period.
 const MAX_RECORDS: usize = 60_000;
-const MAGIC: &[u8; 5] = b"slrc2";
+const MAGIC: &[u8; 5] = b"slrc3";
 /// How often the charging thread adds the next part of each record: the requests a record counts
 /// came over one period (or more), and charged at once they would overflow a bucket that had
 /// drained meanwhile, refusing clients under the rate.
 const PIECES: u32 = 10;
+/// The most charging time one turn of the charging thread may pass, in tenths of a piece: a turn
+/// that comes late (the machine was busy) moves the charges in flight on by at most this, so
+/// they are stretched, not caught up. Caught up at once, the backlog would land in buckets that
+/// drained meanwhile and refuse clients under the rate.
+const TURN_MAX: u32 = 15;
 /// The most records being charged at once; past it, records are ignored (and counted).
 const MAX_CHARGING: usize = 2_000_000;
 /// A record older than this (by its sender's clock) is not applied: a watch replaying history
@@ -116,6 +124,9 @@ fn parse_secret(bytes: &[u8]) -> Option<u64> {
 pub struct Batch {
     /// The sender's wall clock when it took the counts, in ms since the Unix epoch.
     pub sent_ms: u64,
+    /// How long the counts were taken over, in ms (a period, or longer when the sender's turn
+    /// came late): receivers charge them over as long.
+    pub span_ms: u32,
     /// The zones with busy keys.
     pub zones: Vec<ZoneCounts>,
 }
@@ -134,13 +145,14 @@ pub struct ZoneCounts {
     pub records: Vec<Tally>,
 }
 
-/// The batch as published: `slrc2`, u64 sent_ms, a u16 zone count, then per zone a u8 name
-/// length, the name, u64 seed check, u32 slots, u32 records, and per record u32 home, u64
-/// fingerprint, u32 count (all little-endian). Names over 255 bytes are not shared
-/// ([`collect`] leaves such zones out).
+/// The batch as published: `slrc3`, u64 sent_ms, u32 span_ms, a u16 zone count, then per zone
+/// a u8 name length, the name, u64 seed check, u32 slots, u32 records, and per record u32
+/// home, u64 fingerprint, u32 word (count:27, periods-1:4, busy:1; all little-endian). Names
+/// over 255 bytes are not shared ([`collect`] leaves such zones out).
 pub fn encode(batch: &Batch) -> Vec<u8> {
     let mut out = MAGIC.to_vec();
     out.extend_from_slice(&batch.sent_ms.to_le_bytes());
+    out.extend_from_slice(&batch.span_ms.to_le_bytes());
     let zones = &batch.zones[..batch.zones.len().min(usize::from(u16::MAX))];
     out.extend_from_slice(&(zones.len() as u16).to_le_bytes());
     for z in zones {
@@ -168,6 +180,7 @@ pub fn decode(bytes: &[u8]) -> Result<Batch, String> {
         return Err("not a counts record of this version".into());
     }
     let sent_ms = u64::from_le_bytes(r.array()?);
+    let span_ms = u32::from_le_bytes(r.array()?);
     let zones = u16::from_le_bytes(r.array()?);
     let mut out = Vec::new();
     for _ in 0..zones {
@@ -204,6 +217,7 @@ pub fn decode(bytes: &[u8]) -> Result<Batch, String> {
     }
     Ok(Batch {
         sent_ms,
+        span_ms,
         zones: out,
     })
 }
@@ -227,23 +241,41 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Another instance's records for one zone, being charged here: each over as many periods as
-/// it was counted over, from when it arrived.
+/// Another instance's records for one zone, being charged here: each over as long as it was
+/// counted over, from a start on the charging clock.
 struct Charging {
     zone: String,
     slots: u32,
     check: u64,
-    arrived: std::time::Instant,
+    /// When its charge starts on the charging clock ([`CLOCK`]), and how long one period of
+    /// counts is charged over (its batch's span), in ms.
+    start: u64,
+    span: u64,
     /// Each record, with the thousandths already charged.
     records: Vec<(Tally, u64)>,
 }
 
-static CHARGING: Mutex<Vec<Charging>> = Mutex::new(Vec::new());
+/// The records being charged, and per sender where on the charging clock its last batch ends:
+/// the next batch from it starts there, so one sender's batches do not overlap (a watch that
+/// delivers two at once must not charge that sender's requests twice as fast).
+#[derive(Default)]
+struct Queue {
+    batches: Vec<Charging>,
+    ends: HashMap<String, u64>,
+}
 
-fn charging() -> std::sync::MutexGuard<'static, Vec<Charging>> {
-    CHARGING
+static CHARGING: Mutex<Option<Queue>> = Mutex::new(None);
+
+/// The charging clock, in ms: it runs with the wall clock, but a turn of the charging thread
+/// moves it on at most `TURN_MAX` tenths of a piece, so a late turn stretches the charges in
+/// flight rather than adding them in a lump.
+static CLOCK: AtomicU64 = AtomicU64::new(0);
+
+fn charging<T>(f: impl FnOnce(&mut Queue) -> T) -> T {
+    let mut guard = CHARGING
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    f(guard.get_or_insert_with(Queue::default))
 }
 
 /// The zone of the configuration served that a record is for (by name, size and seed).
@@ -261,15 +293,20 @@ fn zone_for<'a>(
     })
 }
 
-/// The charging thread's loop: every tenth of a period, each record queued is charged up to
-/// the share of its count its time so far is due (so a slow turn catches up, never runs
-/// behind). The queue is taken out while charging: the watcher never waits on it. A record
-/// for a zone a reload replaced is charged to the new zone of that name. It ends when the run
-/// loop has gone.
+/// The charging thread's loop: every tenth of a period, the charging clock moves on (by the
+/// time passed, at most `TURN_MAX` tenths of a piece) and each record queued is charged up to
+/// the share of its count that much time is due. The queue is taken out while charging: the
+/// watcher never waits on it. A record for a zone a reload replaced is charged to the new zone
+/// of that name. It ends when the run loop has gone.
 pub(super) fn charge(s: &Arc<Setup>) {
+    let piece = PERIOD / PIECES;
+    let mut last = Instant::now();
     while !s.updates.is_closed() {
-        pause(PERIOD / PIECES);
-        let mut work = std::mem::take(&mut *charging());
+        pause(piece);
+        let turn = last.elapsed().min(piece * TURN_MAX / 10).as_millis() as u64;
+        last = Instant::now();
+        let clock = CLOCK.fetch_add(turn, Relaxed) + turn;
+        let mut work = charging(|q| std::mem::take(&mut q.batches));
         if let Some(zones) = live() {
             let now = zones.since.elapsed().as_millis() as u64;
             for c in &mut work {
@@ -277,11 +314,12 @@ pub(super) fn charge(s: &Arc<Setup>) {
                     c.records.clear();
                     continue;
                 };
-                let elapsed = c.arrived.elapsed().as_millis();
+                let elapsed = clock.saturating_sub(c.start);
                 for (t, charged) in &mut c.records {
                     let whole = u64::from(t.count) * 1000;
-                    let span = PERIOD.as_millis() * u128::from(t.periods.max(1));
-                    let due = (u128::from(whole) * elapsed.min(span) / span) as u64;
+                    let span = c.span * u64::from(t.periods.max(1));
+                    let due = (u128::from(whole) * u128::from(elapsed.min(span)) / u128::from(span))
+                        as u64;
                     if due > *charged {
                         zone.zone.add_remote(t, due - *charged, now);
                         *charged = due;
@@ -292,15 +330,15 @@ pub(super) fn charge(s: &Arc<Setup>) {
             }
             work.retain(|c| !c.records.is_empty());
         }
-        charging().extend(work);
+        charging(|q| q.batches.extend(work));
     }
 }
 
-/// Another instance's counts, queued to be charged to the buckets here over the next period
-/// (or as many as each was counted over). Zones not shared here, of another size or seed, or
-/// unknown are skipped (counted as ignored), as are records older than `STALE_MS` and records
-/// past `MAX_CHARGING` in the queue.
-pub(super) fn received(value: &[u8]) {
+/// Another instance's counts (`from` is its origin), queued to be charged to the buckets here
+/// over as long as they were counted over, after that sender's batch before. Zones not shared
+/// here, of another size or seed, or unknown are skipped (counted as ignored), as are records
+/// older than `STALE_MS` and records past `MAX_CHARGING` in the queue.
+pub(super) fn received(from: &[u8], value: &[u8]) {
     let Some(zones) = live() else {
         return;
     };
@@ -316,24 +354,57 @@ pub(super) fn received(value: &[u8]) {
         standing::limit_records(0, batch.zones.iter().map(records).sum());
         return;
     }
-    let mut queue = charging();
-    let mut queued: usize = queue.iter().map(|c| c.records.len()).sum();
-    for counts in batch.zones {
-        let known = zone_for(&zones, &counts.name, counts.slots, counts.check).is_some();
-        if !known || queued + counts.records.len() > MAX_CHARGING {
-            standing::limit_records(0, records(&counts));
-            continue;
+    let span = u64::from(batch.span_ms).clamp(PERIOD.as_millis() as u64, STALE_MS);
+    charging(|q| {
+        let clock = CLOCK.load(Relaxed);
+        let periods = batch.zones.iter().flat_map(|z| &z.records);
+        let periods = periods
+            .map(|t| u64::from(t.periods.max(1)))
+            .max()
+            .unwrap_or(1);
+        let start = start_of(&mut q.ends, from, clock, span, span * periods);
+        let mut queued: usize = q.batches.iter().map(|c| c.records.len()).sum();
+        for counts in batch.zones {
+            let known = zone_for(&zones, &counts.name, counts.slots, counts.check).is_some();
+            if !known || queued + counts.records.len() > MAX_CHARGING {
+                standing::limit_records(0, records(&counts));
+                continue;
+            }
+            standing::limit_records(records(&counts), 0);
+            queued += counts.records.len();
+            q.batches.push(Charging {
+                zone: counts.name,
+                slots: counts.slots,
+                check: counts.check,
+                start,
+                span,
+                records: counts.records.into_iter().map(|t| (t, 0)).collect(),
+            });
         }
-        standing::limit_records(records(&counts), 0);
-        queued += counts.records.len();
-        queue.push(Charging {
-            zone: counts.name,
-            slots: counts.slots,
-            check: counts.check,
-            arrived: std::time::Instant::now(),
-            records: counts.records.into_iter().map(|t| (t, 0)).collect(),
-        });
-    }
+    });
+}
+
+/// Where on the charging clock a batch from `from` counted over `span` starts: where that
+/// sender's last batch ends, but never in the past nor more than a span ahead (a sender whose
+/// batches come faster than its spans say is charged overlapping, not ever later). The batch
+/// ends after `length`: its span times the most periods a record of it was counted over. A
+/// count kept over earlier periods is charged over as many, and the sender's next batch
+/// follows it rather than overlapping it (which would charge that key faster than its
+/// requests came). Senders whose last batch ended long ago are forgotten.
+fn start_of(
+    ends: &mut HashMap<String, u64>,
+    from: &[u8],
+    clock: u64,
+    span: u64,
+    length: u64,
+) -> u64 {
+    let from = String::from_utf8_lossy(from).into_owned();
+    let start = ends
+        .get(&from)
+        .map_or(clock, |&end| end.clamp(clock, clock + span));
+    ends.retain(|_, end| *end + STALE_MS > clock);
+    ends.insert(from, start + length);
+    start
 }
 
 fn unix_ms() -> u64 {
@@ -342,9 +413,10 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// This period's counts of every shared zone, for a fleet of `size` instances. The zones are
-/// taken from a varying first one, so a full batch does not always leave out the same zone.
-fn collect(zones: &Zones, size: u64) -> Batch {
+/// This period's counts of every shared zone, taken over `span` (since the last turn), for a
+/// fleet of `size` instances. The zones are taken from a varying first one, so a full batch
+/// does not always leave out the same zone.
+fn collect(zones: &Zones, size: u64, span: Duration) -> Batch {
     let mut batch = Vec::new();
     let mut room = MAX_RECORDS;
     let shared: Vec<_> = zones
@@ -371,6 +443,7 @@ fn collect(zones: &Zones, size: u64) -> Batch {
     }
     Batch {
         sent_ms: unix_ms(),
+        span_ms: span.as_millis().min(u128::from(u32::MAX)) as u32,
         zones: batch,
     }
 }
@@ -385,6 +458,7 @@ pub(super) fn sync(s: &Arc<Setup>) {
     let instances = format!("{}/instances/", s.settings.prefix);
     let mut size = 1;
     let mut warned = false;
+    let mut taken = Instant::now();
     loop {
         pause(PERIOD);
         if s.updates.is_closed() {
@@ -404,7 +478,8 @@ pub(super) fn sync(s: &Arc<Setup>) {
                 size = (list.len() as u64).max(1);
             }
         }
-        let batch = collect(&zones, size);
+        let batch = collect(&zones, size, taken.elapsed());
+        taken = Instant::now();
         let Some(lease) = lease else { continue };
         if batch.zones.is_empty() {
             continue;
@@ -433,6 +508,7 @@ mod tests {
     fn batch() -> Batch {
         Batch {
             sent_ms: 1_764_000_000_000,
+            span_ms: 1_000,
             zones: vec![
                 ZoneCounts {
                     name: "perip".into(),
@@ -466,6 +542,27 @@ mod tests {
     }
 
     #[test]
+    fn one_senders_batches_are_charged_one_after_another() {
+        let mut ends = HashMap::new();
+        // Two batches from a delivered together: the second starts where the first ends.
+        assert_eq!(start_of(&mut ends, b"a", 10_000, 1_000, 1_000), 10_000);
+        assert_eq!(start_of(&mut ends, b"a", 10_000, 1_200, 1_200), 11_000);
+        // Another sender is not held back by a's.
+        assert_eq!(start_of(&mut ends, b"b", 10_050, 1_000, 1_000), 10_050);
+        // A third at once from a starts at most a span ahead.
+        assert_eq!(start_of(&mut ends, b"a", 10_100, 1_000, 1_000), 11_100);
+        // Once a's last batch has ended, the next starts now.
+        assert_eq!(start_of(&mut ends, b"a", 20_000, 1_000, 1_000), 20_000);
+        // A batch holding a count kept over two periods is followed, not overlapped, by the
+        // next one a period later.
+        assert_eq!(start_of(&mut ends, b"a", 21_000, 1_000, 2_000), 21_000);
+        assert_eq!(start_of(&mut ends, b"a", 22_000, 1_000, 1_000), 23_000);
+        assert_eq!(start_of(&mut ends, b"a", 23_000, 1_000, 1_000), 24_000);
+        // b, silent for longer than STALE_MS, was forgotten.
+        assert!(!ends.contains_key("b"));
+    }
+
+    #[test]
     fn counts_records_read_back_and_refuse_what_does_not_fit() {
         let bytes = encode(&batch());
         assert_eq!(decode(&bytes), Ok(batch()));
@@ -473,14 +570,17 @@ mod tests {
         assert!(decode(&[bytes.as_slice(), b"x"].concat()).is_err());
         // The first version's records (no clock, no seed check) are not taken for these.
         assert!(decode(b"slrc1\0\0").is_err());
+        assert!(decode(b"slrc2\0\0\0\0\0\0\0\0\0\0").is_err());
         let empty = Batch {
             sent_ms: 0,
+            span_ms: 0,
             zones: vec![],
         };
         assert_eq!(decode(&encode(&empty)), Ok(empty));
         // A record count larger than what follows is refused before anything is allocated.
         let mut huge = MAGIC.to_vec();
         huge.extend_from_slice(&0u64.to_le_bytes());
+        huge.extend_from_slice(&1_000u32.to_le_bytes());
         huge.extend_from_slice(&1u16.to_le_bytes());
         huge.extend_from_slice(&[1, b'z']);
         huge.extend_from_slice(&0u64.to_le_bytes());
