@@ -39,6 +39,9 @@ const PIECES: u32 = 10;
 const TURN_MAX: u32 = 15;
 /// The most records being charged at once; past it, records are ignored (and counted).
 const MAX_CHARGING: usize = 2_000_000;
+/// The longest span a batch is charged over (a sender's turn that took longer than this is
+/// charged over this).
+const MAX_SPAN_MS: u64 = 60_000;
 /// A record older than this (by its sender's clock) is not applied: a watch replaying history
 /// after a reconnect must not charge old requests now. Fleets keep their clocks in NTP sync.
 const STALE_MS: u64 = 5_000;
@@ -247,28 +250,42 @@ struct Charging {
     zone: String,
     slots: u32,
     check: u64,
-    /// When its charge starts on the charging clock ([`CLOCK`]), and how long one period of
-    /// counts is charged over (its batch's span), in ms.
-    start: u64,
+    /// How long one period of counts is charged over (its batch's span), in ms.
     span: u64,
-    /// Each record, with the thousandths already charged.
-    records: Vec<(Tally, u64)>,
+    /// Each record being charged.
+    records: Vec<Part>,
 }
 
-/// The records being charged, and per sender where on the charging clock its last batch ends:
-/// the next batch from it starts there, so one sender's batches do not overlap (a watch that
-/// delivers two at once must not charge that sender's requests twice as fast).
+/// One record being charged: from when on the charging clock ([`CLOCK`]), and the
+/// thousandths already charged.
+struct Part {
+    tally: Tally,
+    start: u64,
+    charged: u64,
+}
+
+/// A key of one sender's zone, for [`Queue::tails`]: a hash of the sender and the zone's name,
+/// and the key's home slot and fingerprint.
+type KeyOf = (u64, u32, u64);
+
+/// The records being charged; per sender where on the charging clock its last batch's
+/// period ends: the next batch from it starts there, so one sender's batches do not overlap (a
+/// watch that delivers two at once must not charge that sender's requests twice as fast); and
+/// per key whose last record runs past its batch's period (a count kept over earlier periods),
+/// where it ends: that key's next record starts there, not on top of it.
 #[derive(Default)]
 struct Queue {
     batches: Vec<Charging>,
     ends: HashMap<String, u64>,
+    tails: HashMap<KeyOf, u64>,
 }
 
 static CHARGING: Mutex<Option<Queue>> = Mutex::new(None);
 
 /// The charging clock, in ms: it runs with the wall clock, but a turn of the charging thread
 /// moves it on at most `TURN_MAX` tenths of a piece, so a late turn stretches the charges in
-/// flight rather than adding them in a lump.
+/// flight rather than adding them in a lump. (Kept in µs by the thread, so it does not fall
+/// behind the senders' clocks by the rounding of every turn.)
 static CLOCK: AtomicU64 = AtomicU64::new(0);
 
 fn charging<T>(f: impl FnOnce(&mut Queue) -> T) -> T {
@@ -301,11 +318,14 @@ fn zone_for<'a>(
 pub(super) fn charge(s: &Arc<Setup>) {
     let piece = PERIOD / PIECES;
     let mut last = Instant::now();
+    let mut micros = CLOCK.load(Relaxed) * 1000;
     while !s.updates.is_closed() {
         pause(piece);
-        let turn = last.elapsed().min(piece * TURN_MAX / 10).as_millis() as u64;
-        last = Instant::now();
-        let clock = CLOCK.fetch_add(turn, Relaxed) + turn;
+        let now = Instant::now();
+        micros += (now - last).min(piece * TURN_MAX / 10).as_micros() as u64;
+        last = now;
+        let clock = micros / 1000;
+        CLOCK.store(clock, Relaxed);
         let mut work = charging(|q| std::mem::take(&mut q.batches));
         if let Some(zones) = live() {
             let now = zones.since.elapsed().as_millis() as u64;
@@ -314,19 +334,19 @@ pub(super) fn charge(s: &Arc<Setup>) {
                     c.records.clear();
                     continue;
                 };
-                let elapsed = clock.saturating_sub(c.start);
-                for (t, charged) in &mut c.records {
-                    let whole = u64::from(t.count) * 1000;
-                    let span = c.span * u64::from(t.periods.max(1));
+                for p in &mut c.records {
+                    let elapsed = clock.saturating_sub(p.start);
+                    let whole = u64::from(p.tally.count) * 1000;
+                    let span = c.span * u64::from(p.tally.periods.max(1));
                     let due = (u128::from(whole) * u128::from(elapsed.min(span)) / u128::from(span))
                         as u64;
-                    if due > *charged {
-                        zone.zone.add_remote(t, due - *charged, now);
-                        *charged = due;
+                    if due > p.charged {
+                        zone.zone.add_remote(&p.tally, due - p.charged, now);
+                        p.charged = due;
                     }
                 }
                 c.records
-                    .retain(|(t, charged)| *charged < u64::from(t.count) * 1000);
+                    .retain(|p| p.charged < u64::from(p.tally.count) * 1000);
             }
             work.retain(|c| !c.records.is_empty());
         }
@@ -354,15 +374,11 @@ pub(super) fn received(from: &[u8], value: &[u8]) {
         standing::limit_records(0, batch.zones.iter().map(records).sum());
         return;
     }
-    let span = u64::from(batch.span_ms).clamp(PERIOD.as_millis() as u64, STALE_MS);
+    let span = u64::from(batch.span_ms).clamp(PERIOD.as_millis() as u64, MAX_SPAN_MS);
     charging(|q| {
         let clock = CLOCK.load(Relaxed);
-        let periods = batch.zones.iter().flat_map(|z| &z.records);
-        let periods = periods
-            .map(|t| u64::from(t.periods.max(1)))
-            .max()
-            .unwrap_or(1);
-        let start = start_of(&mut q.ends, from, clock, span, span * periods);
+        let lane = start_of(&mut q.ends, from, clock, span);
+        q.tails.retain(|_, end| *end > clock);
         let mut queued: usize = q.batches.iter().map(|c| c.records.len()).sum();
         for counts in batch.zones {
             let known = zone_for(&zones, &counts.name, counts.slots, counts.check).is_some();
@@ -372,38 +388,63 @@ pub(super) fn received(from: &[u8], value: &[u8]) {
             }
             standing::limit_records(records(&counts), 0);
             queued += counts.records.len();
+            let sender =
+                xxhash_rust::xxh3::xxh3_64(&[from, b"\0", counts.name.as_bytes()].concat());
+            let records = counts.records.into_iter().map(|tally| {
+                let key = (sender, tally.home, tally.fingerprint);
+                let periods = u64::from(tally.periods.max(1));
+                Part {
+                    start: record_start(&mut q.tails, key, lane, span, periods),
+                    tally,
+                    charged: 0,
+                }
+            });
             q.batches.push(Charging {
                 zone: counts.name,
                 slots: counts.slots,
                 check: counts.check,
-                start,
                 span,
-                records: counts.records.into_iter().map(|t| (t, 0)).collect(),
+                records: records.collect(),
             });
         }
     });
 }
 
-/// Where on the charging clock a batch from `from` counted over `span` starts: where that
-/// sender's last batch ends, but never in the past nor more than a span ahead (a sender whose
-/// batches come faster than its spans say is charged overlapping, not ever later). The batch
-/// ends after `length`: its span times the most periods a record of it was counted over. A
-/// count kept over earlier periods is charged over as many, and the sender's next batch
-/// follows it rather than overlapping it (which would charge that key faster than its
-/// requests came). Senders whose last batch ended long ago are forgotten.
-fn start_of(
-    ends: &mut HashMap<String, u64>,
-    from: &[u8],
-    clock: u64,
-    span: u64,
-    length: u64,
-) -> u64 {
+/// Where on the charging clock a batch from `from` counted over `span` starts (its lane):
+/// where that sender's last batch's period ends, but never in the past nor more than a span
+/// ahead (a sender whose batches come faster than its spans say, such as a watch replaying
+/// several after a reconnect, is charged overlapping, not ever later). Senders whose last
+/// batch ended long ago are forgotten.
+fn start_of(ends: &mut HashMap<String, u64>, from: &[u8], clock: u64, span: u64) -> u64 {
     let from = String::from_utf8_lossy(from).into_owned();
     let start = ends
         .get(&from)
         .map_or(clock, |&end| end.clamp(clock, clock + span));
     ends.retain(|_, end| *end + STALE_MS > clock);
-    ends.insert(from, start + length);
+    ends.insert(from, start + span);
+    start
+}
+
+/// Where one record of a batch on `lane` starts: on the lane, or where that key's last record
+/// ends when that runs past the lane (at most a span later), so a key's records never overlap
+/// (a count kept over earlier periods is charged over as many, and the next period's count
+/// follows it). A record that runs past its batch's period leaves its end for the key's next.
+fn record_start(
+    tails: &mut HashMap<KeyOf, u64>,
+    key: KeyOf,
+    lane: u64,
+    span: u64,
+    periods: u64,
+) -> u64 {
+    let start = tails
+        .get(&key)
+        .map_or(lane, |&end| end.clamp(lane, lane + span));
+    let end = start + span * periods;
+    if end > lane + span {
+        tails.insert(key, end);
+    } else {
+        tails.remove(&key);
+    }
     start
 }
 
@@ -545,21 +586,36 @@ mod tests {
     fn one_senders_batches_are_charged_one_after_another() {
         let mut ends = HashMap::new();
         // Two batches from a delivered together: the second starts where the first ends.
-        assert_eq!(start_of(&mut ends, b"a", 10_000, 1_000, 1_000), 10_000);
-        assert_eq!(start_of(&mut ends, b"a", 10_000, 1_200, 1_200), 11_000);
+        assert_eq!(start_of(&mut ends, b"a", 10_000, 1_000), 10_000);
+        assert_eq!(start_of(&mut ends, b"a", 10_000, 1_200), 11_000);
         // Another sender is not held back by a's.
-        assert_eq!(start_of(&mut ends, b"b", 10_050, 1_000, 1_000), 10_050);
+        assert_eq!(start_of(&mut ends, b"b", 10_050, 1_000), 10_050);
         // A third at once from a starts at most a span ahead.
-        assert_eq!(start_of(&mut ends, b"a", 10_100, 1_000, 1_000), 11_100);
+        assert_eq!(start_of(&mut ends, b"a", 10_100, 1_000), 11_100);
         // Once a's last batch has ended, the next starts now.
-        assert_eq!(start_of(&mut ends, b"a", 20_000, 1_000, 1_000), 20_000);
-        // A batch holding a count kept over two periods is followed, not overlapped, by the
-        // next one a period later.
-        assert_eq!(start_of(&mut ends, b"a", 21_000, 1_000, 2_000), 21_000);
-        assert_eq!(start_of(&mut ends, b"a", 22_000, 1_000, 1_000), 23_000);
-        assert_eq!(start_of(&mut ends, b"a", 23_000, 1_000, 1_000), 24_000);
+        assert_eq!(start_of(&mut ends, b"a", 20_000, 1_000), 20_000);
         // b, silent for longer than STALE_MS, was forgotten.
         assert!(!ends.contains_key("b"));
+    }
+
+    #[test]
+    fn a_keys_records_never_overlap_whatever_the_lane() {
+        let mut tails = HashMap::new();
+        let (x, y) = ((1, 7, 9), (1, 8, 9));
+        // The lane already a span ahead of the clock (the reviewer's case): x's count kept
+        // over two periods runs [25 000, 27 000); the next batch's lane starts at 26 000, and
+        // x's next record waits for 27 000 while y stays on the lane.
+        assert_eq!(record_start(&mut tails, x, 25_000, 1_000, 2), 25_000);
+        assert_eq!(record_start(&mut tails, y, 26_000, 1_000, 1), 26_000);
+        assert_eq!(record_start(&mut tails, x, 26_000, 1_000, 1), 27_000);
+        // x stays a span behind its lane while it keeps coming, then catches up.
+        assert_eq!(record_start(&mut tails, x, 27_000, 1_000, 1), 28_000);
+        assert_eq!(record_start(&mut tails, x, 28_500, 1_000, 1), 29_000);
+        assert_eq!(record_start(&mut tails, x, 30_000, 1_000, 1), 30_000);
+        assert!(tails.is_empty());
+        // A record far behind is held at most a span after its lane.
+        assert_eq!(record_start(&mut tails, x, 40_000, 1_000, 16), 40_000);
+        assert_eq!(record_start(&mut tails, x, 41_000, 1_000, 1), 42_000);
     }
 
     #[test]
