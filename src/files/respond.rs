@@ -47,6 +47,8 @@ pub struct FileRequest {
     pub codings: Codings,
     /// HTTP/1.0 client (keep-alive must then be announced).
     pub http10: bool,
+    /// `Accept` names `application/json`: a directory listing is sent as JSON.
+    pub accept_json: bool,
 }
 
 impl FileRequest {
@@ -67,6 +69,7 @@ impl FileRequest {
             if_range: None,
             codings: Codings::default(),
             http10: head.minor_version == 0,
+            accept_json: false,
         };
         let mut accept = Vec::new();
         for h in head.headers {
@@ -88,6 +91,8 @@ impl FileRequest {
             } else {
                 if name.eq_ignore_ascii_case("accept-encoding") {
                     accept.push(h.value);
+                } else if name.eq_ignore_ascii_case("accept") {
+                    r.accept_json |= crate::files::listing::wants_json(Some(h.value));
                 }
                 continue;
             };

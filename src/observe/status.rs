@@ -1,7 +1,38 @@
 //! `/status`: nginx's stub_status text, byte for byte (so existing dashboards and scripts that
 //! scrape it keep working), and a JSON form with more.
 
+use std::sync::Mutex;
+
 use super::metrics::{Counter, Metrics};
+
+/// The last reload's outcome: when (ms since the Unix epoch), and the errors of a refusal.
+static LAST_RELOAD: Mutex<Option<(u64, Option<String>)>> = Mutex::new(None);
+
+/// Records a reload's outcome (SIGHUP, or a fleet's pushed configuration) for `/status` and
+/// the dashboard: `Err` carries the errors the running config stayed for.
+pub fn record_reload(outcome: &Result<(), String>) {
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    *LAST_RELOAD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((at, outcome.clone().err()));
+}
+
+fn last_reload() -> serde_json::Value {
+    let last = LAST_RELOAD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    match last {
+        Some((at, errors)) => serde_json::json!({
+            "at_ms": at,
+            "ok": errors.is_none(),
+            "errors": errors,
+        }),
+        None => serde_json::Value::Null,
+    }
+}
 
 /// nginx's stub_status text: active connections, accepts, handled, requests, and connections
 /// reading, writing and waiting.
@@ -67,6 +98,7 @@ pub fn json(m: &Metrics) -> String {
             "generation": process.generation.load(Relaxed),
             "reloads_ok": process.reloads_ok.load(Relaxed),
             "reloads_failed": process.reloads_failed.load(Relaxed),
+            "last_reload": last_reload(),
         },
     });
     let mut text = value.to_string();

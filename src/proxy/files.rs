@@ -19,7 +19,7 @@ use crate::error::{Error, Kind};
 use crate::files::cache::CachedFile;
 use crate::files::listing;
 use crate::files::lookup::{Lookup, Refusal, Resolution};
-use crate::files::respond::{plan, simple, Body, KeepAlive, Method, Plan};
+use crate::files::respond::{plan, simple, Body, FileRequest, KeepAlive, Method, Plan};
 use crate::http1::Framing as RequestFraming;
 use crate::message::ClientHead;
 use crate::net::io::{head_bytes, write_all, write_head};
@@ -98,10 +98,7 @@ pub(super) async fn serve_files(
             send_simple(cx, client, 405, head, &body, framing).await?
         }
         Resolution::Listing { dir, uri } => {
-            let html = listing::render(&dir, &uri, route.dotfiles)
-                .map_err(|_| Error::new(Kind::FileFailed))?;
-            let body = Some((b"text/html; charset=utf-8".as_slice(), html));
-            let (head, body) = simple(200, &[], body, req.method, framing);
+            let (head, body) = listing_page(&dir, &uri, route.dotfiles, req, framing)?;
             send_simple(cx, client, 200, head, &body, framing).await?
         }
     };
@@ -109,6 +106,30 @@ pub(super) async fn serve_files(
         buf.drain(..p.head_len.min(buf.len()));
     }
     Ok(outcome)
+}
+
+/// A directory's listing, sorted as the query says: JSON when `Accept` asks for it, else the
+/// HTML page, sent with a policy that lets no script run.
+fn listing_page(
+    dir: &std::fs::File,
+    uri: &str,
+    dotfiles: bool,
+    req: &FileRequest,
+    framing: KeepAlive,
+) -> Result<(ClientHead, Vec<u8>), Error> {
+    let mut entries = listing::read(dir, dotfiles).map_err(|_| Error::new(Kind::FileFailed))?;
+    let query = req.target.split_once('?').map_or("", |(_, q)| q);
+    let order = listing::Order::from_query(query);
+    listing::sort(&mut entries, order);
+    let vary = ("Vary", b"Accept".as_slice());
+    if req.accept_json {
+        let body = Some((b"application/json".as_slice(), listing::json(&entries)));
+        return Ok(simple(200, &[vary], body, req.method, framing));
+    }
+    let page = listing::html(&entries, uri, order);
+    let body = Some((b"text/html; charset=utf-8".as_slice(), page));
+    let fields = [vary, ("Content-Security-Policy", listing::PAGE_POLICY)];
+    Ok(simple(200, &fields, body, req.method, framing))
 }
 
 fn refusal_kind(r: Refusal) -> Kind {

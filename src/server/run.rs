@@ -77,7 +77,8 @@ fn run_member(
                     FleetEvent::Config(update) => {
                         // Recorded as the generation only: `slipstream reload` waits on the
                         // attempts of its own SIGHUPs.
-                        let _ = swap_in(&server, member.as_ref(), config_path, &update);
+                        let outcome = swap_in(&server, member.as_ref(), config_path, &update);
+                        crate::observe::status::record_reload(&outcome);
                         state.generation = server.metrics().process.generation.load(Ordering::Relaxed);
                         record(&state);
                     }
@@ -85,6 +86,7 @@ fn run_member(
                 _ = hup.recv() => {
                     systemd::reloading();
                     let outcome = reload(&server, config_path, member.as_ref());
+                    crate::observe::status::record_reload(&outcome);
                     state.attempts += 1;
                     state.generation = server.metrics().process.generation.load(Ordering::Relaxed);
                     state.refused = outcome.err();

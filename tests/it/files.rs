@@ -407,7 +407,10 @@ fn directories_redirect_index_and_list() {
     let escaped = html.find("&lt;b&gt;&amp;x.txt").expect(&html);
     let a = html.find(">a.txt<").expect(&html);
     let sub = html.find(">sub/<").expect(&html);
-    assert!(escaped < a && a < sub, "sorted: {html}");
+    assert!(
+        sub < escaped && escaped < a,
+        "directories first, then by name: {html}"
+    );
     assert!(html.contains("href=\"./%3Cb%3E%26x.txt\""), "{html}");
     assert!(!html.contains("hidden"), "{html}");
     proxy.shutdown();

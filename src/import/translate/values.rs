@@ -117,7 +117,7 @@ pub(super) fn ignored(d: &Directive) -> Option<&'static str> {
         | "open_file_cache_errors"
         | "open_log_file_cache" => "slipstream keeps its own open-file cache ([files])",
         "autoindex_exact_size" | "autoindex_localtime" | "autoindex_format" => {
-            "slipstream's listing has one format"
+            "slipstream's listing shows rounded sizes and UTC times (exact on hover), and JSON to Accept: application/json"
         }
         "log_not_found" => "slipstream does not log missing files",
         "resolver_timeout" => "slipstream's resolver has its own timeout",
