@@ -2,12 +2,13 @@
 //! ([`metrics`]), latency histograms ([`histogram`]), per-route figures ([`routes`]), the
 //! Prometheus text format's rules ([`exposition`]), the buffered access log ([`access_log`],
 //! lines by [`log_format`]), the error log ([`error_log`]), the admin listener ([`admin`], with
-//! nginx's stub_status in [`status`]), a fleet member's standing ([`cluster`]) and the host checks of `slipstream doctor` ([`doctor`]).
+//! nginx's stub_status in [`status`] and the live page in [`dashboard`]), a fleet member's standing ([`cluster`]) and the host checks of `slipstream doctor` ([`doctor`]).
 
 pub mod access_log;
 pub mod admin;
 pub mod caches;
 pub mod cluster;
+pub mod dashboard;
 pub mod doctor;
 pub mod error_log;
 pub mod exposition;

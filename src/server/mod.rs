@@ -159,24 +159,38 @@ impl Server {
             server.threads.push(thread);
         }
         if let Some(l) = admin_listener {
-            let (fleet, shared) = (server.fleet.clone(), server.shared.clone());
-            let sources = admin::Sources {
-                metrics: server.metrics.clone(),
-                more: Arc::new(move |out: &mut String| {
-                    crate::upstream::stats::render(&fleet, &shared.current(), out);
-                    crate::acme::render_metrics(out);
-                    stapling::render_metrics(out);
-                    crate::observe::cluster::render_metrics(out);
-                }),
-                caches: {
-                    let shared = server.shared.clone();
-                    Arc::new(move || shared.current().cache_zones.clone())
-                },
-            };
+            let sources = server.admin_sources();
             let thread = admin::spawn(l, sources, shutdown_rx)?;
             server.threads.push(thread);
         }
         Ok(server)
+    }
+
+    /// What the admin listener's pages read: the counters, the per-server, certificate, ACME,
+    /// stapling and fleet figures, the cache zones and the config's demand on the host.
+    fn admin_sources(&self) -> admin::Sources {
+        let (fleet, shared) = (self.fleet.clone(), self.shared.clone());
+        admin::Sources {
+            metrics: self.metrics.clone(),
+            more: Arc::new(move |out: &mut String| {
+                let config = shared.current();
+                crate::upstream::stats::render(&fleet, &config, out);
+                if let Some(tls) = &config.tls {
+                    crate::tls::resolve::render_expiries(tls.resolver.slots(), out);
+                }
+                crate::acme::render_metrics(out);
+                stapling::render_metrics(out);
+                crate::observe::cluster::render_metrics(out);
+            }),
+            caches: {
+                let shared = self.shared.clone();
+                Arc::new(move || shared.current().cache_zones.clone())
+            },
+            demand: {
+                let shared = self.shared.clone();
+                Arc::new(move || shared.current().demand())
+            },
+        }
     }
 
     /// The bound address of each configured listener (port 0 resolved).

@@ -158,7 +158,7 @@ fn announce(server: &Server, pid_file: Option<&PidFile>, workers: usize) {
         tracing::info!("pid file {}", p.path().display());
     }
     if let Some(addr) = server.admin_addr() {
-        tracing::info!("admin listening on {addr} (/metrics, /status, /health)");
+        tracing::info!("admin listening on {addr} (dashboard at /, /metrics, /status, /health)");
         if !addr.ip().is_loopback() {
             tracing::warn!("the admin listener {addr} is reachable from other hosts: its pages show upstream addresses and traffic; bind it to 127.0.0.1 unless a firewall guards it");
         }

@@ -61,6 +61,53 @@ impl Slot {
     }
 }
 
+/// Renders each served certificate's expiry as
+/// `slipstream_tls_certificate_expiry_timestamp_seconds{certificate="NAME"}` (seconds since
+/// the Unix epoch; NAME its first DNS name, else its subject's common name), for alerts and the
+/// dashboard.
+pub fn render_expiries(slots: &[Arc<Slot>], out: &mut String) {
+    use std::fmt::Write;
+    if slots.is_empty() {
+        return;
+    }
+    out.push_str(
+        "# HELP slipstream_tls_certificate_expiry_timestamp_seconds When each served certificate expires.\n\
+         # TYPE slipstream_tls_certificate_expiry_timestamp_seconds gauge\n",
+    );
+    for slot in slots {
+        let Some(leaf) = slot.chain().first() else {
+            continue;
+        };
+        let Ok((_, cert)) = x509_parser::parse_x509_certificate(leaf.as_ref()) else {
+            continue;
+        };
+        let dns = cert
+            .subject_alternative_name()
+            .ok()
+            .flatten()
+            .and_then(|san| {
+                san.value.general_names.iter().find_map(|n| match n {
+                    x509_parser::extensions::GeneralName::DNSName(d) => Some(d.to_string()),
+                    _ => None,
+                })
+            });
+        let cn = || {
+            cert.subject()
+                .iter_common_name()
+                .next()
+                .and_then(|c| c.as_str().ok())
+                .map(str::to_string)
+        };
+        let name = dns.or_else(cn).unwrap_or_default();
+        let name = name.replace('\\', "\\\\").replace('"', "\\\"");
+        let _ = writeln!(
+            out,
+            "slipstream_tls_certificate_expiry_timestamp_seconds{{certificate=\"{name}\"}} {}",
+            cert.validity().not_after.timestamp()
+        );
+    }
+}
+
 /// Certificates by server name.
 #[derive(Debug, Default)]
 pub struct SniResolver {

@@ -13,6 +13,7 @@ mod cluster;
 mod codec;
 mod compression;
 mod control;
+mod dashboard;
 mod dates;
 mod error_pages;
 mod etcd;

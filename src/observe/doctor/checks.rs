@@ -377,22 +377,26 @@ const LIVE_COUNTERS: [LiveCounter; 9] = [
 
 /// A running slipstream's trap counters, from its admin listener.
 pub(super) fn live(admin: SocketAddr) -> Vec<Finding> {
-    let status = match fetch_status(admin) {
-        Ok(s) => s,
+    match fetch_status(admin) {
+        Ok(status) => live_from(&admin.to_string(), &status),
         Err(e) => {
             let title = format!("cannot read {admin}/status?format=json: {e}");
-            return vec![finding(
+            vec![finding(
                 Severity::Warning,
                 "live",
                 title,
                 String::new(),
                 "check --admin (the `admin` key of the running config)",
-            )];
+            )]
         }
-    };
+    }
+}
+
+/// The trap counters' findings from a `/status?format=json` value read at `admin`.
+pub(super) fn live_from(admin: &str, status: &serde_json::Value) -> Vec<Finding> {
     let n = |path: &[&str]| {
         path.iter()
-            .try_fold(&status, |v, k| v.get(k))
+            .try_fold(status, |v, k| v.get(k))
             .and_then(serde_json::Value::as_u64)
             .unwrap_or(0)
     };
@@ -438,7 +442,7 @@ pub(super) fn live(admin: SocketAddr) -> Vec<Finding> {
 
 /// A fleet member's standing: etcd unreachable (serving the last good configuration), or a
 /// shared configuration refused.
-fn cluster_finding(admin: SocketAddr, cluster: &serde_json::Value) -> Option<Finding> {
+fn cluster_finding(admin: &str, cluster: &serde_json::Value) -> Option<Finding> {
     let connected = cluster.get("connected")?.as_bool().unwrap_or(false);
     let evidence = format!("{admin} /status?format=json");
     let refusal = cluster["last_refusal"].as_str().unwrap_or("");
@@ -468,7 +472,7 @@ fn cluster_finding(admin: SocketAddr, cluster: &serde_json::Value) -> Option<Fin
 
 /// One ACME certificate's standing: not served, served by a placeholder, failing to renew,
 /// or close to expiry (a week: warning; three days: critical).
-fn acme_finding(admin: SocketAddr, cert: &serde_json::Value) -> Option<Finding> {
+fn acme_finding(admin: &str, cert: &serde_json::Value) -> Option<Finding> {
     let text = |k: &str| {
         cert.get(k)
             .and_then(serde_json::Value::as_str)

@@ -97,6 +97,38 @@ pub fn examine(inputs: &Inputs) -> Vec<Finding> {
     findings
 }
 
+/// The findings the admin listener's dashboard shows: this host's checks against `demand`
+/// (the kernel's counters read once, not sampled), and the trap counters of `status` (this
+/// process's `/status?format=json`); worst first.
+pub fn for_dashboard(demand: Demand, status: &serde_json::Value) -> Vec<Finding> {
+    let inputs = Inputs {
+        proc_root: PathBuf::from("/proc"),
+        demand,
+        admin: None,
+        sample: Duration::ZERO,
+    };
+    let mut findings = checks::host(&inputs);
+    findings.extend(checks::live_from("this process", status));
+    findings.sort_by_key(|f| f.severity);
+    findings
+}
+
+/// Findings as JSON values (the form `doctor --json` prints).
+pub fn to_values(findings: &[Finding]) -> Vec<serde_json::Value> {
+    findings
+        .iter()
+        .map(|f| {
+            serde_json::json!({
+                "severity": f.severity.name(),
+                "check": f.check,
+                "title": f.title,
+                "evidence": f.evidence,
+                "fix": f.fix,
+            })
+        })
+        .collect()
+}
+
 /// Whether any finding is critical (the exit status is 1 then).
 pub fn is_critical(findings: &[Finding]) -> bool {
     findings.iter().any(|f| f.severity == Severity::Critical)
@@ -134,17 +166,5 @@ pub fn to_text(findings: &[Finding]) -> String {
 
 /// The findings as a JSON array.
 pub fn to_json(findings: &[Finding]) -> String {
-    let list: Vec<serde_json::Value> = findings
-        .iter()
-        .map(|f| {
-            serde_json::json!({
-                "severity": f.severity.name(),
-                "check": f.check,
-                "title": f.title,
-                "evidence": f.evidence,
-                "fix": f.fix,
-            })
-        })
-        .collect();
-    serde_json::Value::Array(list).to_string()
+    serde_json::Value::Array(to_values(findings)).to_string()
 }
