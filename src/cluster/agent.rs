@@ -74,6 +74,17 @@ fn watch(s: &Setup) {
     let prefix = format!("{}/", s.settings.prefix);
     let mut etcd = Etcd::new(&s.settings);
     let mut seen = s.watch_from;
+    // The watch starts after the revision joining read: HTTP-01 answers another instance put
+    // before then (it was ordering while this one started) are read once here, or the CA
+    // reaching this instance for them would fail the order.
+    if let Ok(kvs) = etcd.list(&super::acme_store::prefix(&s.settings)) {
+        for kv in kvs
+            .iter()
+            .filter(|kv| kv.key.windows(9).any(|w| w == b"/http-01/"))
+        {
+            super::acme_store::seen(&s.settings, &kv.key, Some(&kv.value));
+        }
+    }
     let mut backoff = FIRST_BACKOFF;
     // When the watch last showed it had delivered everything up to `seen`.
     let mut caught_up = Instant::now();
