@@ -77,8 +77,7 @@ fn run_member(
                     FleetEvent::Config(update) => {
                         // Recorded as the generation only: `slipstream reload` waits on the
                         // attempts of its own SIGHUPs.
-                        let outcome = swap_in(&server, member.as_ref(), config_path, &update);
-                        crate::observe::status::record_reload(&outcome);
+                        let _ = swap_in(&server, member.as_ref(), config_path, &update);
                         state.generation = server.metrics().process.generation.load(Ordering::Relaxed);
                         record(&state);
                     }
@@ -86,7 +85,6 @@ fn run_member(
                 _ = hup.recv() => {
                     systemd::reloading();
                     let outcome = reload(&server, config_path, member.as_ref());
-                    crate::observe::status::record_reload(&outcome);
                     state.attempts += 1;
                     state.generation = server.metrics().process.generation.load(Ordering::Relaxed);
                     state.refused = outcome.err();
@@ -191,6 +189,7 @@ fn swap_in(
         server.metrics().process.generation.load(Ordering::Relaxed),
     );
     m.serving(server.limit_zones());
+    crate::observe::status::record_reload(&outcome);
     outcome
 }
 
@@ -276,5 +275,6 @@ fn reload(
         Ok(()) => tracing::info!("reloaded {}", path.display()),
         Err(e) => tracing::error!("reload refused, the running config stays:\n{e}"),
     }
+    crate::observe::status::record_reload(&result);
     result
 }
