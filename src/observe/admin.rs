@@ -182,8 +182,7 @@ fn page(path: &str, sources: &Sources) -> (&'static str, &'static str, String) {
             let mut text = sources.metrics.render();
             (sources.more)(&mut text);
             crate::observe::caches::render(&(sources.caches)(), &mut text);
-            let status: serde_json::Value =
-                serde_json::from_str(&status::json(&sources.metrics)).unwrap_or_default();
+            let status: serde_json::Value = status::value(&sources.metrics);
             let findings = super::doctor::for_dashboard((sources.demand)(), &status);
             let doctor = super::doctor::to_values(&findings);
             let body = super::dashboard::stats(&text, status, doctor);

@@ -51,11 +51,18 @@ pub fn stub_status(m: &Metrics) -> String {
 
 /// The JSON form: connections, requests by class, the traps' counters, reloads.
 pub fn json(m: &Metrics) -> String {
+    let mut text = value(m).to_string();
+    text.push('\n');
+    text
+}
+
+/// The JSON form as a value (the dashboard's `/api/stats` embeds it).
+pub fn value(m: &Metrics) -> serde_json::Value {
     use std::sync::atomic::Ordering::Relaxed;
     let c = m.connections();
     let t = |c| m.total(c);
     let process = &m.process;
-    let value = serde_json::json!({
+    serde_json::json!({
         "connections": {
             "active": c.active,
             "reading": c.reading,
@@ -100,10 +107,7 @@ pub fn json(m: &Metrics) -> String {
             "reloads_failed": process.reloads_failed.load(Relaxed),
             "last_reload": last_reload(),
         },
-    });
-    let mut text = value.to_string();
-    text.push('\n');
-    text
+    })
 }
 
 #[cfg(test)]
