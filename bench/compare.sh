@@ -21,6 +21,10 @@
 #                   proxy's CPU per request is judged against (when that folder is there)
 #   floor-hybrid    bench/hybrid_relay: the same blind relay on tokio's current-thread runtime
 #                   with its socket I/O on io_uring, the design of slipstream's io_uring path
+#   slipstream-dash with DASHBOARD=1 (issue 38): slipstream with its admin listener, and a
+#                   headless Chromium kept open on its dashboard for the whole run, polling
+#                   /api/stats every 2 s (its default), against `slipstream` without one in the
+#                   same rounds. The browser runs through every row, so its CPU weighs on all.
 # Columns: req/s, ratio to direct, p50, p99 (wrk --latency), proxy CPU microseconds per request
 # (sum of the proxy's threads' schedstat run time), proxy syscalls per request (perf stat -e
 # raw_syscalls:sys_enter on the proxy's processes during the same run).
@@ -40,7 +44,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-bench}
 ORIGIN=18000 SLIP=18001 NGX_DEF=18002 NGX_TUNED=18003 HAP=18004 SLIP_LOG=18005
 SLIP_BASE=18006 FLOOR_EPOLL=18007 FLOOR_URING=18008 NGX_NOLOG=18009 NGX_UNBUF=18010
-FLOOR_HYBRID=18011 SLIP_EPOLL=18012
+FLOOR_HYBRID=18011 SLIP_EPOLL=18012 SLIP_DASH=18013 SLIP_DASH_ADMIN=18014
 THREADS=${WRK_THREADS:-1}
 FLOOR_SRC=${FLOOR_SRC:-$ROOT/../shared/floor}
 
@@ -95,6 +99,17 @@ SLIP_LOG_PID=$!
 "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_EPOLL --upstream 127.0.0.1:$ORIGIN --workers 1 \
     --io epoll 2>"$WORK/logs/slipstream-epoll.log" & PIDS+=($!)
 SLIP_EPOLL_PID=$!
+SLIP_DASH_PID=none
+if [ "${DASHBOARD:-0}" = 1 ]; then
+    command -v chromium >/dev/null || apt-get install -y -q chromium >/dev/null
+    "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_DASH --upstream 127.0.0.1:$ORIGIN --workers 1 \
+        --admin 127.0.0.1:$SLIP_DASH_ADMIN 2>"$WORK/logs/slipstream-dash.log" & PIDS+=($!)
+    SLIP_DASH_PID=$!
+    # Kept open on the dashboard: headless, with a debugging port so it stays running.
+    chromium --headless --no-sandbox --disable-gpu --no-first-run --disable-background-networking \
+        --user-data-dir="$WORK/chromium" --remote-debugging-port=0 \
+        "http://127.0.0.1:$SLIP_DASH_ADMIN/" >/dev/null 2>&1 & PIDS+=($!)
+fi
 SLIP_BASE_PID=none
 if [ -n "${BASELINE:-}" ]; then
     "$BASELINE" proxy --listen 127.0.0.1:$SLIP_BASE --upstream 127.0.0.1:$ORIGIN --workers 1 --io "${BASE_IO:-epoll}" 2>"$WORK/logs/slipstream-base.log" & PIDS+=($!)
@@ -118,6 +133,7 @@ proxy_pids() {
         $SLIP) echo "$SLIP_PID" ;;
         $SLIP_LOG) echo "$SLIP_LOG_PID" ;;
         $SLIP_EPOLL) echo "$SLIP_EPOLL_PID" ;;
+        $SLIP_DASH) echo "$SLIP_DASH_PID" ;;
         $SLIP_BASE) echo "$SLIP_BASE_PID" ;;
         *) listener_pids "$1" ;;
     esac
@@ -159,8 +175,9 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
 }
 
 ROUNDS=${ROUNDS:-2}
-TARGETS=(direct:$ORIGIN slipstream:$SLIP slipstream-epoll:$SLIP_EPOLL slipstream-base:$SLIP_BASE slipstream-log:$SLIP_LOG nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED nginx-nolog:$NGX_NOLOG nginx-unbuflog:$NGX_UNBUF haproxy:$HAP floor-epoll:$FLOOR_EPOLL floor-uring:$FLOOR_URING floor-hybrid:$FLOOR_HYBRID)
-DEFAULT_PROXIES="slipstream slipstream-epoll ${BASELINE:+slipstream-base} slipstream-log nginx-default nginx-tuned haproxy $FLOORS"
+TARGETS=(direct:$ORIGIN slipstream:$SLIP slipstream-dash:$SLIP_DASH slipstream-epoll:$SLIP_EPOLL slipstream-base:$SLIP_BASE slipstream-log:$SLIP_LOG nginx-default:$NGX_DEF nginx-tuned:$NGX_TUNED nginx-nolog:$NGX_NOLOG nginx-unbuflog:$NGX_UNBUF haproxy:$HAP floor-epoll:$FLOOR_EPOLL floor-uring:$FLOOR_URING floor-hybrid:$FLOOR_HYBRID)
+DASH_ROW=""; if [ "$SLIP_DASH_PID" != none ]; then DASH_ROW=slipstream-dash; fi
+DEFAULT_PROXIES="slipstream $DASH_ROW slipstream-epoll ${BASELINE:+slipstream-base} slipstream-log nginx-default nginx-tuned haproxy $FLOORS"
 selected() { case " direct ${PROXIES:-$DEFAULT_PROXIES} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 printf '\nwrk -t%s -c%s -d%ss through each proxy to an nginx origin; one worker per proxy; %s cores\n' "$THREADS" "$CONNS" "$DURATION" "$(nproc)"

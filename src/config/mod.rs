@@ -17,6 +17,7 @@ use crate::routing::{Router, RouterBuilder, Target, UpstreamTarget};
 use logs::SiteAccessLog;
 
 mod acme;
+mod admin;
 mod cache;
 pub mod cluster;
 mod compression;
@@ -82,6 +83,9 @@ pub struct Config {
     pub error_log: ErrorLog,
     /// Address of the admin listener (metrics), if any.
     pub admin: Option<SocketAddr>,
+    /// The credential for state-changing admin requests (`admin_token_file`); without it they
+    /// are refused.
+    pub admin_token: Option<std::sync::Arc<str>>,
     /// TLS certificates and limits, when a listener speaks TLS.
     pub tls: Option<crate::tls::TlsSettings>,
     /// DNS servers for re-resolving upstream names (empty: the system's, with /etc/hosts).
@@ -303,6 +307,7 @@ impl Config {
             site_access_logs: Vec::new(),
             error_log: ErrorLog::default(),
             admin: None,
+            admin_token: None,
             resolvers: Vec::new(),
             tls: None,
             http2: http2::Http2Settings::defaults(Limits::default().max_request_head),
@@ -434,6 +439,7 @@ struct FileConfig {
     error_log_level: Option<Spanned<String>>,
     error_log_format: Option<Spanned<String>>,
     admin: Option<Spanned<String>>,
+    admin_token_file: Option<Spanned<String>>,
     pid_file: Option<Spanned<String>>,
     #[serde(default)]
     resolver: Vec<Spanned<String>>,
@@ -604,7 +610,7 @@ impl Validator<'_> {
         }
     }
 
-    fn socket_addr(&mut self, s: &Spanned<String>) -> Option<SocketAddr> {
+    pub(super) fn socket_addr(&mut self, s: &Spanned<String>) -> Option<SocketAddr> {
         match (self.resolve)(s.get_ref()).first() {
             Some(a) => Some(*a),
             None => {
@@ -729,14 +735,8 @@ impl Validator<'_> {
         router.set_zones(zones);
         let files = self.build_files_settings(&raw.files);
         let compression = self.build_compression(&raw.compression);
-        // A bare port binds to loopback: the admin pages are for this host.
-        let admin = raw
-            .admin
-            .as_ref()
-            .and_then(|a| match a.get_ref().parse::<u16>() {
-                Ok(port) => Some(SocketAddr::from(([127, 0, 0, 1], port))),
-                Err(_) => self.socket_addr(a),
-            });
+        let admin = self.admin_addr(raw.admin.as_ref());
+        let admin_token = self.admin_token(raw.admin_token_file.as_ref());
 
         let pid_file = self.pid_file(raw.pid_file.as_ref());
 
@@ -754,6 +754,7 @@ impl Validator<'_> {
             site_access_logs,
             error_log,
             admin,
+            admin_token,
             resolvers,
             tls,
             http2,

@@ -96,9 +96,11 @@ pub fn wants_json(accept: Option<&[u8]>) -> bool {
     })
 }
 
-/// Reads the entries of `dir` (links followed for their kind, size and time; dotfiles only
-/// with `dotfiles`).
-pub fn read(dir: &File, dotfiles: bool) -> io::Result<Vec<Entry>> {
+/// Reads the entries of `dir` (dotfiles only with `dotfiles`). Links are followed for their
+/// kind, size and time; without `links_out`, only a link that stays beneath `dir`: one whose
+/// target is elsewhere is listed by name alone, so the listing tells nothing of files the
+/// route would not serve.
+pub fn read(dir: &File, dotfiles: bool, links_out: bool) -> io::Result<Vec<Entry>> {
     let mut entries = Vec::new();
     for entry in Dir::read_from(dir)? {
         let entry = entry?;
@@ -106,15 +108,20 @@ pub fn read(dir: &File, dotfiles: bool) -> io::Result<Vec<Entry>> {
         if name == b"." || name == b".." || (name.starts_with(b".") && !dotfiles) {
             continue;
         }
-        let stat = statat(dir, entry.file_name(), AtFlags::empty())
-            .or_else(|_| statat(dir, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW));
+        let stat = if entry.file_type() == FileType::Symlink && !links_out {
+            stat_beneath(dir, entry.file_name())
+        } else {
+            statat(dir, entry.file_name(), AtFlags::empty())
+                .or_else(|_| statat(dir, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW))
+        };
         let (kind, size, mtime) = match stat {
             Ok(s) => match FileType::from_raw_mode(s.st_mode) {
                 FileType::Directory => (Kind::Directory, 0, s.st_mtime),
                 FileType::RegularFile => (Kind::File, s.st_size as u64, s.st_mtime),
                 _ => (Kind::Other, 0, s.st_mtime),
             },
-            Err(_) => (Kind::Other, 0, 0),
+            // Unknown: no time shown on the page (the JSON form says 1970).
+            Err(_) => (Kind::Other, 0, i64::MIN),
         };
         entries.push(Entry {
             name: name.to_vec(),
@@ -124,6 +131,16 @@ pub fn read(dir: &File, dotfiles: bool) -> io::Result<Vec<Entry>> {
         });
     }
     Ok(entries)
+}
+
+/// What a link beneath `dir` leads to, resolved without leaving `dir` (`RESOLVE_BENEATH`);
+/// an error when its target is elsewhere.
+fn stat_beneath(dir: &File, name: &std::ffi::CStr) -> rustix::io::Result<rustix::fs::Stat> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let how = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+    let flags = OFlags::PATH | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat2(dir, name, flags, Mode::empty(), how)?;
+    rustix::fs::fstat(fd)
 }
 
 /// Sorts entries: directories first, then by the column in its direction, ties by name.

@@ -460,6 +460,8 @@ pub struct Metrics {
     pub process: Arc<Process>,
     /// Per-route figures.
     pub routes: Arc<RouteRegistry>,
+    /// Per-listener figures.
+    pub listeners: Arc<super::listeners::ListenerRegistry>,
 }
 
 impl Metrics {
@@ -536,6 +538,7 @@ impl Metrics {
         family(&mut out, name, Type::Gauge, help);
         let _ = writeln!(out, "{name} {}", load(&p.generation));
         self.routes.render(&mut out);
+        self.listeners.render(&mut out);
         out
     }
 }

@@ -11,9 +11,7 @@ static LAST_RELOAD: Mutex<Option<(u64, Option<String>)>> = Mutex::new(None);
 /// Records a reload's outcome (SIGHUP, or a fleet's pushed configuration) for `/status` and
 /// the dashboard: `Err` carries the errors the running config stayed for.
 pub fn record_reload(outcome: &Result<(), String>) {
-    let at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    let at = super::unix_millis();
     *LAST_RELOAD
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((at, outcome.clone().err()));

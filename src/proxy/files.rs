@@ -98,7 +98,7 @@ pub(super) async fn serve_files(
             send_simple(cx, client, 405, head, &body, framing).await?
         }
         Resolution::Listing { dir, uri } => {
-            let (head, body) = listing_page(&dir, &uri, route.dotfiles, req, framing)?;
+            let (head, body) = listing_page(&dir, &uri, route, req, framing)?;
             send_simple(cx, client, 200, head, &body, framing).await?
         }
     };
@@ -113,11 +113,12 @@ pub(super) async fn serve_files(
 fn listing_page(
     dir: &std::fs::File,
     uri: &str,
-    dotfiles: bool,
+    route: &crate::config::FileRoute,
     req: &FileRequest,
     framing: KeepAlive,
 ) -> Result<(ClientHead, Vec<u8>), Error> {
-    let mut entries = listing::read(dir, dotfiles).map_err(|_| Error::new(Kind::FileFailed))?;
+    let mut entries = listing::read(dir, route.dotfiles, route.symlinks_out_of_root)
+        .map_err(|_| Error::new(Kind::FileFailed))?;
     let query = req.target.split_once('?').map_or("", |(_, q)| q);
     let order = listing::Order::from_query(query);
     listing::sort(&mut entries, order);

@@ -90,7 +90,8 @@ impl Server {
         let acme = config.acme.as_ref().map(crate::acme::manager::prepare);
         let acme = acme.transpose().map_err(io::Error::other)?;
         let workers = config.workers.max(1);
-        let (per_worker, addrs) = bind_listeners(&config, workers)?;
+        let metrics = Metrics::default();
+        let (per_worker, addrs) = bind_listeners(&config, workers, &metrics)?;
         systemd::close_unclaimed();
         let log = LogWriter::start()?;
         for path in config.access_log_paths() {
@@ -102,7 +103,6 @@ impl Server {
             .map(std::net::TcpListener::local_addr)
             .transpose()?;
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let metrics = Metrics::default();
         let slots = config.tls.as_ref().map(|t| t.resolver.slots().to_vec());
         let stapler = Some(stapling::Stapler::start(slots.unwrap_or_default())?);
         let shared = Arc::new(SharedConfig::new(config));
@@ -189,6 +189,14 @@ impl Server {
             demand: {
                 let shared = self.shared.clone();
                 Arc::new(move || shared.current().demand())
+            },
+            checks: {
+                let fleet = self.fleet.clone();
+                Arc::new(move || fleet.check_failures())
+            },
+            token: {
+                let shared = self.shared.clone();
+                Arc::new(move || shared.current().admin_token.clone())
             },
         }
     }
@@ -406,6 +414,7 @@ fn bind_admin(a: SocketAddr) -> io::Result<std::net::TcpListener> {
 fn bind_listeners(
     config: &Config,
     workers: usize,
+    metrics: &Metrics,
 ) -> io::Result<(WorkerListeners, Vec<SocketAddr>)> {
     let mut per_worker: WorkerListeners = (0..workers).map(|_| Vec::new()).collect();
     let mut addrs = Vec::new();
@@ -427,11 +436,13 @@ fn bind_listeners(
                 format!("cannot listen on {}: {e}{hint}", l.address),
             )
         })?;
-        addrs.push(group[0].local_addr()?);
+        let bound = group[0].local_addr()?;
+        addrs.push(bound);
         let limit = l.max_connections.div_ceil(workers);
         for (w, socket) in group.into_iter().enumerate() {
             per_worker[w].push(worker_thread::Listening {
                 socket,
+                stats: metrics.listeners.for_worker(&bound.to_string()),
                 limit,
                 tls: l.tls,
                 redirect: l.redirect_https,

@@ -2,12 +2,14 @@
 //! listener, a once-a-second housekeeping task, and, at shutdown, a drain of its connections.
 
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
 use tokio::net::TcpListener;
 use tokio::task::LocalSet;
 
+use crate::observe::listeners::ListenerStats;
 use crate::observe::metrics::{Counter, Gauge};
 use crate::proxy;
 use crate::worker::Worker;
@@ -16,6 +18,8 @@ use crate::worker::Worker;
 pub(super) struct Listening {
     /// The bound socket.
     pub(super) socket: std::net::TcpListener,
+    /// This worker's figures for it.
+    pub(super) stats: Arc<ListenerStats>,
     /// Connections open at once on it in this worker.
     pub(super) limit: usize,
     /// Clients speak TLS on it.
@@ -70,7 +74,8 @@ pub(super) fn run(worker: Worker, listeners: Vec<Listening>) {
             let kind = (kind, l.proxy_protocol);
             match Acceptor::new(l.socket, kind) {
                 Ok(acceptor) => {
-                    tokio::task::spawn_local(accept_loop(worker.clone(), acceptor, l.limit, kind));
+                    let accepting = accept_loop(worker.clone(), acceptor, l.limit, kind, l.stats);
+                    tokio::task::spawn_local(accepting);
                 }
                 Err(e) => tracing::error!("worker {}: listener: {e}", worker.id),
             }
@@ -163,12 +168,14 @@ async fn accept_loop(
     mut acceptor: Acceptor,
     limit: usize,
     kind: (ListenerKind, bool),
+    stats: Arc<ListenerStats>,
 ) {
     let mut shutdown = worker.shutdown.clone();
     while !*shutdown.borrow() {
         if worker.active.get() >= limit {
             acceptor.pause();
             worker.counters.inc(Counter::AcceptPaused);
+            stats.paused();
             tracing::warn!(limit, "connection limit reached; accepting paused");
             tokio::select! {
                 _ = worker.connection_closed.notified() => {}
@@ -182,8 +189,9 @@ async fn accept_loop(
                     worker.active.set(worker.active.get() + 1);
                     worker.counters.gauge_add(Gauge::Open, 1);
                     worker.counters.inc(Counter::ConnectionsAccepted);
+                    stats.accepted();
                     let w = worker.clone();
-                    let open = OpenConnection(w.clone());
+                    let open = OpenConnection(w.clone(), stats.clone());
                     // The open count ends with the future (`map`, not an async block: a
                     // block would keep its own copy of the arguments beside the future's,
                     // and a task is allocated in steps of 128 bytes).
@@ -335,8 +343,8 @@ fn speaks_http2(seen: &[u8]) -> bool {
     !(line.ends_with(b" HTTP/1.1") || line.ends_with(b" HTTP/1.0"))
 }
 
-/// Counts a client connection as open until dropped.
-struct OpenConnection(Rc<Worker>);
+/// Counts a client connection as open (in the worker and on its listener) until dropped.
+struct OpenConnection(Rc<Worker>, Arc<ListenerStats>);
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
@@ -344,6 +352,7 @@ impl Drop for OpenConnection {
         w.active.set(w.active.get() - 1);
         w.counters.gauge_add(Gauge::Open, -1);
         w.counters.inc(Counter::ConnectionsClosed);
+        self.1.closed();
         w.connection_closed.notify_waiters();
     }
 }

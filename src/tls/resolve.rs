@@ -74,6 +74,8 @@ pub fn render_expiries(slots: &[Arc<Slot>], out: &mut String) {
         "# HELP slipstream_tls_certificate_expiry_timestamp_seconds When each served certificate expires.\n\
          # TYPE slipstream_tls_certificate_expiry_timestamp_seconds gauge\n",
     );
+    // One series per name (two slots may serve one certificate name): the earliest expiry.
+    let mut earliest = std::collections::BTreeMap::<String, i64>::new();
     for slot in slots {
         let Some(leaf) = slot.chain().first() else {
             continue;
@@ -99,11 +101,15 @@ pub fn render_expiries(slots: &[Arc<Slot>], out: &mut String) {
                 .map(str::to_string)
         };
         let name = dns.or_else(cn).unwrap_or_default();
-        let name = name.replace('\\', "\\\\").replace('"', "\\\"");
+        let at = cert.validity().not_after.timestamp();
+        let kept = earliest.entry(name).or_insert(at);
+        *kept = (*kept).min(at);
+    }
+    for (name, at) in earliest {
+        let name = crate::observe::exposition::escape_label(&name);
         let _ = writeln!(
             out,
-            "slipstream_tls_certificate_expiry_timestamp_seconds{{certificate=\"{name}\"}} {}",
-            cert.validity().not_after.timestamp()
+            "slipstream_tls_certificate_expiry_timestamp_seconds{{certificate=\"{name}\"}} {at}"
         );
     }
 }

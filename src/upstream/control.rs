@@ -357,11 +357,15 @@ async fn check_group(
                 last_ok: false,
                 checks: 0,
                 failures: 0,
+                last_failure: None,
             });
         record.up = h.up;
         record.last_ok = result.is_ok();
         record.checks += 1;
-        record.failures += u64::from(result.is_err());
+        if let Err(reason) = &result {
+            record.failures += 1;
+            record.last_failure = Some((reason.clone(), crate::observe::unix_millis()));
+        }
     }
     changed
 }

@@ -7,7 +7,7 @@
 use crate::net::Address;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -70,7 +70,7 @@ impl Table {
 }
 
 /// The result of a server's last active check, for `/metrics`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckRecord {
     /// Whether checks hold the server up.
     pub up: bool,
@@ -80,6 +80,9 @@ pub struct CheckRecord {
     pub checks: u64,
     /// Checks failed.
     pub failures: u64,
+    /// The last failed check's reason and when it ended (ms since the Unix epoch), for the
+    /// dashboard.
+    pub last_failure: Option<(String, u64)>,
 }
 
 /// The published table, with what the admin endpoint reads about servers.
@@ -116,6 +119,24 @@ impl Fleet {
     /// The table in force.
     pub fn table(&self) -> Arc<Table> {
         self.table.load_full()
+    }
+
+    /// Each checked server's last failed check, for the dashboard: `[{"group", "server",
+    /// "up", "last_ok", "reason", "at_ms"}]` (servers that never failed a check are left out).
+    pub fn check_failures(&self) -> Vec<serde_json::Value> {
+        let records = self.checks.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Vec<_> = records
+            .iter()
+            .filter_map(|((group, addr), r)| {
+                let (reason, at_ms) = r.last_failure.as_ref()?;
+                Some(serde_json::json!({
+                    "group": group, "server": addr.to_string(), "up": r.up,
+                    "last_ok": r.last_ok, "reason": reason, "at_ms": at_ms,
+                }))
+            })
+            .collect();
+        out.sort_by_key(|v| (v["group"].to_string(), v["server"].to_string()));
+        out
     }
 
     /// Publishes a new table.

@@ -329,7 +329,8 @@ fn purge_from_the_admin_listener_and_the_figures_and_log_show_the_cache() {
     let text = config(upstream.addr, "").replace(
         "workers = 2",
         &format!(
-            "workers = 1\nadmin = \"127.0.0.1:0\"\naccess_log = {:?}\naccess_log_format = \"$request_uri $upstream_cache_status\"",
+            "workers = 1\nadmin = \"127.0.0.1:0\"\n{}access_log = {:?}\naccess_log_format = \"$request_uri $upstream_cache_status\"",
+            crate::support::admin_token_line(),
             log.display().to_string()
         ),
     );
@@ -342,7 +343,10 @@ fn purge_from_the_admin_listener_and_the_figures_and_log_show_the_cache() {
     let admin_call = |method: &str, query: &str| {
         let s = connect(admin);
         let mut w = s.try_clone().unwrap();
-        let head = format!("{method} /cache/purge?{query} HTTP/1.1\r\nHost: admin\r\n\r\n");
+        let token = crate::support::ADMIN_TOKEN;
+        let head = format!(
+            "{method} /cache/purge?{query} HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer {token}\r\n\r\n"
+        );
         w.write_all(head.as_bytes()).unwrap();
         read_response(&mut BufReader::new(s), false).unwrap()
     };

@@ -14,7 +14,7 @@ pub(crate) fn disk_config(upstream: std::net::SocketAddr, dir: &std::path::Path)
         r#"
 workers = 2
 admin = "{{admin}}"
-[[listen]]
+{token}[[listen]]
 address = "{{listen}}"
 [upstreams.app]
 servers = ["{upstream}"]
@@ -28,7 +28,8 @@ default = true
 cache = {{ zone = "main" }}
 routes = [{{ location = "/", upstream = "app" }}]
 "#,
-        dir = dir.display().to_string()
+        dir = dir.display().to_string(),
+        token = crate::support::admin_token_line(),
     )
 }
 
@@ -120,8 +121,11 @@ fn large_objects_stream_to_the_disk_tier_and_a_restart_keeps_them() {
     assert_eq!(open_files(), 2);
     let s = connect(running.admin.unwrap());
     let mut w = s.try_clone().unwrap();
-    w.write_all(b"POST /cache/purge?key=http://a/big HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
+    let token = crate::support::ADMIN_TOKEN;
+    let head = format!(
+        "POST /cache/purge?key=http://a/big HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
+    w.write_all(head.as_bytes()).unwrap();
     let r = read_response(&mut BufReader::new(s), false).unwrap();
     assert_eq!(r.body, b"{\"purged\":1}\n");
     assert!(crate::support::eventually(|| files() == 1));

@@ -6,9 +6,8 @@ use std::process::Command;
 use crate::support::temp_path;
 
 /// Chromium's flags for a machine with no outside network: no sandbox (CI runs as root), no
-/// GPU, no background fetches, a fresh profile.
-fn chromium(profile: &str) -> Command {
-    let dir = temp_path(&format!("chromium-{profile}-{}", fastrand::u64(..)));
+/// GPU, no background fetches, a fresh profile (in `dir`, which the caller removes).
+fn chromium(dir: &std::path::Path) -> Command {
     let mut c = Command::new("chromium");
     c.args([
         "--headless",
@@ -27,12 +26,14 @@ fn chromium(profile: &str) -> Command {
 
 /// The DOM of `url` once loaded and its scripts had `budget_ms` of (virtual) time to run.
 pub(crate) fn rendered_dom(url: &str, budget_ms: u32) -> String {
-    let out = chromium("dom")
+    let dir = temp_path(&format!("chromium-dom-{}", fastrand::u64(..)));
+    let out = chromium(&dir)
         .arg(format!("--virtual-time-budget={budget_ms}"))
         .arg("--dump-dom")
         .arg(url)
         .output()
         .expect("chromium runs (installed by .ci/test-tools)");
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         out.status.success(),
         "chromium: {}",
@@ -44,13 +45,15 @@ pub(crate) fn rendered_dom(url: &str, budget_ms: u32) -> String {
 /// A screenshot of `url` at `width`x`height`, written to `path`, once its scripts had
 /// `budget_ms` of (virtual) time to run.
 pub(crate) fn screenshot(url: &str, width: u32, height: u32, budget_ms: u32, path: &str) {
-    let out = chromium("shot")
+    let dir = temp_path(&format!("chromium-shot-{}", fastrand::u64(..)));
+    let out = chromium(&dir)
         .arg(format!("--virtual-time-budget={budget_ms}"))
         .arg(format!("--window-size={width},{height}"))
         .arg(format!("--screenshot={path}"))
         .arg(url)
         .output()
         .expect("chromium runs (installed by .ci/test-tools)");
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         out.status.success() && std::path::Path::new(path).exists(),
         "chromium: {}",

@@ -281,7 +281,12 @@ fn a_purge_on_one_instance_reaches_the_caches_of_the_others() {
     // Purged on a: gone from b and c too, and only that key.
     let raw = crate::support::exchange_until_close(
         a.admin.unwrap(),
-        b"POST /cache/purge?zone=main&key=http%3A%2F%2Fa%2Fx HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        format!(
+            "POST /cache/purge?zone=main&key=http%3A%2F%2Fa%2Fx HTTP/1.1\r\nHost: a\r\n\
+             Authorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            crate::support::ADMIN_TOKEN
+        )
+        .as_bytes(),
     );
     assert!(
         String::from_utf8_lossy(&raw).contains("{\"purged\":1}"),

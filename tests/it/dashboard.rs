@@ -21,11 +21,13 @@ fn head_field<'a>(response: &'a str, name: &str) -> Option<&'a str> {
 #[test]
 fn the_dashboard_shows_each_upstream_server_with_its_requests_in_a_browser() {
     let (one, two) = (Upstream::ok(b"one"), Upstream::ok(b"two"));
+    let sick = Upstream::start(|_| Reply::Bytes(response(503, b"no")));
     let proxy = proxy(&format!(
         "workers = 1\nadmin = \"127.0.0.1:0\"\n[[listen]]\naddress = \"127.0.0.1:0\"\n\
          [upstreams.app]\nservers = [\"{}\", \"{}\"]\n\
+         [upstreams.sick]\nservers = [\"{}\"]\nhealth = {{ interval = \"200ms\" }}\n\
          [[sites]]\nname = \"shop\"\ndefault = true\nroutes = [{{ path = \"/\", upstream = \"app\" }}]\n",
-        one.addr, two.addr
+        one.addr, two.addr, sick.addr
     ));
     let (addr, admin) = (proxy.local_addrs()[0], proxy.admin_addr().unwrap());
     for _ in 0..40 {
@@ -47,7 +49,77 @@ fn the_dashboard_shows_each_upstream_server_with_its_requests_in_a_browser() {
     assert_eq!(sent, 40.0, "{stats}");
     assert_eq!(stats["status"]["requests"]["total"], 40);
     assert!(!stats["doctor"].as_array().unwrap().is_empty(), "{stats}");
-    // The page: self-contained, its script from this listener, under a strict policy.
+    // The failing health check's reason, once the server is down by them.
+    let failed_check = || {
+        let stats: serde_json::Value =
+            serde_json::from_str(&admin_get(admin, "/api/stats")).unwrap();
+        let checks = stats["checks"].to_string();
+        checks.contains("status 503, expected 200-399") && checks.contains("\"up\":false")
+    };
+    assert!(
+        eventually(failed_check),
+        "{}",
+        admin_get(admin, "/api/stats")
+    );
+    page_is_self_contained(admin);
+    // Chromium's virtual time runs the 2 s polls at once; it waits only while they fetch, so
+    // each fetch goes through a relay that holds it 150 ms, and traffic falls between polls.
+    let slow = slow_relay(admin, std::time::Duration::from_millis(150));
+    let dom = under_load(addr, || {
+        crate::chromium::rendered_dom(&format!("http://{slow}/"), 12_000)
+    });
+    assert!(dom.contains("data-polls="), "the page never polled: {dom}");
+    for server in [one.addr, two.addr] {
+        let row = dom
+            .split("<tr>")
+            .find(|r| r.contains(&format!(">{server}<")))
+            .unwrap_or_else(|| panic!("no row for {server}: {dom}"));
+        let requests: u64 = row
+            .split("data-requests=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{row}"));
+        assert!(requests > 0, "{server}: {row}");
+        assert!(row.contains(">up<") && row.contains(">app<"), "{row}");
+    }
+    // p50 and p99 over the page's window: for the group, and the server the balancer chose
+    // (it may send all of the load to one of two idle servers).
+    let group = dom.split("<tr").find(|r| r.contains(">2/2 up<")).unwrap();
+    assert!(group.contains(" ms</td>"), "no group p50/p99: {group}");
+    assert!(dom.contains(">shop<"), "the site's row: {dom}");
+    // The group's own row, the failing check's reason, the listener's figures.
+    assert!(
+        dom.contains(">2/2 up<") && dom.contains(">0/1 up<"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains(": status 503, expected 200-399<"),
+        "no check failure: {dom}"
+    );
+    let listener = dom
+        .split("<tr>")
+        .find(|r| r.contains(&format!(">{addr}<")))
+        .unwrap_or_else(|| panic!("no row for listener {addr}: {dom}"));
+    let accepted: u64 = listener
+        .split("<td class=\"n\">")
+        .nth(2)
+        .and_then(|c| c.split('<').next())
+        .and_then(|n| n.replace(',', "").parse().ok())
+        .unwrap_or_else(|| panic!("{listener}"));
+    assert!(accepted >= 40, "at least 40 accepted: {listener}");
+    if let Ok(folder) = std::env::var("SCREENSHOTS") {
+        let path = format!("{folder}/dashboard.png");
+        let url = format!("http://{slow}/");
+        under_load(addr, || {
+            crate::chromium::screenshot(&url, 1280, 1000, 20_000, &path);
+        });
+    }
+    proxy.shutdown();
+}
+
+/// The page: self-contained, its script from this listener, under a strict policy, small.
+fn page_is_self_contained(admin: SocketAddr) {
     let page = raw(admin, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
     let policy = head_field(&page, "content-security-policy").unwrap();
@@ -66,61 +138,90 @@ fn the_dashboard_shows_each_upstream_server_with_its_requests_in_a_browser() {
         script.len()
     );
     // In a browser: one row per server, each with the requests it took.
-    let dom = crate::chromium::rendered_dom(&format!("http://{admin}/"), 5000);
-    assert!(dom.contains("data-polls="), "the page never polled: {dom}");
-    for server in [one.addr, two.addr] {
-        let row = dom
-            .split("<tr>")
-            .find(|r| r.contains(&format!(">{server}<")))
-            .unwrap_or_else(|| panic!("no row for {server}: {dom}"));
-        let requests: u64 = row
-            .split("data-requests=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{row}"));
-        assert!(requests > 0, "{server}: {row}");
-        assert!(row.contains(">up<") && row.contains(">app<"), "{row}");
-    }
-    assert!(dom.contains(">shop<"), "the site's row: {dom}");
-    if let Ok(folder) = std::env::var("SCREENSHOTS") {
-        // Under traffic, so the rates and charts have something to show.
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let load = {
-            let stop = stop.clone();
+    // In a browser, under traffic (the latencies are over what the page saw happen).
+}
+
+/// A local address relaying each connection to `to` after holding it for `delay`.
+fn slow_relay(to: SocketAddr, delay: std::time::Duration) -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
             std::thread::spawn(move || {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    raw(
-                        addr,
-                        "GET /x HTTP/1.1\r\nHost: shop\r\nConnection: close\r\n\r\n",
-                    );
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-            })
-        };
-        let path = format!("{folder}/dashboard.png");
-        crate::chromium::screenshot(&format!("http://{admin}/"), 1280, 900, 20_000, &path);
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        load.join().unwrap();
-    }
-    proxy.shutdown();
+                std::thread::sleep(delay);
+                let Ok(server) = std::net::TcpStream::connect(to) else {
+                    return;
+                };
+                let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let up = std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c2, &mut s2);
+                    let _ = s2.shutdown(std::net::Shutdown::Write);
+                });
+                let (mut client, mut server) = (client, server);
+                let _ = std::io::copy(&mut server, &mut client);
+                let _ = client.shutdown(std::net::Shutdown::Write);
+                let _ = up.join();
+            });
+        }
+    });
+    at
+}
+
+/// What `f` returns, run while a thread sends requests to `addr` (one each millisecond), so the
+/// dashboard's rates, latencies and charts have something to show.
+fn under_load<T>(addr: SocketAddr, f: impl FnOnce() -> T) -> T {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                raw(
+                    addr,
+                    "GET /x HTTP/1.1\r\nHost: shop\r\nConnection: close\r\n\r\n",
+                );
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        })
+    };
+    let out = f();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load.join().unwrap();
+    out
 }
 
 #[test]
-fn a_cross_site_request_changes_nothing_on_the_admin_listener() {
-    let proxy = proxy(
-        "workers = 1\nadmin = \"127.0.0.1:0\"\n[[listen]]\naddress = \"127.0.0.1:0\"\n\
+fn state_changes_need_the_switch_and_the_token_and_no_other_site() {
+    let config = "workers = 1\nadmin = \"127.0.0.1:0\"\n[[listen]]\naddress = \"127.0.0.1:0\"\n\
          [cache_zones.pages]\nmemory = \"1m\"\n\
          [[sites]]\ndefault = true\ncache = { zone = \"pages\" }\n\
-         routes = [{ location = \"/\", rules = [{ return = 204 }] }]\n",
-    );
-    let admin = proxy.admin_addr().unwrap();
-    let purge = |fields: &str| {
+         routes = [{ location = \"/\", rules = [{ return = 204 }] }]\n";
+    let post = |admin: std::net::SocketAddr, host: &str, fields: &str| {
         raw(
             admin,
-            &format!("POST /cache/purge?zone=pages&prefix=/ HTTP/1.1\r\nHost: {admin}\r\n{fields}Content-Length: 0\r\n\r\n"),
+            &format!("POST /cache/purge?zone=pages&prefix=/ HTTP/1.1\r\nHost: {host}\r\n{fields}Content-Length: 0\r\n\r\n"),
         )
     };
+    let bearer = format!("Authorization: Bearer {}\r\n", crate::support::ADMIN_TOKEN);
+    // Without admin_token_file, nothing changes state, token or not.
+    let off = proxy(config);
+    let admin = off.admin_addr().unwrap();
+    let r = post(admin, &admin.to_string(), &bearer);
+    assert!(
+        r.starts_with("HTTP/1.1 403") && r.contains("admin_token_file"),
+        "{r}"
+    );
+    off.shutdown();
+
+    let proxy = proxy(&format!("{}{config}", crate::support::admin_token_line()));
+    let admin = proxy.admin_addr().unwrap();
+    let purge = |fields: &str| post(admin, &admin.to_string(), &format!("{bearer}{fields}"));
+    for fields in ["", "Authorization: Bearer wrong-token-0123456789\r\n"] {
+        let r = post(admin, &admin.to_string(), fields);
+        assert!(
+            r.starts_with("HTTP/1.1 401") && r.contains("WWW-Authenticate: Bearer"),
+            "{r}"
+        );
+    }
     for fields in [
         "Origin: http://evil.example\r\n",
         "Sec-Fetch-Site: cross-site\r\nOrigin: http://evil.example\r\n",
@@ -129,6 +230,12 @@ fn a_cross_site_request_changes_nothing_on_the_admin_listener() {
         let r = purge(fields);
         assert!(r.starts_with("HTTP/1.1 403"), "{fields}: {r}");
     }
+    // DNS rebinding: a page at evil.example, its name now resolving to this listener, is
+    // same-origin to the browser; it names the listener by its host name.
+    let rebound =
+        format!("{bearer}Sec-Fetch-Site: same-origin\r\nOrigin: http://evil.example:1\r\n");
+    let r = post(admin, "evil.example:1", &rebound);
+    assert!(r.starts_with("HTTP/1.1 403"), "{r}");
     // The same origin, a tool (no Origin), and a typed URL are served.
     for fields in [
         format!("Origin: http://{admin}\r\nSec-Fetch-Site: same-origin\r\n"),

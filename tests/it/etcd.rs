@@ -226,14 +226,16 @@ impl Fleet {
         }
     }
 
-    /// An own file: this instance's listener and admin, and the `[cluster]` section.
+    /// An own file: this instance's listener and admin (state changes allowed with the tests'
+    /// token), and the `[cluster]` section.
     pub(crate) fn own(&self, name: &str, endpoints: &str) -> String {
         let state = temp_path(&format!(
             "cluster-state-{}-{name}",
             self.prefix.replace('/', "_")
         ));
         format!(
-            "admin = \"{{admin}}\"\n[[listen]]\naddress = \"{{listen}}\"\n{}[cluster]\netcd = {endpoints}\nprefix = \"{}\"\nname = \"{name}\"\nstate_dir = \"{}\"\n{}",
+            "admin = \"{{admin}}\"\n{}[[listen]]\naddress = \"{{listen}}\"\n{}[cluster]\netcd = {endpoints}\nprefix = \"{}\"\nname = \"{name}\"\nstate_dir = \"{}\"\n{}",
+            crate::support::admin_token_line(),
             self.listeners,
             self.prefix,
             state.display(),

@@ -204,3 +204,39 @@ fn a_listing_in_headless_chromium_runs_no_name_as_script() {
     }
     proxy.shutdown();
 }
+
+#[test]
+fn a_link_out_of_the_root_is_listed_by_name_alone_unless_such_links_are_served() {
+    let dir = tree("links");
+    let outside = temp_path("listing-links-secret.bin");
+    std::fs::File::create(&outside)
+        .unwrap()
+        .set_len(123_456)
+        .unwrap();
+    let list = dir.join("pub");
+    std::os::unix::fs::symlink(&outside, list.join("away")).unwrap();
+    std::os::unix::fs::symlink("big.bin", list.join("near")).unwrap();
+    let json = |links_out: bool| {
+        let server = proxy(&format!(
+            "workers = 1\n[[listen]]\naddress = \"127.0.0.1:0\"\n[[sites]]\ndefault = true\n\
+             routes = [{{ path = \"/\", root = \"{}\", list_directories = true, \
+             symlinks_out_of_root = {links_out} }}]\n",
+            dir.display()
+        ));
+        let r = get(
+            server.local_addrs()[0],
+            "/pub/",
+            "Accept: application/json\r\n",
+        );
+        server.shutdown();
+        let list: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        let size = |name: &str| {
+            let e = list.as_array().unwrap().iter().find(|e| e["name"] == name);
+            e.unwrap_or_else(|| panic!("{name} not in {list}"))["size"].as_u64()
+        };
+        (size("away"), size("near"))
+    };
+    // A link within the folder is followed either way; one out of it only when served.
+    assert_eq!(json(false), (None, Some(5000)));
+    assert_eq!(json(true), (Some(123_456), Some(5000)));
+}

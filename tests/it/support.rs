@@ -570,6 +570,19 @@ pub(crate) fn temp_path(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// The token the tests' admin listeners take for state changes (purges).
+pub(crate) const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+/// `admin_token_file = "PATH"` and a newline: the key that allows state changes on the admin
+/// listener, naming a file (mode 600) that holds [`ADMIN_TOKEN`].
+pub(crate) fn admin_token_line() -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = temp_path("admin.token");
+    std::fs::write(&path, format!("{ADMIN_TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    format!("admin_token_file = {:?}\n", path.display().to_string())
+}
+
 /// A free local port: bound, then released for the proxy to take. The port comes from the
 /// harness, so no test reads addresses out of the proxy's log.
 ///

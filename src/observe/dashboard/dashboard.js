@@ -56,7 +56,9 @@ function bucketDeltas(doc, before, name, groupOf) {
   const then = before ? grouped(before, name, l => groupOf(l) + "\u0000" + l.le) : new Map();
   const out = new Map();
   for (const [k, v] of now) {
-    const [group, le] = k.split("\u0000");
+    // The group may hold a NUL itself (upstream and server): le is after the last one.
+    const cut = k.lastIndexOf("\u0000");
+    const group = k.slice(0, cut), le = k.slice(cut + 1);
     if (!out.has(group)) out.set(group, new Map());
     out.get(group).set(le, Math.max(0, v - (then.get(k) || 0)));
   }
@@ -84,10 +86,10 @@ function remember(key, value) {
   return h;
 }
 
-function spark(points) {
+function spark(points, kind) {
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
-  svg.setAttribute("class", "spark");
+  svg.setAttribute("class", "spark" + (kind ? " " + kind : ""));
   svg.setAttribute("viewBox", "0 0 140 28");
   svg.setAttribute("preserveAspectRatio", "none");
   const max = Math.max(1e-9, ...points);
@@ -114,7 +116,7 @@ function mix(classes) {
 function fill(id, rows) {
   const body = document.querySelector("#" + id + " tbody");
   body.replaceChildren(...rows);
-  if (!rows.length) body.append(el("tr", {}, el("td", { class: "dim", colspan: "11" }, "none")));
+  if (!rows.length) body.append(el("tr", {}, el("td", { class: "dim", colspan: "12" }, "none")));
 }
 
 function tiles(doc, before, secs) {
@@ -171,10 +173,26 @@ function sites(doc, before, secs) {
     }
     if (!(r > 0)) for (const c of CLASSES) classes.set(c, by.get(name + "\u0000" + c) || 0);
     const b = lat.get(name) || new Map();
+    const p99 = quantile(b, 0.99);
     return el("tr", {}, el("td", {}, name), el("td", { class: "n" }, num(r, 1)), el("td", {}, mix(classes)),
-      el("td", { class: "n" }, ms(quantile(b, 0.5))), el("td", { class: "n" }, ms(quantile(b, 0.99))),
-      el("td", {}, spark(remember("site " + name, r))));
+      el("td", { class: "n" }, ms(quantile(b, 0.5))), el("td", { class: "n" }, ms(p99)),
+      el("td", {}, spark(remember("site " + name, r))), el("td", {}, spark(remember("site p99 " + name, p99 || 0), "p99")));
   }));
+}
+
+// Each checked server's last failed health check, by group and server.
+function lastFailures(doc) {
+  const out = new Map();
+  for (const c of doc.checks || []) out.set(c.group + "\u0000" + c.server, c);
+  return out;
+}
+
+function checkCell(ok, failed, last) {
+  if (ok === undefined) return el("span", { class: "dim" }, "no active checks");
+  const cell = el("span", { class: ok > 0 ? "ok" : "bad" }, (ok > 0 ? "passing" : "failing") + ", " + num(failed || 0) + " failed");
+  if (!last) return cell;
+  const when = new Date(last.at_ms).toLocaleTimeString();
+  return el("span", {}, cell, el("div", { class: "fix" }, "last failure " + when + ": " + last.reason));
 }
 
 function servers(doc, before, secs) {
@@ -189,22 +207,66 @@ function servers(doc, before, secs) {
   const checkFailed = grouped(doc, "slipstream_upstream_server_check_failures_total", key);
   const idle = grouped(doc, "slipstream_upstream_pool_idle_connections", l => l.server);
   const lat = bucketDeltas(doc, recent[0], "slipstream_upstream_server_response_seconds_bucket", key);
+  const last = lastFailures(doc);
   const keys = [...new Set([...state.keys(), ...req.keys()])].sort();
-  fill("servers", keys.map(k => {
-    const [upstream, server] = k.split("\u0000");
+  const groups = new Map();
+  for (const k of keys) {
+    const g = k.slice(0, k.indexOf("\u0000"));
+    if (!groups.has(g)) groups.set(g, []);
+    groups.get(g).push(k);
+  }
+  const rows = [];
+  for (const [g, members] of groups) {
+    // The group's row: its servers summed, its latency from their buckets together.
+    let r = 0, flying = 0, pooled = 0, failed = 0, up = 0;
+    const b = new Map();
+    for (const k of members) {
+      r += rate(req, reqThen, k, secs);
+      flying += inflight.get(k) || 0;
+      pooled += idle.get(k.slice(k.indexOf("\u0000") + 1)) || 0;
+      failed += failures.get(k) || 0;
+      if (state.get(k) === "up") up++;
+      for (const [le, n] of lat.get(k) || []) b.set(le, (b.get(le) || 0) + n);
+    }
+    const p99 = quantile(b, 0.99);
+    rows.push(el("tr", { class: "group" }, el("td", {}, g), el("td", { class: "dim" }, members.length + " servers"),
+      el("td", {}, el("span", { class: "pill " + (up === members.length ? "ok" : up > 0 ? "warn" : "bad") }, up + "/" + members.length + " up")),
+      el("td", { class: "n" }, num(r, 1)), el("td", { class: "n" }, num(flying)), el("td", { class: "n" }, num(pooled)),
+      el("td", { class: "n" }, ms(quantile(b, 0.5))), el("td", { class: "n" }, ms(p99)),
+      el("td", { class: "n" }, num(failed)), el("td", {}, ""),
+      el("td", {}, spark(remember("group " + g, r))), el("td", {}, spark(remember("group p99 " + g, p99 || 0), "p99"))));
+    for (const k of members) rows.push(serverRow(k));
+  }
+  function serverRow(k) {
+    const server = k.slice(k.indexOf("\u0000") + 1);
     const s = state.get(k) || "?";
     const r = rate(req, reqThen, k, secs);
     const b = lat.get(k) || new Map();
-    const check = checkOk.has(k)
-      ? el("span", { class: checkOk.get(k) > 0 ? "ok" : "bad" }, (checkOk.get(k) > 0 ? "passing" : "failing") + ", " + num(checkFailed.get(k) || 0) + " failed")
-      : el("span", { class: "dim" }, "no active checks");
-    return el("tr", {}, el("td", {}, upstream), el("td", {}, server),
+    const p99 = quantile(b, 0.99);
+    return el("tr", {}, el("td", { class: "dim" }, k.slice(0, k.indexOf("\u0000"))), el("td", {}, server),
       el("td", {}, el("span", { class: "pill " + (s === "up" ? "ok" : s === "draining" ? "warn" : "bad") }, s)),
       el("td", { class: "n", "data-requests": String(req.get(k) || 0) }, num(r, 1)),
       el("td", { class: "n" }, num(inflight.get(k) || 0)), el("td", { class: "n" }, num(idle.get(server) || 0)),
-      el("td", { class: "n" }, ms(quantile(b, 0.5))), el("td", { class: "n" }, ms(quantile(b, 0.99))),
-      el("td", { class: "n" }, num(failures.get(k) || 0)), el("td", {}, check),
-      el("td", {}, spark(remember("server " + k, r))));
+      el("td", { class: "n" }, ms(quantile(b, 0.5))), el("td", { class: "n" }, ms(p99)),
+      el("td", { class: "n" }, num(failures.get(k) || 0)),
+      el("td", {}, checkCell(checkOk.get(k), checkFailed.get(k), last.get(k))),
+      el("td", {}, spark(remember("server " + k, r))), el("td", {}, spark(remember("server p99 " + k, p99 || 0), "p99")));
+  }
+  fill("servers", rows);
+}
+
+function listeners(doc, before, secs) {
+  const by = name => grouped(doc, name, l => l.listener);
+  const accepted = by("slipstream_listener_connections_accepted_total");
+  const then = before ? grouped(before, "slipstream_listener_connections_accepted_total", l => l.listener) : null;
+  const open = by("slipstream_listener_connections_open");
+  const paused = by("slipstream_listener_accept_paused_total");
+  fill("listeners", [...accepted.keys()].sort().map(name => {
+    const r = rate(accepted, then, name, secs);
+    const p = paused.get(name) || 0;
+    return el("tr", {}, el("td", {}, name), el("td", { class: "n" }, num(open.get(name) || 0)),
+      el("td", { class: "n" }, num(accepted.get(name) || 0)), el("td", { class: "n" }, num(r, 1)),
+      el("td", { class: "n " + (p > 0 ? "warn" : "") }, num(p)), el("td", {}, spark(remember("listener " + name, r))));
   }));
 }
 
@@ -245,6 +307,7 @@ async function poll() {
     tiles(doc, previous, secs);
     sites(doc, previous, secs);
     servers(doc, previous, secs);
+    listeners(doc, previous, secs);
     certificates(doc);
     doctor(doc);
     previous = doc;

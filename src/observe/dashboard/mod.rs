@@ -18,21 +18,22 @@ pub const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'unsa
 
 /// The `/api/stats` document: `time_ms`, `version`, `metrics` (every sample of the Prometheus
 /// exposition, by family: `[{"labels": {...}, "value": N}]`), `status` (`/status?format=json`)
-/// and `doctor` (findings, worst first).
+/// `doctor` (findings, worst first) and `checks` (each checked server's last failed active
+/// health check: `group`, `server`, `reason`, `at_ms`).
 pub fn stats(
     exposition: &str,
     status: serde_json::Value,
     doctor: Vec<serde_json::Value>,
+    checks: Vec<serde_json::Value>,
 ) -> String {
-    let time_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    let time_ms = crate::observe::unix_millis();
     let mut text = serde_json::json!({
         "time_ms": time_ms,
         "version": env!("CARGO_PKG_VERSION"),
         "metrics": samples(exposition),
         "status": status,
         "doctor": doctor,
+        "checks": checks,
     })
     .to_string();
     text.push('\n');
@@ -138,11 +139,13 @@ mod tests {
             "slipstream_requests_total 3\n",
             serde_json::json!({"config": {"generation": 2}}),
             vec![serde_json::json!({"severity": "ok"})],
+            vec![serde_json::json!({"reason": "HTTP status 503"})],
         ))
         .unwrap();
         assert_eq!(doc["metrics"]["slipstream_requests_total"][0]["value"], 3.0);
         assert_eq!(doc["status"]["config"]["generation"], 2);
         assert_eq!(doc["doctor"][0]["severity"], "ok");
+        assert_eq!(doc["checks"][0]["reason"], "HTTP status 503");
         assert!(doc["time_ms"].as_u64().unwrap() > 0);
     }
 }
