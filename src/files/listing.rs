@@ -219,11 +219,14 @@ pub fn html(entries: &[Entry], uri: &str, order: Order) -> Vec<u8> {
         ));
     }
     out.push_str("</tr></thead>\n<tbody>\n");
+    // Links are absolute: a page `try_files` serves for another URL still leads where it says.
+    let base = encode_uri(uri);
     if uri != "/" {
-        out.push_str("<tr class=\"dir\"><td class=\"name\"><a href=\"../\">../</a></td><td class=\"size\"></td><td class=\"time\"></td></tr>\n");
+        let parent = &base[..base[..base.len() - 1].rfind('/').map_or(0, |i| i + 1)];
+        out.push_str(&format!("<tr class=\"dir\"><td class=\"name\"><a href=\"{parent}\">../</a></td><td class=\"size\"></td><td class=\"time\"></td></tr>\n"));
     }
     for e in entries {
-        row(e, &mut out);
+        row(e, &base, &mut out);
     }
     let dirs = entries.iter().filter(|e| e.kind == Kind::Directory).count();
     let files = entries.len() - dirs;
@@ -239,8 +242,9 @@ pub fn html(entries: &[Entry], uri: &str, order: Order) -> Vec<u8> {
     out.into_bytes()
 }
 
-/// One entry's row: its link, its size (files) and its time.
-fn row(e: &Entry, out: &mut String) {
+/// One entry's row: its link (under `base`, the directory's encoded URI), its size (files) and
+/// its time.
+fn row(e: &Entry, base: &str, out: &mut String) {
     let dir = e.kind == Kind::Directory;
     let slash = if dir { "/" } else { "" };
     let size = match e.kind {
@@ -258,7 +262,7 @@ fn row(e: &Entry, out: &mut String) {
         },
     );
     out.push_str(&format!(
-        "<tr{}><td class=\"name\"><a href=\"./{}{slash}\">{}{slash}</a></td><td class=\"size\"{}>{size}</td><td class=\"time\"><time datetime=\"{iso}\">{shown}</time></td></tr>\n",
+        "<tr{}><td class=\"name\"><a href=\"{base}{}{slash}\">{}{slash}</a></td><td class=\"size\"{}>{size}</td><td class=\"time\"><time datetime=\"{iso}\">{shown}</time></td></tr>\n",
         if dir { " class=\"dir\"" } else { "" },
         encode_href(&e.name),
         escape_html(&e.name),
@@ -282,6 +286,16 @@ fn breadcrumbs(uri: &str, out: &mut String) {
             escape_html(segment.as_bytes())
         ));
     }
+}
+
+/// A directory's URI (decoded, ending in `/`) as a link: each segment percent-encoded.
+pub fn encode_uri(uri: &str) -> String {
+    let mut href = String::from("/");
+    for segment in uri.split('/').filter(|s| !s.is_empty()) {
+        href.push_str(&encode_href(segment.as_bytes()));
+        href.push('/');
+    }
+    href
 }
 
 /// The JSON form: nginx's `autoindex_format json`, one object per entry (`name`, `type`
@@ -450,9 +464,10 @@ mod tests {
             page.contains("href=\"?sort=time&amp;order=desc\">Modified (UTC)</a>"),
             "{page}"
         );
-        assert!(page.contains("<a href=\"../\">../</a>"), "{page}");
+        // Absolute links, so a page served for another URL (try_files) leads where it says.
+        assert!(page.contains("<a href=\"/a%20b/\">../</a>"), "{page}");
         assert!(
-            page.contains("<a href=\"./x%20y.txt\">x y.txt</a>"),
+            page.contains("<a href=\"/a%20b/c/x%20y.txt\">x y.txt</a>"),
             "{page}"
         );
         assert!(

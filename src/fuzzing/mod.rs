@@ -728,6 +728,15 @@ fn listing(name: &[u8], target: &str) {
             .all(|b| b.is_ascii_alphanumeric() || b"-._~%".contains(&b)),
         "{href}"
     );
+    // The directory's URI as a link: only unreserved characters, `%XX` and its slashes.
+    let dir = format!("/{}/", String::from_utf8_lossy(name));
+    let base = listing::encode_uri(&dir);
+    assert!(base.starts_with('/') && base.ends_with('/'), "{base}");
+    assert!(
+        base.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~%/".contains(&b)),
+        "{base}"
+    );
     let mut word = [0u8; 8];
     let n = name.len().min(8);
     word[..n].copy_from_slice(&name[..n]);
@@ -745,6 +754,10 @@ fn listing(name: &[u8], target: &str) {
         assert_eq!(
             markup(listing::html(&[entry(name, kind)], "/", order)),
             markup(listing::html(&[entry(b"x", kind)], "/", order)),
+        );
+        assert_eq!(
+            markup(listing::html(&[entry(b"x", kind)], &dir, order)),
+            markup(listing::html(&[entry(b"x", kind)], "/d/", order)),
         );
     }
 }

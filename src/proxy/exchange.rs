@@ -141,6 +141,10 @@ pub(super) fn settle(
     server: &Address,
     result: Result<Outcome, Error>,
 ) -> Result<Outcome, Error> {
+    // The server's answer by class (one an error page replaces comes back here as `Ok`).
+    if let Ok(outcome) = &result {
+        lease.stats().answered(outcome.status);
+    }
     if let Err(Error {
         kind: Kind::Replaced(status),
         ..

@@ -126,6 +126,8 @@ pub struct ServerStats {
     pub in_flight: AtomicU64,
     /// Failures, by [`Failure`] index.
     pub failures: [AtomicU64; <Failure as strum::EnumCount>::COUNT],
+    /// The server's answers by status class, 1xx to 5xx (those an error page replaced too).
+    pub classes: [AtomicU64; 5],
     /// Times this worker ejected the server.
     pub ejections: AtomicU64,
     /// Whether this worker has the server ejected now.
@@ -136,6 +138,12 @@ impl ServerStats {
     /// Adds one to a counter (single writer: a load and a store, no locked instruction).
     pub fn bump(counter: &AtomicU64) {
         counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// Counts an answer of the server by its status class.
+    #[inline]
+    pub fn answered(&self, status: u16) {
+        Self::bump(&self.classes[usize::from(status / 100).clamp(1, 5) - 1]);
     }
 
     /// Sets the in-flight gauge.
@@ -199,6 +207,7 @@ struct Row {
     reused: u64,
     connect_errors: Vec<u64>,
     failures: Vec<u64>,
+    classes: [u64; 5],
     response_time: Totals,
     check: Option<CheckRecord>,
 }
@@ -286,8 +295,17 @@ pub fn render(fleet: &Fleet, config: &Config, out: &mut String) {
     render_checks(out, &rows);
 }
 
-/// The families with a second label: connect errors by errno, failures by kind.
+/// The families with a second label: connect errors by errno, failures by kind, answers by
+/// status class.
 fn render_by_label(out: &mut String, rows: &[Row]) {
+    let name = "slipstream_upstream_server_responses_total";
+    let help = "A server's answers by status class (a 5xx is also a failure with fail_on_5xx).";
+    family(out, name, Type::Counter, help);
+    for r in rows {
+        for (i, n) in r.classes.iter().enumerate() {
+            let _ = writeln!(out, "{name}{{{},class=\"{}xx\"}} {n}", r.labels, i + 1);
+        }
+    }
     let name = "slipstream_upstream_server_connect_errors_total";
     let help = "Failed connects to a server, by errno.";
     family(out, name, Type::Counter, help);
@@ -399,6 +417,7 @@ fn rows(fleet: &Fleet, config: &Config) -> Vec<Row> {
             failures: (0..<Failure as strum::EnumCount>::COUNT)
                 .map(|i| sum(&|s| s.failures[i].load(Ordering::Relaxed)))
                 .collect(),
+            classes: std::array::from_fn(|i| sum(&|s| s.classes[i].load(Ordering::Relaxed))),
             response_time,
             check: checks.get(&(group.clone(), addr.clone())).cloned(),
         });

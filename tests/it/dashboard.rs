@@ -26,7 +26,9 @@ fn the_dashboard_shows_each_upstream_server_with_its_requests_in_a_browser() {
         "workers = 1\nadmin = \"127.0.0.1:0\"\n[[listen]]\naddress = \"127.0.0.1:0\"\n\
          [upstreams.app]\nservers = [\"{}\", \"{}\"]\n\
          [upstreams.sick]\nservers = [\"{}\"]\nhealth = {{ interval = \"200ms\" }}\n\
-         [[sites]]\nname = \"shop\"\ndefault = true\nroutes = [{{ path = \"/\", upstream = \"app\" }}]\n",
+         [cache_zones.pages]\nmemory = \"1m\"\n\
+         [[sites]]\nname = \"shop\"\ndefault = true\nroutes = [{{ path = \"/\", upstream = \"app\" }}, \
+         {{ path = \"/cached\", upstream = \"app\", cache = {{ zone = \"pages\", valid = [\"200 10m\"] }} }}]\n",
         one.addr, two.addr, sick.addr
     ));
     let (addr, admin) = (proxy.local_addrs()[0], proxy.admin_addr().unwrap());
@@ -37,30 +39,15 @@ fn the_dashboard_shows_each_upstream_server_with_its_requests_in_a_browser() {
         );
         assert!(r.starts_with("HTTP/1.1 200"), "{r}");
     }
-    // The API: every metric as JSON, the status, doctor's findings.
-    let stats: serde_json::Value = serde_json::from_str(&admin_get(admin, "/api/stats")).unwrap();
-    let per_server = stats["metrics"]["slipstream_upstream_server_requests_total"]
-        .as_array()
-        .unwrap();
-    let sent: f64 = per_server
-        .iter()
-        .map(|s| s["value"].as_f64().unwrap())
-        .sum();
-    assert_eq!(sent, 40.0, "{stats}");
-    assert_eq!(stats["status"]["requests"]["total"], 40);
-    assert!(!stats["doctor"].as_array().unwrap().is_empty(), "{stats}");
-    // The failing health check's reason, once the server is down by them.
-    let failed_check = || {
-        let stats: serde_json::Value =
-            serde_json::from_str(&admin_get(admin, "/api/stats")).unwrap();
-        let checks = stats["checks"].to_string();
-        checks.contains("status 503, expected 200-399") && checks.contains("\"up\":false")
-    };
-    assert!(
-        eventually(failed_check),
-        "{}",
-        admin_get(admin, "/api/stats")
-    );
+    // One miss and four hits in the cache zone.
+    for _ in 0..5 {
+        let r = raw(
+            addr,
+            "GET /cached HTTP/1.1\r\nHost: shop\r\nConnection: close\r\n\r\n",
+        );
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    }
+    api_sums_the_traffic(admin);
     page_is_self_contained(admin);
     // Chromium's virtual time runs the 2 s polls at once; it waits only while they fetch, so
     // each fetch goes through a relay that holds it 150 ms, and traffic falls between polls.
@@ -88,6 +75,9 @@ fn the_dashboard_shows_each_upstream_server_with_its_requests_in_a_browser() {
     let group = dom.split("<tr").find(|r| r.contains(">2/2 up<")).unwrap();
     assert!(group.contains(" ms</td>"), "no group p50/p99: {group}");
     assert!(dom.contains(">shop<"), "the site's row: {dom}");
+    // The cache zone's share served from the cache (all so far: no cached route under load).
+    let zone = dom.split("<tr>").find(|r| r.contains(">pages<")).unwrap();
+    assert!(zone.contains(">80 %<"), "{zone}");
     // The group's own row, the failing check's reason, the listener's figures.
     assert!(
         dom.contains(">2/2 up<") && dom.contains(">0/1 up<"),
@@ -118,6 +108,45 @@ fn the_dashboard_shows_each_upstream_server_with_its_requests_in_a_browser() {
     proxy.shutdown();
 }
 
+/// The API after 41 requests to servers and 4 cache hits: every metric as JSON, the status,
+/// doctor's findings, and (once the server is down by them) the failing check's reason.
+fn api_sums_the_traffic(admin: SocketAddr) {
+    let stats: serde_json::Value = serde_json::from_str(&admin_get(admin, "/api/stats")).unwrap();
+    let per_server = stats["metrics"]["slipstream_upstream_server_requests_total"]
+        .as_array()
+        .unwrap();
+    let sent: f64 = per_server
+        .iter()
+        .map(|s| s["value"].as_f64().unwrap())
+        .sum();
+    assert_eq!(sent, 41.0, "{stats}");
+    // The servers' answers by class: 41 2xx (the four hits never reached a server).
+    let answered = |class: &str| -> f64 {
+        stats["metrics"]["slipstream_upstream_server_responses_total"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["labels"]["class"] == class)
+            .map(|s| s["value"].as_f64().unwrap())
+            .sum()
+    };
+    assert_eq!((answered("2xx"), answered("5xx")), (41.0, 0.0), "{stats}");
+    assert_eq!(stats["status"]["requests"]["total"], 45);
+    assert!(!stats["doctor"].as_array().unwrap().is_empty(), "{stats}");
+    // The failing health check's reason, once the server is down by them.
+    let failed_check = || {
+        let stats: serde_json::Value =
+            serde_json::from_str(&admin_get(admin, "/api/stats")).unwrap();
+        let checks = stats["checks"].to_string();
+        checks.contains("status 503, expected 200-399") && checks.contains("\"up\":false")
+    };
+    assert!(
+        eventually(failed_check),
+        "{}",
+        admin_get(admin, "/api/stats")
+    );
+}
+
 /// The page: self-contained, its script from this listener, under a strict policy, small.
 fn page_is_self_contained(admin: SocketAddr) {
     let page = raw(admin, "GET / HTTP/1.1\r\nHost: a\r\n\r\n");
@@ -132,7 +161,7 @@ fn page_is_self_contained(admin: SocketAddr) {
     // Small enough to read: the page and its script together.
     let script = admin_get(admin, "/dashboard.js");
     assert!(
-        page.len() + script.len() < 24 * 1024,
+        page.len() + script.len() < 28 * 1024,
         "{} + {}",
         page.len(),
         script.len()

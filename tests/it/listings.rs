@@ -85,7 +85,7 @@ fn a_listing_shows_sizes_and_times_and_sorts_as_its_url_says() {
     // Directories first, then by name; the parent and every step of the path are links.
     let p = positions(&page, &["zdir/", "big.bin", "mid.dat", "small.txt"]);
     assert!(p.windows(2).all(|w| w[0] < w[1]), "{page}");
-    assert!(page.contains("<a href=\"../\">../</a>"), "{page}");
+    assert!(page.contains("<a href=\"/\">../</a>"), "{page}");
     assert!(
         page.contains("<a href=\"/\">/</a><a href=\"/pub/\">pub</a>/"),
         "{page}"
@@ -152,7 +152,7 @@ fn a_listing_answers_json_to_accept_and_escapes_every_hostile_name() {
         "{page}"
     );
     assert!(
-        page.contains("href=\"./%3Cscript%3Edocument.title%3D%27pwned%27\""),
+        page.contains("href=\"/pub/%3Cscript%3Edocument.title%3D%27pwned%27\""),
         "{page}"
     );
     assert!(
@@ -163,7 +163,7 @@ fn a_listing_answers_json_to_accept_and_escapes_every_hostile_name() {
         page.contains("&quot;&gt;&lt;img src=x onerror=&quot;"),
         "{page}"
     );
-    assert!(page.contains("href=\"./%3Fx%3D1%23y\""), "{page}");
+    assert!(page.contains("href=\"/pub/%3Fx%3D1%23y\""), "{page}");
     assert!(
         !page.contains("<script") && !page.contains("<img") && !page.contains("<svg"),
         "{page}"
@@ -239,4 +239,26 @@ fn a_link_out_of_the_root_is_listed_by_name_alone_unless_such_links_are_served()
     // A link within the folder is followed either way; one out of it only when served.
     assert_eq!(json(false), (None, Some(5000)));
     assert_eq!(json(true), (Some(123_456), Some(5000)));
+}
+
+#[test]
+fn a_listing_try_files_serves_for_another_url_links_where_it_says() {
+    let dir = tree("try-files");
+    let server = proxy(&format!(
+        "workers = 1\n[[listen]]\naddress = \"127.0.0.1:0\"\n[[sites]]\ndefault = true\n\
+         routes = [{{ path = \"/\", root = \"{}\", list_directories = true, \
+         try_files = [\"$uri\", \"/pub/zdir/\"] }}]\n",
+        dir.display()
+    ));
+    // /missing/page is served the listing of /pub/zdir/: its links must not be relative to
+    // /missing/.
+    let r = get(server.local_addrs()[0], "/missing/page", "");
+    assert_eq!(r.status, 200);
+    let page = String::from_utf8(r.body).unwrap();
+    assert!(
+        page.contains("<a href=\"/pub/zdir/inner/\">inner/</a>"),
+        "{page}"
+    );
+    assert!(page.contains("<a href=\"/pub/\">../</a>"), "{page}");
+    server.shutdown();
 }

@@ -208,6 +208,21 @@ function servers(doc, before, secs) {
   const idle = grouped(doc, "slipstream_upstream_pool_idle_connections", l => l.server);
   const lat = bucketDeltas(doc, recent[0], "slipstream_upstream_server_response_seconds_bucket", key);
   const last = lastFailures(doc);
+  const ck = l => key(l) + "\u0000" + l.class;
+  const answers = grouped(doc, "slipstream_upstream_server_responses_total", ck);
+  const answersThen = before ? grouped(before, "slipstream_upstream_server_responses_total", ck) : null;
+  // A server's (or its group's) status mix over the last poll; with none, over all so far.
+  const mixOf = members => {
+    const classes = new Map();
+    let recent = 0;
+    for (const c of CLASSES) for (const k of members) {
+      const d = rate(answers, answersThen, k + "\u0000" + c, secs);
+      recent += d;
+      classes.set(c, (classes.get(c) || 0) + d);
+    }
+    if (!(recent > 0)) for (const c of CLASSES) classes.set(c, members.reduce((n, k) => n + (answers.get(k + "\u0000" + c) || 0), 0));
+    return mix(classes);
+  };
   const keys = [...new Set([...state.keys(), ...req.keys()])].sort();
   const groups = new Map();
   for (const k of keys) {
@@ -231,7 +246,7 @@ function servers(doc, before, secs) {
     const p99 = quantile(b, 0.99);
     rows.push(el("tr", { class: "group" }, el("td", {}, g), el("td", { class: "dim" }, members.length + " servers"),
       el("td", {}, el("span", { class: "pill " + (up === members.length ? "ok" : up > 0 ? "warn" : "bad") }, up + "/" + members.length + " up")),
-      el("td", { class: "n" }, num(r, 1)), el("td", { class: "n" }, num(flying)), el("td", { class: "n" }, num(pooled)),
+      el("td", { class: "n" }, num(r, 1)), el("td", {}, mixOf(members)), el("td", { class: "n" }, num(flying)), el("td", { class: "n" }, num(pooled)),
       el("td", { class: "n" }, ms(quantile(b, 0.5))), el("td", { class: "n" }, ms(p99)),
       el("td", { class: "n" }, num(failed)), el("td", {}, ""),
       el("td", {}, spark(remember("group " + g, r))), el("td", {}, spark(remember("group p99 " + g, p99 || 0), "p99"))));
@@ -245,7 +260,7 @@ function servers(doc, before, secs) {
     const p99 = quantile(b, 0.99);
     return el("tr", {}, el("td", { class: "dim" }, k.slice(0, k.indexOf("\u0000"))), el("td", {}, server),
       el("td", {}, el("span", { class: "pill " + (s === "up" ? "ok" : s === "draining" ? "warn" : "bad") }, s)),
-      el("td", { class: "n", "data-requests": String(req.get(k) || 0) }, num(r, 1)),
+      el("td", { class: "n", "data-requests": String(req.get(k) || 0) }, num(r, 1)), el("td", {}, mixOf([k])),
       el("td", { class: "n" }, num(inflight.get(k) || 0)), el("td", { class: "n" }, num(idle.get(server) || 0)),
       el("td", { class: "n" }, ms(quantile(b, 0.5))), el("td", { class: "n" }, ms(p99)),
       el("td", { class: "n" }, num(failures.get(k) || 0)),
@@ -270,20 +285,83 @@ function listeners(doc, before, secs) {
   }));
 }
 
+function utc(secs) { return new Date(secs * 1000).toISOString().replace("T", " ").slice(0, 16); }
+
 function certificates(doc) {
   const rows = [];
   const seen = new Set();
-  const add = (name, notAfter) => {
-    if (seen.has(name)) return;
-    seen.add(name);
-    const days = (notAfter * 1000 - doc.time_ms) / 86400000;
-    rows.push(el("tr", {}, el("td", {}, name),
-      el("td", {}, new Date(notAfter * 1000).toISOString().replace("T", " ").slice(0, 16)),
-      el("td", { class: "n " + (days < 7 ? "bad" : days < 21 ? "warn" : "ok") }, num(days, 1))));
-  };
-  for (const s of family(doc, "slipstream_tls_certificate_expiry_timestamp_seconds")) add(s.labels.certificate, s.value);
-  for (const a of doc.status.acme || []) if (a.not_after) add((a.names || [a.name || "acme"]).join(", "), a.not_after);
+  const days = at => (at * 1000 - doc.time_ms) / 86400000;
+  const left = at => el("td", { class: "n " + (days(at) < 7 ? "bad" : days(at) < 21 ? "warn" : "ok") }, num(days(at), 1));
+  // ACME certificates first, with their renewals; then the files served.
+  for (const a of doc.status.acme || []) {
+    const name = (a.names || []).join(", ");
+    seen.add((a.names || [])[0]);
+    const renewal = a.failing > 0
+      ? el("span", { class: "bad" }, a.failing + " failed in a row: " + (a.last_error || "") + (a.retry_at ? "; next try " + utc(a.retry_at) : ""))
+      : el("span", { class: "dim" }, (a.renew_at ? "renews " + utc(a.renew_at) : a.placeholder ? "waiting for the CA (placeholder served)" : "") +
+        " · " + num(a.orders) + " orders, " + num(a.issued) + " issued, " + num(a.failures) + " failed");
+    rows.push(el("tr", {}, el("td", {}, name), el("td", {}, "ACME"), el("td", {}, a.not_after ? utc(a.not_after) : "—"),
+      a.not_after ? left(a.not_after) : el("td", { class: "n dim" }, "—"), el("td", {}, renewal)));
+  }
+  for (const s of family(doc, "slipstream_tls_certificate_expiry_timestamp_seconds")) {
+    if (seen.has(s.labels.certificate)) continue;
+    rows.push(el("tr", {}, el("td", {}, s.labels.certificate), el("td", {}, "file"), el("td", {}, utc(s.value)), left(s.value), el("td", {}, "")));
+  }
   fill("certs", rows);
+}
+
+// Answers served from the cache: fresh, stale (a failing origin or while updating), revalidated.
+const SERVED = ["HIT", "STALE", "UPDATING", "REVALIDATED"];
+
+function caches(doc, before, secs) {
+  const key = l => l.zone + "\u0000" + l.status;
+  const now = grouped(doc, "slipstream_cache_responses_total", key);
+  const then = before ? grouped(before, "slipstream_cache_responses_total", key) : null;
+  const zones = [...new Set([...now.keys()].map(k => k.slice(0, k.indexOf("\u0000"))))].sort();
+  const one = (name, zone) => grouped(doc, name, l => l.zone).get(zone) || 0;
+  document.getElementById("caches-section").hidden = zones.length === 0;
+  fill("caches", zones.map(zone => {
+    let all = 0, hits = 0, r = 0, rHits = 0;
+    for (const [k, v] of now) {
+      if (!k.startsWith(zone + "\u0000")) continue;
+      const status = k.slice(zone.length + 1), d = rate(now, then, k, secs);
+      all += v; r += d;
+      if (SERVED.includes(status)) { hits += v; rHits += d; }
+    }
+    // The ratio over the last poll; with no traffic then, over all so far.
+    const ratio = r > 0 ? rHits / r : all > 0 ? hits / all : null;
+    return el("tr", {}, el("td", {}, zone), el("td", { class: "n" }, num(r, 1)),
+      el("td", { class: "n" }, ratio === null ? "—" : num(100 * ratio, 1) + " %"),
+      el("td", { class: "n" }, num(one("slipstream_cache_entries", zone))), el("td", { class: "n" }, bytes(one("slipstream_cache_bytes", zone))),
+      el("td", { class: "n" }, bytes(one("slipstream_cache_disk_bytes", zone))), el("td", { class: "n" }, num(one("slipstream_cache_stored_total", zone))),
+      el("td", { class: "n" }, num(one("slipstream_cache_evictions_total", zone))), el("td", { class: "n" }, num(one("slipstream_cache_purged_total", zone))),
+      el("td", {}, spark(remember("cache " + zone, ratio === null ? 0 : ratio))));
+  }));
+}
+
+function bytes(n) {
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return num(n, i ? 1 : 0) + " " + units[i];
+}
+
+function fleet(doc) {
+  const c = doc.status.cluster;
+  const section = document.getElementById("fleet-section");
+  section.hidden = !c;
+  if (!c) return;
+  const lr = c.limit_records || {};
+  const items = [
+    ["etcd", el("span", { class: c.connected ? "ok" : "bad" }, c.connected ? "connected" : "unreachable")],
+    ["configuration revision", String(c.revision)],
+    ["etcd calls failed", num(c.etcd_failures)],
+    ["configurations refused", num(c.refused)],
+    ["rate-limit records sent / applied", num(lr.sent || 0) + " / " + num(lr.applied || 0)],
+  ];
+  const rows = items.map(([k, v]) => el("tr", {}, el("td", {}, k), el("td", {}, v)));
+  if (c.last_refusal) rows.push(el("tr", {}, el("td", {}, "last refusal"), el("td", { class: "bad" }, String(c.last_refusal))));
+  fill("fleet", rows);
 }
 
 function doctor(doc) {
@@ -308,6 +386,8 @@ async function poll() {
     sites(doc, previous, secs);
     servers(doc, previous, secs);
     listeners(doc, previous, secs);
+    caches(doc, previous, secs);
+    fleet(doc);
     certificates(doc);
     doctor(doc);
     previous = doc;
