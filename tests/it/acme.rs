@@ -249,6 +249,16 @@ fn http01_issues_a_certificate_that_verifies_and_a_restart_reuses_it() {
         1.0
     );
     assert_eq!(metric(admin, "slipstream_acme_certificate_served"), 1.0);
+    // The dashboard lists it as an ACME certificate, with its renewal and one order.
+    let dom = crate::chromium::rendered_dom(&format!("http://{admin}/"), 3000);
+    let row = dom
+        .split("<tr>")
+        .find(|r| r.contains(">a.test, www.a.test<") && r.contains(">ACME<"));
+    let row = row.unwrap_or_else(|| panic!("no ACME row: {dom}"));
+    assert!(
+        row.contains("renews ") && row.contains("1 order, 1 issued"),
+        "{row}"
+    );
     // The state: private files, read back at the next start.
     use std::os::unix::fs::PermissionsExt;
     let folder = std::fs::read_dir(&state)

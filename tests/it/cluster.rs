@@ -116,6 +116,13 @@ fn without_etcd_members_keep_serving_restart_from_the_kept_copy_and_catch_up_pas
         eventually(|| !connected(admin)),
         "/status does not say etcd is gone"
     );
+    // The dashboard's fleet panel says so too.
+    let dom = crate::chromium::rendered_dom(&format!("http://{admin}/"), 3000);
+    let panel = dom.split("id=\"fleet-section\"").nth(1).unwrap_or_default();
+    assert!(
+        !panel.starts_with(" hidden") && panel.contains(">unreachable<"),
+        "{panel}"
+    );
     assert_eq!(body_at(a.addr), "A");
     let metrics = admin_get(admin, "/metrics");
     assert!(

@@ -276,3 +276,35 @@ fn state_changes_need_the_switch_and_the_token_and_no_other_site() {
     }
     proxy.shutdown();
 }
+
+#[test]
+fn a_refused_reload_shows_its_errors_on_the_dashboard() {
+    let upstream = Upstream::ok(b"ok");
+    let toml = format!(
+        "workers = 1\nadmin = \"{{admin}}\"\n[[listen]]\naddress = \"{{listen}}\"\n\
+         [upstreams.app]\nservers = [\"{}\"]\n\
+         [[sites]]\ndefault = true\nroutes = [{{ path = \"/\", upstream = \"app\" }}]\n",
+        upstream.addr
+    );
+    let running = Running::config("dashboard-reload.toml", &toml);
+    let admin = running.admin.unwrap();
+    let path = running.config.clone().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, format!("{text}bogus = 1\n")).unwrap();
+    running.signal("-HUP");
+    // The refusal is logged, then recorded.
+    let last = || {
+        let stats: serde_json::Value =
+            serde_json::from_str(&admin_get(admin, "/api/stats")).unwrap();
+        stats["status"]["config"]["last_reload"].clone()
+    };
+    assert!(eventually(|| last()["ok"] == false), "{}", last());
+    assert!(last()["errors"].to_string().contains("bogus"), "{}", last());
+    // The page says so, with the errors, and still serves the running config's figures.
+    let dom = crate::chromium::rendered_dom(&format!("http://{admin}/"), 3000);
+    let meta = dom.split("id=\"meta\"").nth(1).unwrap_or_default();
+    assert!(
+        meta.contains("refused: ") && meta.contains("bogus"),
+        "{meta}"
+    );
+}

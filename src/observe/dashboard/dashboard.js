@@ -244,7 +244,7 @@ function servers(doc, before, secs) {
       for (const [le, n] of lat.get(k) || []) b.set(le, (b.get(le) || 0) + n);
     }
     const p99 = quantile(b, 0.99);
-    rows.push(el("tr", { class: "group" }, el("td", {}, g), el("td", { class: "dim" }, members.length + " servers"),
+    rows.push(el("tr", { class: "group" }, el("td", {}, g), el("td", { class: "dim" }, members.length + (members.length === 1 ? " server" : " servers")),
       el("td", {}, el("span", { class: "pill " + (up === members.length ? "ok" : up > 0 ? "warn" : "bad") }, up + "/" + members.length + " up")),
       el("td", { class: "n" }, num(r, 1)), el("td", {}, mixOf(members)), el("td", { class: "n" }, num(flying)), el("td", { class: "n" }, num(pooled)),
       el("td", { class: "n" }, ms(quantile(b, 0.5))), el("td", { class: "n" }, ms(p99)),
@@ -299,7 +299,7 @@ function certificates(doc) {
     const renewal = a.failing > 0
       ? el("span", { class: "bad" }, a.failing + " failed in a row: " + (a.last_error || "") + (a.retry_at ? "; next try " + utc(a.retry_at) : ""))
       : el("span", { class: "dim" }, (a.renew_at ? "renews " + utc(a.renew_at) : a.placeholder ? "waiting for the CA (placeholder served)" : "") +
-        " · " + num(a.orders) + " orders, " + num(a.issued) + " issued, " + num(a.failures) + " failed");
+        " · " + num(a.orders) + (a.orders === 1 ? " order, " : " orders, ") + num(a.issued) + " issued, " + num(a.failures) + " failed");
     rows.push(el("tr", {}, el("td", {}, name), el("td", {}, "ACME"), el("td", {}, a.not_after ? utc(a.not_after) : "—"),
       a.not_after ? left(a.not_after) : el("td", { class: "n dim" }, "—"), el("td", {}, renewal)));
   }
