@@ -108,12 +108,15 @@ pub fn read(dir: &File, dotfiles: bool, links_out: bool) -> io::Result<Vec<Entry
         if name == b"." || name == b".." || (name.starts_with(b".") && !dotfiles) {
             continue;
         }
-        let stat = if entry.file_type() == FileType::Symlink && !links_out {
-            stat_beneath(dir, entry.file_name())
-        } else {
-            statat(dir, entry.file_name(), AtFlags::empty())
-                .or_else(|_| statat(dir, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW))
-        };
+        // A link (or an entry whose type the file system does not say) is resolved beneath
+        // the folder unless links out are served.
+        let maybe_link = matches!(entry.file_type(), FileType::Symlink | FileType::Unknown);
+        if maybe_link && !links_out {
+            entries.push(beneath(dir, name));
+            continue;
+        }
+        let stat = statat(dir, entry.file_name(), AtFlags::empty())
+            .or_else(|_| statat(dir, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW));
         let (kind, size, mtime) = match stat {
             Ok(s) => match FileType::from_raw_mode(s.st_mode) {
                 FileType::Directory => (Kind::Directory, 0, s.st_mtime),
@@ -133,14 +136,27 @@ pub fn read(dir: &File, dotfiles: bool, links_out: bool) -> io::Result<Vec<Entry
     Ok(entries)
 }
 
-/// What a link beneath `dir` leads to, resolved without leaving `dir` (`RESOLVE_BENEATH`);
-/// an error when its target is elsewhere.
-fn stat_beneath(dir: &File, name: &std::ffi::CStr) -> rustix::io::Result<rustix::fs::Stat> {
-    use rustix::fs::{Mode, OFlags, ResolveFlags};
-    let how = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
-    let flags = OFlags::PATH | OFlags::CLOEXEC;
-    let fd = rustix::fs::openat2(dir, name, flags, Mode::empty(), how)?;
-    rustix::fs::fstat(fd)
+/// The entry `name` of `dir` as the route would open it, without leaving `dir` (openat2's
+/// `RESOLVE_BENEATH`, or its checked fallback on kernels without it): a link elsewhere, or
+/// anything that does not open, is listed by name alone.
+fn beneath(dir: &File, name: &[u8]) -> Entry {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let rel = std::path::Path::new(std::ffi::OsStr::from_bytes(name));
+    let (kind, size, mtime) = match super::open::open_beneath(dir, rel, false) {
+        Ok(super::open::Opened::File(_, meta)) => (Kind::File, meta.len(), meta.mtime()),
+        Ok(super::open::Opened::Directory(d)) => {
+            let mtime = d.metadata().map_or(i64::MIN, |m| m.mtime());
+            (Kind::Directory, 0, mtime)
+        }
+        Err(_) => (Kind::Other, 0, i64::MIN),
+    };
+    Entry {
+        name: name.to_vec(),
+        kind,
+        size,
+        mtime,
+    }
 }
 
 /// Sorts entries: directories first, then by the column in its direction, ties by name.
@@ -184,8 +200,10 @@ tbody tr:hover td{background:#161b22}.time,footer{color:#8d96a0}}";
 /// (no script, no outside fetch), so a name that got past escaping still could not run.
 pub const PAGE_POLICY: &[u8] = b"default-src 'none'; style-src 'unsafe-inline'";
 
-/// The HTML page of sorted `entries` of the directory at `uri` (decoded, ending in `/`).
-pub fn html(entries: &[Entry], uri: &str, order: Order) -> Vec<u8> {
+/// The HTML page of sorted `entries` of the directory at `uri` (decoded, ending in `/`). Links
+/// are relative to the page, as nginx's autoindex writes them (so they follow a rewrite or a
+/// proxy's prefix), or absolute when the page is served `elsewhere`, for another URL.
+pub fn html(entries: &[Entry], uri: &str, order: Order, elsewhere: bool) -> Vec<u8> {
     let title = escape_html(uri.as_bytes());
     let mut out = String::with_capacity(2048 + entries.len() * 200);
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
@@ -219,10 +237,20 @@ pub fn html(entries: &[Entry], uri: &str, order: Order) -> Vec<u8> {
         ));
     }
     out.push_str("</tr></thead>\n<tbody>\n");
-    // Links are absolute: a page `try_files` serves for another URL still leads where it says.
-    let base = encode_uri(uri);
+    let base = if elsewhere {
+        encode_uri(uri)
+    } else {
+        "./".to_string()
+    };
     if uri != "/" {
-        let parent = &base[..base[..base.len() - 1].rfind('/').map_or(0, |i| i + 1)];
+        let parent = match base.as_str() {
+            "./" => "../",
+            absolute => {
+                &absolute[..absolute[..absolute.len() - 1]
+                    .rfind('/')
+                    .map_or(0, |i| i + 1)]
+            }
+        };
         out.push_str(&format!("<tr class=\"dir\"><td class=\"name\"><a href=\"{parent}\">../</a></td><td class=\"size\"></td><td class=\"time\"></td></tr>\n"));
     }
     for e in entries {
@@ -444,7 +472,8 @@ mod tests {
     #[test]
     fn the_page_links_each_column_and_each_step_of_the_path() {
         let e = [entry("x y.txt", Kind::File, 4300, 1_764_410_640)];
-        let page = String::from_utf8(html(&e, "/a b/c/", Order::from_query("sort=size"))).unwrap();
+        let page = html(&e, "/a b/c/", Order::from_query("sort=size"), false);
+        let page = String::from_utf8(page).unwrap();
         assert!(
             page.contains(
                 "<a href=\"/\">/</a><a href=\"/a%20b/\">a b</a>/<a href=\"/a%20b/c/\">c</a>/"
@@ -464,7 +493,15 @@ mod tests {
             page.contains("href=\"?sort=time&amp;order=desc\">Modified (UTC)</a>"),
             "{page}"
         );
-        // Absolute links, so a page served for another URL (try_files) leads where it says.
+        // At its own URL, links relative to it, as nginx's; served for another URL
+        // (try_files), absolute.
+        assert!(page.contains("<a href=\"../\">../</a>"), "{page}");
+        assert!(
+            page.contains("<a href=\"./x%20y.txt\">x y.txt</a>"),
+            "{page}"
+        );
+        let page = html(&e, "/a b/c/", Order::from_query(""), true);
+        let page = String::from_utf8(page).unwrap();
         assert!(page.contains("<a href=\"/a%20b/\">../</a>"), "{page}");
         assert!(
             page.contains("<a href=\"/a%20b/c/x%20y.txt\">x y.txt</a>"),
@@ -480,7 +517,7 @@ mod tests {
         );
         assert!(page.contains("0 directories, 1 file"), "{page}");
         assert!(!page.contains("<script"), "{page}");
-        let root = String::from_utf8(html(&[], "/", Order::from_query(""))).unwrap();
+        let root = String::from_utf8(html(&[], "/", Order::from_query(""), false)).unwrap();
         assert!(!root.contains("../"), "{root}");
     }
 

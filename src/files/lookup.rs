@@ -27,6 +27,9 @@ pub enum Resolution {
         dir: File,
         /// Its normalized URI, for the title.
         uri: String,
+        /// Served for another URI (a `try_files` candidate or fallback): its links must be
+        /// absolute, where a listing at its own URI links relative to it as nginx's does.
+        elsewhere: bool,
     },
     /// `301` to this location (a directory asked for without its trailing slash).
     Redirect(String),
@@ -108,7 +111,7 @@ impl Lookup<'_> {
                     if !rel.directory && uri_of(&c) == format!("{uri}/") {
                         return Resolution::Redirect(location(&uri, target));
                     }
-                    return self.index_or_listing(fs, &uri_of(&c));
+                    return elsewhere(self.index_or_listing(fs, &uri_of(&c)), &uri);
                 }
             } else if let Ok(Found::File(e)) = self.find(fs) {
                 return Resolution::File(e);
@@ -121,7 +124,7 @@ impl Lookup<'_> {
             Fallback::Uri(u) => match normalize(u.replace("$uri", &uri).as_bytes()) {
                 Ok(c) => match self.serve(&c, &uri_of(&c), target) {
                     Resolution::Redirect(_) => Resolution::Refused(Refusal::NotFound),
-                    r => r,
+                    r => elsewhere(r, &uri),
                 },
                 Err(_) => Resolution::Refused(Refusal::NotFound),
             },
@@ -156,6 +159,7 @@ impl Lookup<'_> {
             Ok(Found::Directory(d)) if self.route.list_directories => Resolution::Listing {
                 dir: d,
                 uri: uri.to_string(),
+                elsewhere: false,
             },
             Ok(Found::Directory(_)) => Resolution::Refused(Refusal::Forbidden),
             Ok(Found::File(_)) => Resolution::Refused(Refusal::NotFound),
@@ -180,6 +184,22 @@ impl Lookup<'_> {
 }
 
 /// The normalized URI of a path: `/a/b`, with a trailing slash when a directory was named.
+/// Marks a listing of a folder other than the request's own (`own`, with or without its
+/// trailing slash) as served elsewhere.
+fn elsewhere(r: Resolution, own: &str) -> Resolution {
+    match r {
+        Resolution::Listing { dir, uri, .. } => {
+            let other = uri != own && uri.strip_suffix('/') != Some(own);
+            Resolution::Listing {
+                dir,
+                uri,
+                elsewhere: other,
+            }
+        }
+        r => r,
+    }
+}
+
 fn uri_of(rel: &RelativePath) -> String {
     let path = rel.path.to_string_lossy();
     if rel.directory && !path.is_empty() {

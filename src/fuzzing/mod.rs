@@ -752,8 +752,8 @@ fn listing(name: &[u8], target: &str) {
         assert_eq!(json[0]["name"], String::from_utf8_lossy(name).as_ref());
         let markup = |page: Vec<u8>| page.iter().filter(|&&b| b == b'<').count();
         assert_eq!(
-            markup(listing::html(&[entry(name, kind)], "/", order)),
-            markup(listing::html(&[entry(b"x", kind)], "/", order)),
+            markup(listing::html(&[entry(name, kind)], "/", order, false)),
+            markup(listing::html(&[entry(b"x", kind)], "/", order, false)),
         );
         // The folder's name adds no markup either: the same page as for a harmless name with
         // the same steps.
@@ -762,8 +762,8 @@ fn listing(name: &[u8], target: &str) {
             .map(|c| if c == '/' { '/' } else { 'x' })
             .collect();
         assert_eq!(
-            markup(listing::html(&[entry(b"x", kind)], &dir, order)),
-            markup(listing::html(&[entry(b"x", kind)], &plain, order)),
+            markup(listing::html(&[entry(b"x", kind)], &dir, order, true)),
+            markup(listing::html(&[entry(b"x", kind)], &plain, order, true)),
         );
     }
 }

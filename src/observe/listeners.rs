@@ -91,7 +91,11 @@ impl ListenerRegistry {
                 "slipstream_listener_connections_open",
                 Type::Gauge,
                 "Client connections open, by listener.",
-                |l| sum(l, |s| &s.accepted).saturating_sub(sum(l, |s| &s.closed)),
+                // Closed first: a connection accepted meanwhile is not missed.
+                |l| {
+                    let closed = sum(l, |s| &s.closed);
+                    sum(l, |s| &s.accepted).saturating_sub(closed)
+                },
             ),
             (
                 "slipstream_listener_accept_paused_total",

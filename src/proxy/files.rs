@@ -97,8 +97,13 @@ pub(super) async fn serve_files(
             let (head, body) = simple(405, &fields, None, req.method, framing);
             send_simple(cx, client, 405, head, &body, framing).await?
         }
-        Resolution::Listing { dir, uri } => {
-            let (head, body) = listing_page(&dir, &uri, route, req, framing)?;
+        Resolution::Listing {
+            dir,
+            uri,
+            elsewhere,
+        } => {
+            let at = (uri.as_str(), elsewhere);
+            let (head, body) = listing_page(&dir, at, route, req, framing)?;
             send_simple(cx, client, 200, head, &body, framing).await?
         }
     };
@@ -112,7 +117,7 @@ pub(super) async fn serve_files(
 /// HTML page, sent with a policy that lets no script run.
 fn listing_page(
     dir: &std::fs::File,
-    uri: &str,
+    (uri, elsewhere): (&str, bool),
     route: &crate::config::FileRoute,
     req: &FileRequest,
     framing: KeepAlive,
@@ -127,7 +132,7 @@ fn listing_page(
         let body = Some((b"application/json".as_slice(), listing::json(&entries)));
         return Ok(simple(200, &[vary], body, req.method, framing));
     }
-    let page = listing::html(&entries, uri, order);
+    let page = listing::html(&entries, uri, order, elsewhere);
     let body = Some((b"text/html; charset=utf-8".as_slice(), page));
     let fields = [vary, ("Content-Security-Policy", listing::PAGE_POLICY)];
     Ok(simple(200, &fields, body, req.method, framing))

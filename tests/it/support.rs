@@ -577,7 +577,9 @@ pub(crate) const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 /// listener, naming a file (mode 600) that holds [`ADMIN_TOKEN`].
 pub(crate) fn admin_token_line() -> String {
     use std::os::unix::fs::PermissionsExt;
-    let path = temp_path("admin.token");
+    // A file of its own per call: tests run at once, and one rewriting a shared file would
+    // leave it empty for a moment.
+    let path = temp_path(&format!("admin-{}.token", fastrand::u64(..)));
     std::fs::write(&path, format!("{ADMIN_TOKEN}\n")).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     format!("admin_token_file = {:?}\n", path.display().to_string())

@@ -116,7 +116,7 @@ function mix(classes) {
 function fill(id, rows) {
   const body = document.querySelector("#" + id + " tbody");
   body.replaceChildren(...rows);
-  if (!rows.length) body.append(el("tr", {}, el("td", { class: "dim", colspan: "12" }, "none")));
+  if (!rows.length) body.append(el("tr", {}, el("td", { class: "dim", colspan: "13" }, "none")));
 }
 
 function tiles(doc, before, secs) {
@@ -295,7 +295,7 @@ function certificates(doc) {
   // ACME certificates first, with their renewals; then the files served.
   for (const a of doc.status.acme || []) {
     const name = (a.names || []).join(", ");
-    seen.add((a.names || [])[0]);
+    for (const n of a.names || []) seen.add(n);
     const renewal = a.failing > 0
       ? el("span", { class: "bad" }, a.failing + " failed in a row: " + (a.last_error || "") + (a.retry_at ? "; next try " + utc(a.retry_at) : ""))
       : el("span", { class: "dim" }, (a.renew_at ? "renews " + utc(a.renew_at) : a.placeholder ? "waiting for the CA (placeholder served)" : "") +
