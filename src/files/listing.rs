@@ -243,13 +243,11 @@ pub fn html(entries: &[Entry], uri: &str, order: Order, elsewhere: bool) -> Vec<
         "./".to_string()
     };
     if uri != "/" {
-        let parent = match base.as_str() {
-            "./" => "../",
-            absolute => {
-                &absolute[..absolute[..absolute.len() - 1]
-                    .rfind('/')
-                    .map_or(0, |i| i + 1)]
-            }
+        let parent = if elsewhere {
+            // The base without its last segment (it ends in `/`).
+            &base[..base[..base.len() - 1].rfind('/').map_or(0, |i| i + 1)]
+        } else {
+            "../"
         };
         out.push_str(&format!("<tr class=\"dir\"><td class=\"name\"><a href=\"{parent}\">../</a></td><td class=\"size\"></td><td class=\"time\"></td></tr>\n"));
     }

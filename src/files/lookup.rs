@@ -183,7 +183,6 @@ impl Lookup<'_> {
     }
 }
 
-/// The normalized URI of a path: `/a/b`, with a trailing slash when a directory was named.
 /// Marks a listing of a folder other than the request's own (`own`, with or without its
 /// trailing slash) as served elsewhere.
 fn elsewhere(r: Resolution, own: &str) -> Resolution {
@@ -200,6 +199,7 @@ fn elsewhere(r: Resolution, own: &str) -> Resolution {
     }
 }
 
+/// The normalized URI of a path: `/a/b`, with a trailing slash when a directory was named.
 fn uri_of(rel: &RelativePath) -> String {
     let path = rel.path.to_string_lossy();
     if rel.directory && !path.is_empty() {

@@ -102,8 +102,7 @@ pub(super) async fn serve_files(
             uri,
             elsewhere,
         } => {
-            let at = (uri.as_str(), elsewhere);
-            let (head, body) = listing_page(&dir, at, route, req, framing)?;
+            let (head, body) = listing_page(&dir, &uri, elsewhere, route, req, framing)?;
             send_simple(cx, client, 200, head, &body, framing).await?
         }
     };
@@ -114,10 +113,12 @@ pub(super) async fn serve_files(
 }
 
 /// A directory's listing, sorted as the query says: JSON when `Accept` asks for it, else the
-/// HTML page, sent with a policy that lets no script run.
+/// HTML page (its links absolute when it is served `elsewhere`, for another URL), sent with a
+/// policy that lets no script run.
 fn listing_page(
     dir: &std::fs::File,
-    (uri, elsewhere): (&str, bool),
+    uri: &str,
+    elsewhere: bool,
     route: &crate::config::FileRoute,
     req: &FileRequest,
     framing: KeepAlive,
