@@ -9,7 +9,8 @@
 # Slow run: N clients at once, each limited to RATE; columns: downloads completed, proxy bytes
 # written to storage (/proc/PID/io write_bytes), peak RSS (VmHWM, summed over the proxy's
 # processes, measured fresh per proxy), proxy CPU seconds.
-# Fast run: 4 clients at once, unlimited, ROUNDS times; CPU seconds per GB proxied.
+# Fast run: 4 clients at once, unlimited, ROUNDS times per proxy, the proxies in a rotated order
+# each round (all running at once); CPU seconds per GB proxied.
 #
 # Usage: bench/download.sh [clients, default 20] [rate, default 20M] [rounds, default 5]
 set -euo pipefail
@@ -101,21 +102,32 @@ for name in slipstream slipstream-epoll slipstream-copy nginx-default nginx-buff
     sleep 0.5
 done
 
-printf '\n### 4 fast clients x %s rounds of 100 MB (%s GB proxied)\n\n' "$ROUNDS" "$(awk -v r="$ROUNDS" 'BEGIN {printf "%.1f", 4*r*100/1024}')"
+printf '\n### 4 fast clients x %s rounds of 100 MB each (%s GB per proxy), the proxies in alternating order\n\n' "$ROUNDS" "$(awk -v r="$ROUNDS" 'BEGIN {printf "%.1f", 4*r*100/1024}')"
+# Every proxy runs at once and each round visits them in a rotated order, so a slow spell of this
+# machine falls on all of them alike. CPU is summed per proxy over its rounds.
+NAMES=(slipstream slipstream-epoll slipstream-copy nginx-default nginx-buffering-off)
+declare -A FAST_PIDS FAST_CPU
+for name in "${NAMES[@]}"; do
+    start_proxy "$name"
+    FAST_PIDS[$name]=$(listener_pids "$(port_of "$name")")
+    FAST_CPU[$name]=0
+done
+for round in $(seq 1 "$ROUNDS"); do
+    for i in "${!NAMES[@]}"; do
+        name=${NAMES[$(((i + round) % ${#NAMES[@]}))]}
+        # shellcheck disable=SC2086
+        cpu0=$(cpu_ns ${FAST_PIDS[$name]})
+        downloads "$(port_of "$name")" 4 "" >/dev/null
+        # shellcheck disable=SC2086
+        cpu1=$(cpu_ns ${FAST_PIDS[$name]})
+        FAST_CPU[$name]=$((FAST_CPU[$name] + cpu1 - cpu0))
+    done
+done
 printf '| %-20s | %11s | %10s |\n' proxy 'CPU seconds' 'CPU s/GB'
 printf '|%s|\n' '----------------------|-------------|-----------'
-for name in slipstream slipstream-epoll slipstream-copy nginx-default nginx-buffering-off; do
-    start_proxy "$name"
-    port=$(port_of "$name")
-    pids=$(listener_pids "$port")
-    # shellcheck disable=SC2086
-    cpu0=$(cpu_ns $pids)
-    for _ in $(seq 1 "$ROUNDS"); do downloads "$port" 4 "" >/dev/null; done
-    # shellcheck disable=SC2086
-    cpu1=$(cpu_ns $pids)
-    awk -v n=$((cpu1 - cpu0)) -v r="$ROUNDS" -v name="$name" \
+for name in "${NAMES[@]}"; do
+    awk -v n="${FAST_CPU[$name]}" -v r="$ROUNDS" -v name="$name" \
         'BEGIN { s = n/1e9; gb = 4*r*100/1024; printf "| %-20s | %11.2f | %10.3f |\n", name, s, s/gb }'
     # shellcheck disable=SC2086
-    kill $pids 2>/dev/null || true
-    sleep 0.5
+    kill ${FAST_PIDS[$name]} 2>/dev/null || true
 done
