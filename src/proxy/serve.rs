@@ -85,11 +85,16 @@ struct Waits<'a, S> {
 }
 
 /// Serves a stream that carries exactly one request (an HTTP/2 stream): no keep-alive loop,
-/// no idle wait, and the request's state lives in the caller's task instead of a box of its own.
+/// no idle wait. The request's state runs in one of the worker's blocks, as on a connection:
+/// built there from three references, where a box of its own (`Box::pin`) was an aligned
+/// allocation plus a copy of the whole state from the stack, per stream.
 pub(super) async fn serve_one(worker: Rc<Worker>, stream: Stream, peer: SocketAddr, id: u64) {
     let mut client = Client::new(stream, peer, id);
     let snapshot = worker.snapshot();
-    handle_request(&worker, &snapshot, &mut client).await;
+    let blocks = &worker.request_blocks;
+    blocks
+        .run(|| handle_request(&worker, &snapshot, &mut client))
+        .await;
     if let Some(buf) = client.buf.take() {
         worker.buffers.give(buf, snapshot.config.limits.max_buffer);
     }

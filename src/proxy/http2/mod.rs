@@ -282,8 +282,9 @@ async fn serve_stream(
             return;
         }
     }
-    // Boxed: the request's state (about 7 KB) would otherwise be the task's, copied whole into
-    // the task when it is spawned and again when its output is stored and when it is dropped.
+    // The request's state runs in a block of the worker's (see `serve_one`), not in this
+    // task: it would be copied whole into the task when spawned, and again when its output
+    // is stored and when it is dropped.
     let stream = Stream::H2(Box::new(stream));
-    Box::pin(super::serve::serve_one(worker, stream, info.peer, info.id)).await;
+    super::serve::serve_one(worker, stream, info.peer, info.id).await;
 }
