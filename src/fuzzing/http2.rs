@@ -126,6 +126,16 @@ pub fn http2_convert(data: &[u8]) {
     if let Ok(response) = crate::http2::response::to_http2(&head) {
         assert_eq!(response.status(), status);
         assert!(GONE.iter().all(|n| !response.headers().contains_key(*n)));
+        // Nor any field a Connection field names.
+        let connection = head
+            .fields()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"));
+        for (_, value) in connection {
+            for token in crate::message::list_elements(value) {
+                let token = String::from_utf8_lossy(token).to_ascii_lowercase();
+                assert!(!response.headers().contains_key(token.as_str()));
+            }
+        }
     }
     let trailers = crate::http2::response::trailer_fields(data);
     assert!(GONE.iter().all(|n| !trailers.contains_key(*n)));

@@ -23,8 +23,15 @@ pub const MAX_HEADERS: usize = 128;
 /// Whether `buf` holds the empty line that ends a message head (CRLF or bare LF line ends), so
 /// a head parse will not ask for more bytes.
 pub fn head_complete(buf: &[u8]) -> bool {
+    // The usual end first, in one vectorized search; bare line ends are looked for only
+    // when it is not there.
+    static BLANK_LINE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\r\n\r\n"));
+    if BLANK_LINE.find(buf).is_some() {
+        return true;
+    }
     let mut from = 0;
-    while let Some(i) = buf[from..].iter().position(|b| *b == b'\n') {
+    while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
         let at = from + i;
         match buf.get(at + 1) {
             Some(b'\n') => return true,
@@ -102,6 +109,9 @@ mod tests {
         assert!(head_complete(b"HTTP/1.1 200 OK\n\n"));
         assert!(!head_complete(b"HTTP/1.1 200 OK\r\nA: b\r\n"));
         assert!(!head_complete(b""));
+        assert!(head_complete(b"HTTP/1.1 200 OK\r\nA: b\r\n\n"));
+        assert!(head_complete(b"HTTP/1.1 200 OK\nA: b\n\r\nbody"));
+        assert!(!head_complete(b"HTTP/1.1 200 OK\r\nA: b\r\n\r"));
     }
 
     #[test]

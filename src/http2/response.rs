@@ -13,24 +13,22 @@ use crate::message::{list_elements, ClientHead};
 /// 100-999, a field name or value it forbids).
 pub fn to_http2(head: &ClientHead) -> Result<Response<()>, &'static str> {
     let status = StatusCode::from_u16(head.status).map_err(|_| "invalid status code")?;
-    let connection: Vec<&[u8]> = head
-        .fields()
-        .filter(|(name, _)| name.eq_ignore_ascii_case(b"connection"))
-        .flat_map(|(_, value)| list_elements(value))
-        .collect();
     // Heads are bounded where they are read (at most `MAX_HEADERS` fields); a map that would
     // outgrow `http`'s own bound is refused rather than a panic.
-    let mut fields = HeaderMap::with_capacity(head.fields().count().min(MAX_HEADERS));
+    let mut fields = HeaderMap::with_capacity(head.field_bound().min(MAX_HEADERS));
     // One copy of the head; each value is a slice of it (no allocation per field).
     let shared = bytes::Bytes::copy_from_slice(&head.text);
     let start = head.text.as_ptr() as usize;
+    // One pass over the head: the fields a Connection field names (rare) are taken out after.
+    let mut names_fields = false;
     for (name, value) in head.fields() {
         // Lower-cased by `from_bytes` (without allocating for the common names).
         let name = HeaderName::from_bytes(name).map_err(|_| "invalid field name")?;
-        let named = connection
-            .iter()
-            .any(|t| t.eq_ignore_ascii_case(name.as_str().as_bytes()));
-        if super::is_connection_specific(name.as_str()) || named {
+        if name == http::header::CONNECTION {
+            names_fields |= list_elements(value).next().is_some();
+            continue;
+        }
+        if super::is_connection_specific(name.as_str()) {
             continue;
         }
         let at = value.as_ptr() as usize - start;
@@ -39,6 +37,16 @@ pub fn to_http2(head: &ClientHead) -> Result<Response<()>, &'static str> {
         fields
             .try_append(name, value)
             .map_err(|_| "too many fields")?;
+    }
+    if names_fields {
+        let connection = head
+            .fields()
+            .filter(|(name, _)| name.eq_ignore_ascii_case(b"connection"));
+        for token in connection.flat_map(|(_, value)| list_elements(value)) {
+            if let Ok(name) = HeaderName::from_bytes(token) {
+                fields.remove(name);
+            }
+        }
     }
     let mut response = Response::new(());
     *response.status_mut() = status;

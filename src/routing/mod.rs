@@ -403,10 +403,12 @@ impl Router {
         if let Some(i) = self.exact.get(name) {
             return Some(*i);
         }
-        // Longest wildcard first: try each suffix starting at a dot.
-        for (i, _) in name.match_indices('.') {
-            if let Some(s) = self.wildcard.get(&name[i..]) {
-                return Some(*s);
+        // Longest wildcard first: try each suffix starting at a dot (when there are any).
+        if !self.wildcard.is_empty() {
+            for (i, _) in name.match_indices('.') {
+                if let Some(s) = self.wildcard.get(&name[i..]) {
+                    return Some(*s);
+                }
             }
         }
         // A regex past its step limit matches nothing here.
