@@ -12,6 +12,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -114,9 +115,12 @@ pub async fn serve_http2(worker: Rc<Worker>, mut stream: Stream, peer: SocketAdd
     }
 }
 
-/// Runs a connection after its handshake: accepts streams and spawns their tasks until the
+/// Runs a connection after its handshake: accepts streams and serves them until the
 /// connection ends, sending GOAWAY on shutdown, when idle, and to a flooding client (then
-/// true).
+/// true). The streams run inside the connection's task, polled just before `h2` is: what a
+/// stream answers is framed and written in the same poll, with no task spawned per stream
+/// and no hand-over between tasks. Streams still running when the connection ends go on in
+/// a task of their own (their upstream requests finish and are logged, as on HTTP/1.1).
 async fn drive(
     worker: &Rc<Worker>,
     mut conn: h2::server::Connection<ConnectionIo, Bytes>,
@@ -131,7 +135,8 @@ async fn drive(
     let mut draining = false;
     let generation = worker.config_generation();
     let mut idle_deadline = tokio::time::Instant::now() + idle;
-    loop {
+    let mut streams = FuturesUnordered::new();
+    let flooded = loop {
         let next_check = tokio::time::Instant::now() + RELOAD_CHECK;
         if *shutdown.borrow() && !draining {
             draining = true;
@@ -139,6 +144,7 @@ async fn drive(
         }
         let event = tokio::select! {
             e = poll_fn(|cx| {
+                while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {}
                 let accepted = conn.poll_accept(cx);
                 // Everything h2 wrote in this poll leaves in one write (a failure is kept for
                 // h2 to see at its next flush).
@@ -163,28 +169,27 @@ async fn drive(
                 closed
             });
             let _ = tokio::time::timeout(ABUSE_GRACE, closed).await;
-            return true;
+            break true;
         }
         match event {
             Event::Accepted(Some(Ok(accepted))) => {
                 let (request, respond) = *accepted;
                 counters.inc(Counter::Http2Streams);
                 idle_deadline = tokio::time::Instant::now() + idle;
-                let task = serve_stream(worker.clone(), request, respond, info.clone());
-                tokio::task::spawn_local(task);
+                streams.push(serve_stream(worker.clone(), request, respond, info.clone()));
             }
             Event::Accepted(Some(Err(e))) if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) => {
                 // h2's own flood limits (reset streams waiting to be accepted, local errors).
                 counters.inc(Counter::Http2Floods);
                 tracing::warn!(peer = %peer, "HTTP/2 flood: {e}");
-                return false;
+                break false;
             }
             Event::Accepted(Some(Err(e))) => {
                 counters.inc(Counter::Http2ConnectionErrors);
                 tracing::debug!(peer = %peer, "HTTP/2 connection error: {e}");
-                return false;
+                break false;
             }
-            Event::Accepted(None) => return false,
+            Event::Accepted(None) => break false,
             Event::Shutdown | Event::Flood => {}
             Event::Tick if draining => {}
             Event::Tick if worker.config_generation() != generation => {
@@ -205,7 +210,11 @@ async fn drive(
                 shared.borrow_mut().release_idle();
             }
         }
+    };
+    if !streams.is_empty() {
+        tokio::task::spawn_local(async move { while streams.next().await.is_some() {} });
     }
+    flooded
 }
 
 /// Reads the 24-byte client preface; false if it is not there in time.
