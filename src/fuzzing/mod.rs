@@ -41,6 +41,31 @@ use crate::upstream::ring::request_key;
 /// within this many of the field limit is not expected to parse again under the same limit.
 const ADDED_FIELDS: usize = 4;
 
+/// An h2c listener's look at a connection's first bytes, as they arrive in pieces of any size:
+/// it never panics (a partial line once did), it decides once a line has ended, and once it
+/// has decided on a first line, more bytes do not change the protocol it chose.
+fn h2c_sniff(data: &[u8]) {
+    use crate::server::worker_thread::{first_bytes_decide, speaks_http2};
+    const ROOM: usize = 1024;
+    let data = &data[..data.len().min(ROOM)];
+    let mut chosen = None;
+    for n in 0..=data.len() {
+        let seen = &data[..n];
+        if !first_bytes_decide(seen, ROOM) {
+            assert!(!seen.contains(&b'\n'), "an ended line left undecided");
+            continue;
+        }
+        let http2 = speaks_http2(seen);
+        if n > 0 && (seen.starts_with(b"PRI ") || seen.contains(&b'\n')) {
+            assert_eq!(
+                *chosen.get_or_insert(http2),
+                http2,
+                "more bytes changed the protocol"
+            );
+        }
+    }
+}
+
 /// Asserts the head has CRLF line ends only and one empty line, at its end.
 fn assert_clean_head(out: &[u8]) {
     assert!(
@@ -63,6 +88,7 @@ fn assert_clean_head(out: &[u8]) {
 /// head that (when it has room under the field limit) parses again with the same method,
 /// target and body framing.
 pub fn request_head(data: &[u8]) {
+    h2c_sniff(data);
     let mut storage = header_storage();
     let Ok(Some(head)) = parse_request(data, &mut storage, 8192) else {
         return;

@@ -11,7 +11,7 @@ mod proxy_header;
 mod run;
 mod stapling;
 pub mod systemd;
-mod worker_thread;
+pub(crate) mod worker_thread;
 
 pub use run::{run_fleet_member, run_until_signalled};
 

@@ -302,12 +302,7 @@ async fn serve_plain_or_h2c(
         loop {
             stream.readable().await?;
             let n = stream.peek(&mut first).await?;
-            let seen = &first[..n];
-            let decided = n == 0
-                || n >= 4
-                    && (seen.starts_with(b"PRI ") || seen.contains(&b'\n') || n == first.len())
-                || seen != &b"PRI "[..n];
-            if decided {
+            if first_bytes_decide(&first[..n], first.len()) {
                 return Ok::<usize, std::io::Error>(n);
             }
             // Part of a first line so far: wait for more without spinning.
@@ -331,8 +326,16 @@ async fn serve_plain_or_h2c(
     }
 }
 
+/// Whether the first bytes peeked on an h2c listener (`seen`, of at most `room`) are enough to
+/// tell the protocol by: the connection ended, the HTTP/2 preface began, the first line ended,
+/// or there is no room to see more. A request line still arriving (`GET /a.txt` alone in the
+/// first packet) waits for its end.
+pub(crate) fn first_bytes_decide(seen: &[u8], room: usize) -> bool {
+    seen.is_empty() || seen.starts_with(b"PRI ") || seen.contains(&b'\n') || seen.len() >= room
+}
+
 /// Whether the first bytes of a connection on an h2c listener are HTTP/2's (see above).
-fn speaks_http2(seen: &[u8]) -> bool {
+pub(crate) fn speaks_http2(seen: &[u8]) -> bool {
     if seen.starts_with(b"PRI ") {
         return true;
     }
@@ -374,6 +377,33 @@ async fn housekeeping(worker: Rc<Worker>) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn h2c_listeners_wait_for_the_first_line_however_it_is_split() {
+        use super::first_bytes_decide as decide;
+        // Part of a line, of any length (a longer one once panicked here): wait.
+        for part in [
+            "G",
+            "GE",
+            "GET",
+            "GET ",
+            "GET /a.txt",
+            "PRI",
+            "GET / HTTP/1.1\r",
+        ] {
+            assert!(!decide(part.as_bytes(), 1024), "{part:?}");
+        }
+        for whole in [
+            "",
+            "PRI ",
+            "PRI * HTTP/2.0\r\n",
+            "GET / HTTP/1.1\r\n",
+            "junk\n",
+        ] {
+            assert!(decide(whole.as_bytes(), 1024), "{whole:?}");
+        }
+        assert!(decide(&[b'a'; 16], 16), "no room to see more");
+    }
+
     #[test]
     fn h2c_listeners_tell_http2_from_http1_by_the_first_line() {
         assert!(super::speaks_http2(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"));

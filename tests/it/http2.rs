@@ -676,6 +676,37 @@ fn a_connection_idle_long_enough_to_give_its_buffers_back_serves_on() {
 }
 
 #[test]
+fn an_http1_request_line_split_across_packets_is_served_on_an_h2c_listener() {
+    // The listener peeks to tell HTTP/1.1 from HTTP/2: a first packet holding only part of
+    // the request line (as a client's separate writes can make it) once killed the
+    // connection's task, and the client got a reset instead of an answer.
+    use std::io::Write;
+    let up = Upstream::start(|seen| Reply::Bytes(response(200, seen.path().as_bytes())));
+    let proxy = h2c_proxy(up.addr, "");
+    for first in ["G", "GET", "GET /split", "GET /split HTTP/1.1\r"] {
+        let s = connect(proxy.local_addrs()[0]);
+        let mut w = s.try_clone().unwrap();
+        w.set_nodelay(true).unwrap();
+        let whole = "GET /split HTTP/1.1\r\nHost: a\r\n\r\n";
+        w.write_all(first.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        w.write_all(&whole.as_bytes()[first.len()..]).unwrap();
+        let mut reader = std::io::BufReader::new(s);
+        let r = read_response(&mut reader, false).unwrap_or_else(|| panic!("{first:?}"));
+        assert_eq!(
+            (r.status, r.body.as_slice()),
+            (200, &b"/split"[..]),
+            "{first:?}"
+        );
+        // Still HTTP/1.1 on the same connection.
+        write!(w, "GET /again HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        let r = read_response(&mut reader, false).unwrap();
+        assert_eq!(r.body, b"/again");
+    }
+    proxy.shutdown();
+}
+
+#[test]
 fn a_real_http2_servers_responses_reach_an_http1_client_framed_as_sent() {
     // nginx speaking h2c as the upstream: each response head is read into the model from its
     // HTTP/2 fields (no HTTP/1.1 text between), so its framing must come out right for an
@@ -704,7 +735,21 @@ fn a_real_http2_servers_responses_reach_an_http1_client_framed_as_sent() {
     let mut ask = |request: &str, extra: &str| {
         use std::io::Write;
         write!(w, "{request} HTTP/1.1\r\nHost: a\r\n{extra}\r\n").unwrap();
-        read_response(&mut reader, request.starts_with("HEAD")).expect(request)
+        let asked = std::time::Instant::now();
+        read_response(&mut reader, request.starts_with("HEAD")).unwrap_or_else(|| {
+            // What a failure on a CI machine needs to be understood.
+            let log = std::fs::read_to_string(nginx.dir.join("logs/error.log"));
+            let counters = proxy.metrics().render();
+            let moved = counters
+                .lines()
+                .filter(|l| !l.starts_with('#') && !l.ends_with(" 0"));
+            panic!(
+                "{request}: no whole response ({:?} after asking)\nnginx's error log: {log:?}\n\
+                 the proxy's counters that moved:\n{}",
+                asked.elapsed(),
+                moved.collect::<Vec<_>>().join("\n")
+            )
+        })
     };
     let r = ask("GET /a.txt", "");
     assert_eq!((r.status, r.body.as_slice()), (200, file.as_bytes()));

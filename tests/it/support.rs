@@ -372,11 +372,27 @@ pub(crate) fn read_request(reader: &mut BufReader<TcpStream>, connection: usize)
 
 /// Starts the proxy from TOML text; `{upstream}` is replaced by the mock's address.
 pub(crate) fn proxy(toml: &str) -> Server {
+    log_to_test_output();
     let config = Config::parse(toml, "test.toml").unwrap_or_else(|e| panic!("{e}"));
     if config.io == IoMode::Uring {
         require_uring();
     }
     Server::start(config).unwrap()
+}
+
+/// Sends the in-process proxies' warnings (and how their HTTP/2 upstream connections end) to
+/// the test's captured output, which a failing test prints: without them a failure on a CI
+/// machine says only which assertion failed. Workers inherit the capture of the test thread
+/// that starts them.
+fn log_to_test_output() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_ansi(false)
+            .with_env_filter("warn,slipstream::upstream::multiplex=debug")
+            .try_init();
+    });
 }
 
 /// Why this kernel refuses an io_uring (`None`: it gives one), asked once per test run the
@@ -858,7 +874,7 @@ impl Nginx {
         let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let d = dir.display();
         let conf = format!(
-            "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/logs/error.log;\n\
+            "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/logs/error.log info;\n\
              events {{ worker_connections 64; }}\n\
              http {{ {http}\n  client_body_temp_path {d}/cb; proxy_temp_path {d}/pt;\n\
                fastcgi_temp_path {d}/ft; uwsgi_temp_path {d}/ut; scgi_temp_path {d}/st;\n\
