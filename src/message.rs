@@ -166,6 +166,22 @@ impl<'b> RequestHead<'_, 'b> {
             .map(|h| h.value.trim_ascii())
     }
 
+    /// About the bytes the head takes as HTTP/1.1 text: its length when it came as text, else
+    /// (an HTTP/2 request, read as a value) the request line's and the fields' sizes. What a
+    /// buffer for the head sent upstream is sized by, so writing it never grows the buffer.
+    pub fn text_size(&self) -> usize {
+        if self.head_len > 0 {
+            return self.head_len;
+        }
+        let fields: usize = self
+            .headers
+            .iter()
+            .map(|h| h.name.len() + h.value.len() + 4)
+            .sum();
+        let host = self.host.map_or(0, |h| h.len() + 8);
+        self.method.len() + self.path.len() + 13 + host + fields + 2
+    }
+
     /// Whether a failed attempt may be repeated on another connection (RFC 9110 9.2.2).
     pub fn is_idempotent(&self) -> bool {
         matches!(

@@ -112,6 +112,61 @@ mod tests {
         assert!(to_http2(&huge).is_err());
     }
 
+    /// The vendored h2's own check (patched to one pass over the names) still refuses each
+    /// connection-specific field and a TE other than `trailers`, and lets the rest through.
+    #[tokio::test]
+    #[cfg_attr(miri, ignore)] // a runtime and in-memory pipes: nothing unsafe of ours
+    async fn h2_refuses_what_a_response_must_not_carry() {
+        let (client_io, server_io) = tokio::io::duplex(1 << 16);
+        let (tell, told) = tokio::sync::oneshot::channel();
+        let server = tokio::spawn(async move {
+            let mut conn = h2::server::handshake(server_io).await.unwrap();
+            let (_request, mut respond) = conn.accept().await.unwrap().unwrap();
+            let bad = [
+                ("connection", "close"),
+                ("transfer-encoding", "chunked"),
+                ("upgrade", "websocket"),
+                ("keep-alive", "timeout=5"),
+                ("proxy-connection", "close"),
+                ("te", "gzip"),
+            ];
+            let mut passed = Vec::new();
+            for (name, value) in bad {
+                let mut response = Response::new(());
+                response.headers_mut().insert(name, value.parse().unwrap());
+                response
+                    .headers_mut()
+                    .insert("x-fine", "1".parse().unwrap());
+                if respond.send_response(response, true).is_ok() {
+                    passed.push(name);
+                }
+            }
+            let mut response = Response::new(());
+            response
+                .headers_mut()
+                .insert("te", "trailers".parse().unwrap());
+            response
+                .headers_mut()
+                .insert("x-fine", "1".parse().unwrap());
+            let sent = respond.send_response(response, true).is_ok();
+            let _ = tell.send((passed, sent));
+            // Keeps the connection going until the test is done with it.
+            std::future::poll_fn(|cx| conn.poll_closed(cx)).await.ok();
+        });
+        let (send, conn) = h2::client::handshake(client_io).await.unwrap();
+        tokio::spawn(async move { conn.await.ok() });
+        let mut send = send.ready().await.unwrap();
+        let request = http::Request::get("http://a/").body(()).unwrap();
+        let (response, _) = send.send_request(request, true).unwrap();
+        let (passed, sent) = told.await.unwrap();
+        assert!(passed.is_empty(), "h2 let through {passed:?}");
+        assert!(sent, "h2 refused a response without a forbidden field");
+        let response = response.await.unwrap();
+        assert_eq!(response.headers()["te"], "trailers");
+        assert_eq!(response.headers()["x-fine"], "1");
+        server.abort();
+    }
+
     #[test]
     fn trailers_are_parsed() {
         let t = trailer_fields(b"grpc-status: 0\r\nX-Sum:  abc \r\ncontent-length: 1\r\n");

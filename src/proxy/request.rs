@@ -373,7 +373,9 @@ fn upstream_request(
         _ => None,
     };
     if protocol.is_some_and(|p| p != Protocol::FastCgi) && upstream_request.is_none() {
-        upstream_head.reserve(head.head_len + 128);
+        // Room for the proxy's X-Forwarded fields too (the host is one of their values).
+        let host = head.host.map_or(0, <[u8]>::len);
+        upstream_head.reserve(head.text_size() + 128 + host);
         head.write_upstream_head(&mut upstream_head, fwd);
         crate::http1::request::set_fields(&mut upstream_head, request_fields);
     }

@@ -83,15 +83,21 @@ impl Send {
 
     fn check_headers(fields: &http::HeaderMap) -> Result<(), UserError> {
         // 8.1.2.2. Connection-Specific Header Fields
-        if fields.contains_key(http::header::CONNECTION)
-            || fields.contains_key(http::header::TRANSFER_ENCODING)
-            || fields.contains_key(http::header::UPGRADE)
-            || fields.contains_key("keep-alive")
-            || fields.contains_key("proxy-connection")
-        {
-            tracing::debug!("illegal connection-specific headers found");
-            return Err(UserError::MalformedHeaders);
-        } else if let Some(te) = fields.get(http::header::TE) {
+        // (slipstream patch: one pass over the names a message has, not a hash lookup for
+        // each name it must not have; the same rule.)
+        let mut has_te = false;
+        for name in fields.keys() {
+            match name.as_str() {
+                "connection" | "transfer-encoding" | "upgrade" | "keep-alive"
+                | "proxy-connection" => {
+                    tracing::debug!("illegal connection-specific headers found");
+                    return Err(UserError::MalformedHeaders);
+                }
+                "te" => has_te = true,
+                _ => {}
+            }
+        }
+        if let Some(te) = fields.get(http::header::TE).filter(|_| has_te) {
             if te != "trailers" {
                 tracing::debug!("illegal connection-specific headers found");
                 return Err(UserError::MalformedHeaders);
