@@ -324,6 +324,7 @@ fn carry_over(mut old: Vec<Managed>, mut new: Vec<Managed>) -> Vec<Managed> {
             let s = &o.status;
             n.status.orders = s.orders;
             n.status.issued = s.issued;
+            n.status.replacements_refused = s.replacements_refused;
             n.status.failures = s.failures;
             n.status.failing = s.failing;
             n.status.retry_at = s.retry_at;
@@ -449,18 +450,31 @@ async fn order(
     let acct = account.as_ref().ok_or("no account")?;
     let acme = |e: instant_acme::Error| e.to_string();
     let ids: Vec<Identifier> = m.names.iter().map(|n| Identifier::Dns(n.clone())).collect();
-    let mut new = NewOrder::new(&ids);
     // An ARI renewal names the certificate it replaces (exempt from the CA's rate limits).
     let replaces = m
         .stored
         .as_ref()
         .and_then(|s| s.ari_id.as_deref())
         .and_then(certificate_id);
-    if let Some(id) = replaces.filter(|_| m.status.failing < 2) {
-        new = new.replaces(id);
-    }
     m.status.orders += 1;
-    let mut placed = acct.new_order(&new).await.map_err(acme)?;
+    let mut placed = match replaces {
+        None => acct.new_order(&NewOrder::new(&ids)).await.map_err(acme)?,
+        Some(id) => match acct.new_order(&NewOrder::new(&ids).replaces(id)).await {
+            Ok(placed) => placed,
+            // A CA that refuses the replacement (it has no record of the certificate, or
+            // thinks it another account's or replaced already) gets the plain order at once:
+            // the renewal is not put off over it.
+            Err(instant_acme::Error::Api(problem)) => {
+                tracing::warn!(
+                    "ACME: the CA refused a renewal order for {} naming the certificate it replaces ({problem}); ordering again without naming it",
+                    m.names.join(", ")
+                );
+                m.status.replacements_refused += 1;
+                acct.new_order(&NewOrder::new(&ids)).await.map_err(acme)?
+            }
+            Err(e) => return Err(acme(e)),
+        },
+    };
     let mut answers = Answers::default();
     let mut authorizations = placed.authorizations();
     while let Some(authz) = authorizations.next().await {

@@ -263,6 +263,9 @@ pub struct Status {
     pub orders: u64,
     /// Certificates obtained since start.
     pub issued: u64,
+    /// Renewal orders naming the certificate they replace (ARI) that the CA refused, each
+    /// placed again without the name.
+    pub replacements_refused: u64,
     /// Failed attempts since start.
     pub failures: u64,
     /// Failed attempts in a row now.
@@ -300,7 +303,7 @@ pub fn render_metrics(out: &mut String) {
     if all.is_empty() {
         return;
     }
-    let families: [Family; 5] = [
+    let families: [Family; 6] = [
         (
             "slipstream_acme_certificate_expiry_timestamp_seconds",
             "gauge",
@@ -324,6 +327,12 @@ pub fn render_metrics(out: &mut String) {
             "counter",
             "Certificates obtained from the CA.",
             |s| s.issued as i64,
+        ),
+        (
+            "slipstream_acme_replacements_refused_total",
+            "counter",
+            "Renewal orders naming the certificate they replace that the CA refused (each ordered again without the name).",
+            |s| s.replacements_refused as i64,
         ),
         (
             "slipstream_acme_failures_total",

@@ -448,7 +448,8 @@ fn renewal_swaps_the_certificate_with_no_failed_request() {
     let config = site_config(tls, upstream.addr, &pebble, &state, "");
     let plain: SocketAddr = ([127, 0, 0, 1], plain_port).into();
     let mut running = Running::config_on("acme-renew.toml", &config, plain);
-    assert!(running.wait_logged("ACME: certificate for a.test, www.a.test obtained"));
+    let obtained = running.wait_logged("ACME: certificate for a.test, www.a.test obtained");
+    assert!(obtained, "not obtained.\n{}", logs(&running, &pebble));
     let root = pebble.issuing_root();
     let first = verified_serial(tls, "a.test", &root).expect("verifies");
     // Clients on new connections all along, each checking the chain and the answer.
@@ -479,22 +480,75 @@ fn renewal_swaps_the_certificate_with_no_failed_request() {
     for c in clients {
         c.join().unwrap();
     }
-    assert!(
-        renewed,
-        "not renewed: {}",
-        pebble.log.lock().unwrap().join("\n")
-    );
+    assert!(renewed, "not renewed.\n{}", logs(&running, &pebble));
     assert!(
         ok.load(Ordering::SeqCst) > 50,
         "{}",
         ok.load(Ordering::SeqCst)
     );
     assert_eq!(*failed.lock().unwrap(), Vec::<String>::new());
-    // An ARI renewal names the certificate it replaces.
+    // An ARI renewal names the certificate it replaces. (Pebble 2.10 misses the certificate
+    // when its serial's first byte is 0x80 or more, letsencrypt/pebble#550, about one run in
+    // 256: then the refused order is placed again without the name, as the next test shows.)
     assert!(
-        pebble.lines_with("is a replacement of") >= 1,
-        "no ARI replacement"
+        pebble.lines_with("is a replacement of") >= 1
+            || running.logged("naming the certificate it replaces"),
+        "no ARI replacement.\n{}",
+        logs(&running, &pebble)
     );
+}
+
+#[test]
+fn a_renewal_the_ca_refuses_as_a_replacement_is_ordered_again_at_once() {
+    let upstream = Upstream::ok(b"app");
+    let (plain_port, tls_port) = (free_port(), free_port());
+    let tls: SocketAddr = ([127, 0, 0, 1], tls_port).into();
+    // Certificates of 30 s: renewed from 15 s on.
+    let pebble = Pebble::start("refused", plain_port, tls_port, 30);
+    let state = temp_path("acme-refused-state").display().to_string();
+    let _ = std::fs::remove_dir_all(&state);
+    let config = site_config(tls, upstream.addr, &pebble, &state, "");
+    let plain: SocketAddr = ([127, 0, 0, 1], plain_port).into();
+    let mut running = Running::config_on("acme-refused.toml", &config, plain);
+    let obtained = running.wait_logged("ACME: certificate for a.test, www.a.test obtained");
+    assert!(obtained, "not obtained.\n{}", logs(&running, &pebble));
+    let root = pebble.issuing_root();
+    let first = verified_serial(tls, "a.test", &root).expect("verifies");
+    // The account goes (an operator moved it away): the next start makes a new one, and the
+    // CA refuses its renewal naming a certificate another account ordered.
+    drop(running);
+    let folder = std::fs::read_dir(&state)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::remove_file(folder.join("account.json")).unwrap();
+    let mut running = Running::config_on("acme-refused.toml", &config, plain);
+    let renewed = running.wait_logged("ACME: certificate for a.test, www.a.test obtained");
+    assert!(renewed, "not renewed.\n{}", logs(&running, &pebble));
+    assert!(
+        running.logged(
+            "refused a renewal order for a.test, www.a.test naming the certificate it replaces"
+        ),
+        "{}",
+        logs(&running, &pebble)
+    );
+    let second = verified_serial(tls, "a.test", &root).expect("the new one verifies");
+    assert_ne!(second, first);
+    let admin = running.admin.unwrap();
+    assert_eq!(
+        metric(admin, "slipstream_acme_replacements_refused_total"),
+        1.0
+    );
+    assert_eq!(metric(admin, "slipstream_acme_failures_total"), 0.0);
+    assert_eq!(pebble.lines_with("is a replacement of"), 0);
+}
+
+/// What slipstream and pebble logged, for a failure's message.
+fn logs(running: &Running, pebble: &Pebble) -> String {
+    let pebble = pebble.log.lock().unwrap().join("\n");
+    format!("slipstream:\n{}\npebble:\n{pebble}", running.log_text())
 }
 
 /// Whether a TLS handshake with SNI `name` completes (any certificate accepted).
