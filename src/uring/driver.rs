@@ -2,7 +2,9 @@
 //!
 //! - `SINGLE_ISSUER | DEFER_TASKRUN`: completions are run in batches when the thread asks for
 //!   them, not the moment a packet lands (without it, the kernel retries each recv from task
-//!   work while the sending CPU still holds the socket lock).
+//!   work while the sending CPU still holds the socket lock). The kernel runs a bounded batch
+//!   per `io_uring_enter` (20 since 6.13) and says when it left some (`TASKRUN_FLAG`): the
+//!   loop enters again at once then, since leftovers signal no eventfd.
 //! - A registered eventfd sits in tokio's epoll: the ring signals it when completions wait (a
 //!   ring fd in epoll is never woken for deferred work). It is never read: epoll is
 //!   edge-triggered and every signal is a new edge.
@@ -65,10 +67,6 @@ const SPARE_SENDS: usize = 64;
 /// How often in-flight operations are checked against their deadlines while any has one: a
 /// timeout fires up to this late.
 const SWEEP_MS: u64 = 10;
-/// The most deferred completions the kernel runs per `io_uring_enter` (`IO_LOCAL_TW_DEFAULT_MAX`
-/// since 6.10): a turn that hands out this many may have left some behind, which signal no
-/// eventfd, so the loop enters again at once.
-const KERNEL_BATCH: usize = 20;
 /// `io_uring_enter` failing with a retryable error this many times in a row cuts the ring off.
 const MAX_RETRIES: u32 = 10_000;
 
@@ -122,6 +120,7 @@ impl Driver {
         let ring = IoUring::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
+            .setup_taskrun_flag()
             .build(ENTRIES)?;
         let size = PROVIDED_SIZE * usize::from(PROVIDED_COUNT);
         let provided = (0..size).map(|_| UnsafeCell::new(0)).collect();
@@ -171,7 +170,7 @@ impl Driver {
         let mut next_sweep = 0;
         loop {
             self.queued.set(false);
-            let handed_out = self.enter(0);
+            self.enter(0);
             if let Some(e) = self.failure.borrow().as_ref() {
                 return Err(io::Error::new(e.kind(), e.to_string()));
             }
@@ -184,7 +183,7 @@ impl Driver {
                     + std::time::Duration::from_millis(next_sweep);
                 sweep.as_mut().reset(at);
             }
-            if handed_out >= KERNEL_BATCH || self.retries.get() > 0 {
+            if self.work_left() || self.retries.get() > 0 {
                 tokio::task::yield_now().await;
                 continue;
             }
@@ -196,6 +195,15 @@ impl Driver {
             })
             .await;
         }
+    }
+
+    /// Whether the kernel holds deferred completions it has not run (`IORING_SQ_TASKRUN`): a
+    /// turn runs a bounded batch, and what it leaves signals no eventfd (the kernel signals
+    /// only when its list of deferred work stops being empty).
+    fn work_left(&self) -> bool {
+        // SAFETY: this thread is the ring's only user (`SINGLE_ISSUER`), and no other borrow
+        // of its queues is alive.
+        unsafe { self.ring.submission_shared() }.taskrun()
     }
 
     /// Whether the ring has been cut off by a fatal `io_uring_enter` error.
@@ -252,12 +260,12 @@ impl Driver {
         }
     }
 
-    /// Submits what is queued, waits for `want` completions, and hands out every completion;
-    /// how many. A retryable error leaves the entries queued for the next turn; a fatal one
+    /// Submits what is queued, waits for `want` completions, and hands out every completion.
+    /// A retryable error leaves the entries queued for the next turn; a fatal one
     /// cuts the ring off ([`Driver::fail`]).
-    fn enter(&self, want: u32) -> usize {
+    fn enter(&self, want: u32) {
         if self.failed() {
-            return 0;
+            return;
         }
         // SAFETY: this thread is the ring's only user (`SINGLE_ISSUER`), and no other borrow
         // of its queues is alive.
@@ -269,7 +277,7 @@ impl Driver {
                 self.retries.set(retries);
                 if retries >= MAX_RETRIES {
                     self.fail(e);
-                    return 0;
+                    return;
                 }
                 tracing::debug!("io_uring_enter: {e}; tried again next turn");
                 // What was not submitted is still queued: the loop turns again for it.
@@ -277,13 +285,11 @@ impl Driver {
             }
             Err(e) => {
                 self.fail(e);
-                return 0;
+                return;
             }
         }
-        let mut handed_out = 0;
         // SAFETY: as above.
         for cqe in unsafe { self.ring.completion_shared() } {
-            handed_out += 1;
             let done = Completion {
                 result: cqe.result(),
                 flags: cqe.flags(),
@@ -294,7 +300,6 @@ impl Driver {
                 .complete(cqe.user_data() as usize, done);
             self.settle(after);
         }
-        handed_out
     }
 
     /// Cuts the ring off after a fatal error: every waiter ends with `ECANCELED`, and the
