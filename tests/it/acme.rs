@@ -436,22 +436,67 @@ fn tls_alpn01_answers_in_the_handshake_for_the_proxy_one_liner() {
     assert_eq!(out.stdout, b"one-liner", "{out:?}");
 }
 
+/// slipstream serving a site whose first certificate pebble has issued.
+struct Issued {
+    running: Running,
+    pebble: Pebble,
+    /// The TLS listener.
+    tls: SocketAddr,
+    /// The plain listener (HTTP-01 answers), and the config for another start on it.
+    plain: SocketAddr,
+    config: String,
+    /// The ACME state directory.
+    state: String,
+    /// Pebble's issuing root, and the serial of the first certificate (verified with it).
+    root: String,
+    first: String,
+    _upstream: Upstream,
+}
+
+impl Issued {
+    /// Starts pebble issuing certificates of `validity` seconds and slipstream ordering one.
+    fn start(name: &str, validity: u64) -> Issued {
+        let upstream = Upstream::ok(b"app");
+        let (plain_port, tls_port) = (free_port(), free_port());
+        let tls: SocketAddr = ([127, 0, 0, 1], tls_port).into();
+        let pebble = Pebble::start(name, plain_port, tls_port, validity);
+        let state = temp_path(&format!("acme-{name}-state"))
+            .display()
+            .to_string();
+        let _ = std::fs::remove_dir_all(&state);
+        let config = site_config(tls, upstream.addr, &pebble, &state, "");
+        let plain: SocketAddr = ([127, 0, 0, 1], plain_port).into();
+        let mut running = Running::config_on(&format!("acme-{name}.toml"), &config, plain);
+        let obtained = running.wait_logged("ACME: certificate for a.test, www.a.test obtained");
+        assert!(obtained, "not obtained.\n{}", logs(&running, &pebble));
+        let root = pebble.issuing_root();
+        let first = verified_serial(tls, "a.test", &root).expect("verifies");
+        Issued {
+            running,
+            pebble,
+            tls,
+            plain,
+            config,
+            state,
+            root,
+            first,
+            _upstream: upstream,
+        }
+    }
+}
+
 #[test]
 fn renewal_swaps_the_certificate_with_no_failed_request() {
-    let upstream = Upstream::ok(b"app");
-    let (plain_port, tls_port) = (free_port(), free_port());
-    let tls: SocketAddr = ([127, 0, 0, 1], tls_port).into();
     // Certificates of 60 s: renewed between 30 and 54 s.
-    let pebble = Pebble::start("renew", plain_port, tls_port, 60);
-    let state = temp_path("acme-renew-state").display().to_string();
-    let _ = std::fs::remove_dir_all(&state);
-    let config = site_config(tls, upstream.addr, &pebble, &state, "");
-    let plain: SocketAddr = ([127, 0, 0, 1], plain_port).into();
-    let mut running = Running::config_on("acme-renew.toml", &config, plain);
-    let obtained = running.wait_logged("ACME: certificate for a.test, www.a.test obtained");
-    assert!(obtained, "not obtained.\n{}", logs(&running, &pebble));
-    let root = pebble.issuing_root();
-    let first = verified_serial(tls, "a.test", &root).expect("verifies");
+    let Issued {
+        running,
+        pebble,
+        tls,
+        root,
+        first,
+        _upstream,
+        ..
+    } = Issued::start("renew", 60);
     // Clients on new connections all along, each checking the chain and the answer.
     let stop = Arc::new(AtomicBool::new(false));
     let ok = Arc::new(AtomicUsize::new(0));
@@ -500,20 +545,18 @@ fn renewal_swaps_the_certificate_with_no_failed_request() {
 
 #[test]
 fn a_renewal_the_ca_refuses_as_a_replacement_is_ordered_again_at_once() {
-    let upstream = Upstream::ok(b"app");
-    let (plain_port, tls_port) = (free_port(), free_port());
-    let tls: SocketAddr = ([127, 0, 0, 1], tls_port).into();
     // Certificates of 30 s: renewed from 15 s on.
-    let pebble = Pebble::start("refused", plain_port, tls_port, 30);
-    let state = temp_path("acme-refused-state").display().to_string();
-    let _ = std::fs::remove_dir_all(&state);
-    let config = site_config(tls, upstream.addr, &pebble, &state, "");
-    let plain: SocketAddr = ([127, 0, 0, 1], plain_port).into();
-    let mut running = Running::config_on("acme-refused.toml", &config, plain);
-    let obtained = running.wait_logged("ACME: certificate for a.test, www.a.test obtained");
-    assert!(obtained, "not obtained.\n{}", logs(&running, &pebble));
-    let root = pebble.issuing_root();
-    let first = verified_serial(tls, "a.test", &root).expect("verifies");
+    let Issued {
+        running,
+        pebble,
+        tls,
+        root,
+        first,
+        state,
+        config,
+        plain,
+        _upstream,
+    } = Issued::start("refused", 30);
     // The account goes (an operator moved it away): the next start makes a new one, and the
     // CA refuses its renewal naming a certificate another account ordered.
     drop(running);
