@@ -197,6 +197,7 @@ impl Balancer {
     /// Power of two choices: the weighted round-robin choice and one other candidate at
     /// random; the other is taken only when its load is clearly lower (by [`P2C_MARGIN`]), so
     /// weights hold while servers are equally loaded and a slow or busy server is passed over.
+    /// One passed over for a while gets a probe request (see `Peer::passed_over`).
     fn p2c(&self, peers: &[Rc<Peer>], now: Instant, ok: impl Fn(&Peer) -> bool) -> Option<usize> {
         let first = self.round_robin(peers, now, |p| ok(p))?;
         let others = peers.iter().filter(|p| ok(p)).count() - 1;
@@ -210,12 +211,20 @@ impl Balancer {
             .filter(|&(i, p)| i != first && ok(p))
             .nth(n)
             .map_or(first, |(i, _)| i);
-        let (a, b) = (&peers[first], &peers[other]);
-        Some(if p2c_load(b, now) < P2C_MARGIN * p2c_load(a, now) {
-            other
+        let (a, b) = (p2c_load(&peers[first], now), p2c_load(&peers[other], now));
+        let (chosen, passed) = if b < P2C_MARGIN * a {
+            (other, Some(first))
         } else {
-            first
-        })
+            (first, (a < P2C_MARGIN * b).then_some(other))
+        };
+        // A server clearly worse than the other is passed over; after a while it is probed.
+        match passed {
+            Some(p) if peers[p].passed_over(now) => {
+                peers[p].probe();
+                Some(p)
+            }
+            _ => Some(chosen),
+        }
     }
 
     /// Consistent hashing with bounded load: the key's server on the ring, unless it already

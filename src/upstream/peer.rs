@@ -13,9 +13,16 @@ use tokio::time::Instant;
 use super::fleet::Member;
 use super::stats::{Failure, ServerStats};
 
-/// How fast an unrefreshed latency average fades toward zero (halving about every 7 s): a
-/// server passed over for being slow looks better again over time and gets a probe request.
+/// How fast an unrefreshed latency average fades toward zero (halving about every 7 s).
 const LATENCY_DECAY: Duration = Duration::from_secs(10);
+/// A server P2C has passed over for this long, or for [`PROBE_AFTER_LATENCIES`] times its
+/// latency average if that is longer, gets the next request it is compared for: a probe whose
+/// answer replaces the average. A stall (a descheduled thread, a GC pause) inflates a fast
+/// server's average, and a server that is passed over gets no new samples, so without probes it
+/// stayed out until the average decayed (seconds), its weighted share going to the others.
+const PROBE_AFTER: Duration = Duration::from_millis(100);
+/// Spaces the probes of a server that really is slow: a 50 ms server gets one a second.
+const PROBE_AFTER_LATENCIES: u32 = 20;
 /// The weight of a new latency sample in the average.
 const LATENCY_ALPHA: f64 = 0.3;
 /// A sample counts for at most this multiple of the average (or [`LATENCY_MIN_CAP_US`]), so
@@ -51,6 +58,11 @@ pub struct Peer {
     /// Moving average of the time to the response head, in microseconds.
     latency_us: Cell<f64>,
     latency_at: Cell<Instant>,
+    /// Since when P2C has been choosing the other server over this one (None: it was chosen
+    /// since, or never compared).
+    passed_over_since: Cell<Option<Instant>>,
+    /// A probe request is out: its latency replaces the average instead of joining it.
+    probing: Cell<bool>,
     fails: Cell<u32>,
     window_start: Cell<Instant>,
     ejected_until: Cell<Option<Instant>>,
@@ -75,6 +87,8 @@ impl Peer {
             current: Cell::new(0),
             latency_us: Cell::new(0.0),
             latency_at: Cell::new(now),
+            passed_over_since: Cell::new(None),
+            probing: Cell::new(false),
             fails: Cell::new(0),
             window_start: Cell::new(now),
             ejected_until: Cell::new(None),
@@ -140,12 +154,13 @@ impl Peer {
         self.latency_us.get() * (-age.as_secs_f64() / LATENCY_DECAY.as_secs_f64()).exp()
     }
 
-    /// Adds a latency sample to the moving average, capped against spikes.
+    /// Adds a latency sample to the moving average, capped against spikes. A probe's sample
+    /// replaces the average, which was stale.
     pub fn observe_latency(&self, sample: Duration, now: Instant) {
         let current = self.latency(now);
         let cap = (current * LATENCY_SPIKE_CAP).max(LATENCY_MIN_CAP_US);
         let sample = (sample.as_secs_f64() * 1e6).min(cap);
-        let new = if self.latency_us.get() == 0.0 {
+        let new = if self.latency_us.get() == 0.0 || self.probing.replace(false) {
             sample
         } else {
             current * (1.0 - LATENCY_ALPHA) + sample * LATENCY_ALPHA
@@ -154,8 +169,25 @@ impl Peer {
         self.latency_at.set(now);
     }
 
+    /// P2C compared this server with another and chose the other. Returns true when it has
+    /// been passed over long enough (see [`PROBE_AFTER`]) that this request should probe it.
+    pub(super) fn passed_over(&self, now: Instant) -> bool {
+        let since = *self.passed_over_since.get().get_or_insert(now);
+        self.passed_over_since.set(Some(since));
+        let wait = PROBE_AFTER.max(Duration::from_secs_f64(
+            self.latency(now) * f64::from(PROBE_AFTER_LATENCIES) / 1e6,
+        ));
+        now.saturating_duration_since(since) >= wait
+    }
+
+    /// This request probes the server (see [`Peer::passed_over`]).
+    pub(super) fn probe(&self) {
+        self.probing.set(true);
+    }
+
     /// Counts a request as started here.
     pub(super) fn start(&self, now: Instant) {
+        self.passed_over_since.set(None);
         if self.ejected_until.get().is_some_and(|until| now >= until) {
             self.trial_in_flight.set(true);
         }

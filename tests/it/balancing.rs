@@ -164,7 +164,11 @@ fn spread(proxy: &Server, clients: usize, n: usize) -> HashMap<String, usize> {
 /// Weights 1:2:3 give shares of 1/6, 2/6, 3/6, held within 2 points. Round robin holds them
 /// at any concurrency. Least connections and P2C hold them while servers are equally loaded
 /// (requests one at a time); when load differs they follow it, which is their purpose (see
-/// `p2c_avoids_a_slow_server`).
+/// `p2c_avoids_a_slow_server`). P2C also weighs latency: a stall on this busy test machine
+/// makes a server look slow and passes it over until its probe, 100 ms later, which can move
+/// a share by a few points, so P2C is held within 5 (before probes, a stall moved 10). The
+/// exact split between equally fast servers is checked on virtual time, without the machine's
+/// noise (`upstream::balance::tests::p2c_follows_the_weights_of_equally_fast_servers`).
 #[test]
 fn distribution_follows_weights_for_each_algorithm() {
     let ups = start_all(&["a", "b", "c"]);
@@ -172,7 +176,7 @@ fn distribution_follows_weights_for_each_algorithm() {
     let cases = [
         ("round_robin", 4, 0.02),
         ("least_conn", 1, 0.02),
-        ("p2c", 1, 0.02),
+        ("p2c", 1, 0.05),
     ];
     for (balance, clients, tolerance) in cases {
         let proxy = proxy(&config(&servers, &format!("balance = {balance:?}"), 1));
@@ -555,6 +559,7 @@ fn per_server_metrics_and_tried_servers_in_the_log() {
     let dead = "127.0.0.1:1".to_string(); // nothing listens on port 1
     let good = start_all(&["good"]);
     let log = temp_path("balancing-access.log");
+    let _ = std::fs::remove_file(&log); // left by an earlier run whose process id this one has
     let text = config(
         &[dead.clone(), good[0].addr.to_string()],
         "balance = \"round_robin\"",

@@ -93,6 +93,85 @@ fn p2c_avoids_a_slow_server() {
     assert!(counts.get(&4).copied().unwrap_or(0) < 20, "{counts:?}");
 }
 
+/// One P2C request at virtual time: picks, answers in `took(port)`, then lets 200 µs pass.
+async fn p2c_step(b: &Balancer, took: impl Fn(u16) -> Duration) -> u16 {
+    let l = b.pick(None, &[]).unwrap();
+    let port = l.addr().tcp().unwrap().port();
+    l.observe_latency(took(port));
+    l.succeeded();
+    tokio::time::advance(Duration::from_micros(200)).await;
+    port
+}
+
+fn shares(ports: &[u16]) -> [f64; 3] {
+    let n = ports.len() as f64;
+    [1, 2, 3].map(|p| ports.iter().filter(|&&q| q == p).count() as f64 / n)
+}
+
+#[tokio::test(start_paused = true)]
+async fn p2c_follows_the_weights_of_equally_fast_servers() {
+    let b = balancer(Balance::P2c, &[member(1, 1), member(2, 2), member(3, 3)]);
+    let mut ports = Vec::new();
+    for _ in 0..3000 {
+        ports.push(p2c_step(&b, |_| Duration::from_micros(100)).await);
+    }
+    let [a, b2, c] = shares(&ports);
+    assert!((a - 1.0 / 6.0).abs() < 0.01, "{a} {b2} {c}");
+    assert!((b2 - 2.0 / 6.0).abs() < 0.01, "{a} {b2} {c}");
+    assert!((c - 3.0 / 6.0).abs() < 0.01, "{a} {b2} {c}");
+}
+
+/// A stall of a few requests makes a fast server look slow; passed over, it gets no new
+/// samples, so only a probe brings it back: within a few hundred milliseconds, not the
+/// seconds the average takes to fade.
+#[tokio::test(start_paused = true)]
+async fn p2c_probes_a_server_passed_over_after_a_stall() {
+    let b = balancer(Balance::P2c, &[member(1, 1), member(2, 2), member(3, 3)]);
+    let fast = |_| Duration::from_micros(100);
+    for _ in 0..500 {
+        p2c_step(&b, fast).await;
+    }
+    let mut stalled = 0;
+    while stalled < 4 {
+        let port = p2c_step(&b, |p| Duration::from_millis(if p == 3 { 20 } else { 0 })).await;
+        stalled += usize::from(port == 3);
+    }
+    // Right after the stall the server is passed over...
+    let mut after = Vec::new();
+    for _ in 0..100 {
+        after.push(p2c_step(&b, fast).await);
+    }
+    assert!(shares(&after)[2] < 0.1, "{:?}", shares(&after));
+    // ...and from 200 ms on it has its share back.
+    for _ in 0..1000 {
+        p2c_step(&b, fast).await;
+    }
+    let mut later = Vec::new();
+    for _ in 0..3000 {
+        later.push(p2c_step(&b, fast).await);
+    }
+    let c = shares(&later)[2];
+    assert!((c - 0.5).abs() < 0.02, "{:?}", shares(&later));
+}
+
+/// A server that really is slow gets one probe per 20 times its
+/// latency (a second at 50 ms), not a share.
+#[tokio::test(start_paused = true)]
+async fn p2c_probes_a_slow_server_rarely() {
+    let members: Vec<Member> = (1..=4).map(|p| member(p, 1)).collect();
+    let b = balancer(Balance::P2c, &members);
+    let took = |p| Duration::from_millis(if p == 4 { 50 } else { 1 });
+    for _ in 0..5000 {
+        p2c_step(&b, took).await; // 1 s of virtual time: it learns the slow one
+    }
+    let mut ports = Vec::new();
+    for _ in 0..25_000 {
+        ports.push(p2c_step(&b, took).await); // 5 s
+    }
+    let slow = ports.iter().filter(|&&p| p == 4).count();
+    assert!((3..=7).contains(&slow), "{slow} requests in 5 s");
+}
+
 #[test]
 fn hashing_is_sticky_and_load_is_bounded() {
     let members: Vec<Member> = (1..=4).map(|p| member(p, 1)).collect();
