@@ -160,7 +160,8 @@ impl Peer {
         let current = self.latency(now);
         let cap = (current * LATENCY_SPIKE_CAP).max(LATENCY_MIN_CAP_US);
         let sample = (sample.as_secs_f64() * 1e6).min(cap);
-        let new = if self.latency_us.get() == 0.0 || self.probing.replace(false) {
+        let probe = self.probing.replace(false);
+        let new = if self.latency_us.get() == 0.0 || probe {
             sample
         } else {
             current * (1.0 - LATENCY_ALPHA) + sample * LATENCY_ALPHA
@@ -170,14 +171,15 @@ impl Peer {
     }
 
     /// P2C compared this server with another and chose the other. Returns true when it has
-    /// been passed over long enough (see [`PROBE_AFTER`]) that this request should probe it.
+    /// been passed over long enough (see [`PROBE_AFTER`]) that this request should probe it,
+    /// and has nothing in flight (a request in flight brings a sample anyway; a server that
+    /// hangs is not sent more).
     pub(super) fn passed_over(&self, now: Instant) -> bool {
         let since = *self.passed_over_since.get().get_or_insert(now);
         self.passed_over_since.set(Some(since));
-        let wait = PROBE_AFTER.max(Duration::from_secs_f64(
-            self.latency(now) * f64::from(PROBE_AFTER_LATENCIES) / 1e6,
-        ));
-        now.saturating_duration_since(since) >= wait
+        let scaled = self.latency(now) * f64::from(PROBE_AFTER_LATENCIES) / 1e6;
+        let wait = PROBE_AFTER.max(Duration::try_from_secs_f64(scaled).unwrap_or(Duration::MAX));
+        self.in_flight.get() == 0 && now.saturating_duration_since(since) >= wait
     }
 
     /// This request probes the server (see [`Peer::passed_over`]).

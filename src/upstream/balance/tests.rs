@@ -172,6 +172,32 @@ async fn p2c_probes_a_slow_server_rarely() {
     assert!((3..=7).contains(&slow), "{slow} requests in 5 s");
 }
 
+/// A server that hangs (its requests never answer) is passed over for its requests in flight
+/// and gets no probes: those requests will bring a sample when they end.
+#[tokio::test(start_paused = true)]
+async fn p2c_does_not_probe_a_server_with_requests_in_flight() {
+    let b = balancer(Balance::P2c, &[member(1, 1), member(2, 1)]);
+    for _ in 0..500 {
+        p2c_step(&b, |_| Duration::from_micros(100)).await;
+    }
+    let mut hung = Vec::new();
+    for _ in 0..5000 {
+        let l = b.pick(None, &[]).unwrap();
+        if l.addr().tcp().unwrap().port() == 2 {
+            hung.push(l); // 1 s of virtual time
+        } else {
+            l.observe_latency(Duration::from_micros(100));
+            l.succeeded();
+        }
+        tokio::time::advance(Duration::from_micros(200)).await;
+    }
+    assert!(
+        hung.len() <= 16,
+        "{} requests sent to a server that hangs",
+        hung.len()
+    );
+}
+
 #[test]
 fn hashing_is_sticky_and_load_is_bounded() {
     let members: Vec<Member> = (1..=4).map(|p| member(p, 1)).collect();
