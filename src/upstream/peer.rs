@@ -175,7 +175,7 @@ impl Peer {
     /// and has nothing in flight (a request in flight brings a sample anyway; a server that
     /// hangs is not sent more).
     pub(super) fn passed_over(&self, now: Instant) -> bool {
-        let since = *self.passed_over_since.get().get_or_insert(now);
+        let since = self.passed_over_since.get().unwrap_or(now);
         self.passed_over_since.set(Some(since));
         let scaled = self.latency(now) * f64::from(PROBE_AFTER_LATENCIES) / 1e6;
         let wait = PROBE_AFTER.max(Duration::try_from_secs_f64(scaled).unwrap_or(Duration::MAX));

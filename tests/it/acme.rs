@@ -488,15 +488,14 @@ impl Issued {
 #[test]
 fn renewal_swaps_the_certificate_with_no_failed_request() {
     // Certificates of 60 s: renewed between 30 and 54 s.
-    let Issued {
-        running,
-        pebble,
-        tls,
-        root,
-        first,
-        _upstream,
-        ..
-    } = Issued::start("renew", 60);
+    let issued = Issued::start("renew", 60);
+    let (running, pebble, tls, root, first) = (
+        &issued.running,
+        &issued.pebble,
+        issued.tls,
+        &issued.root,
+        &issued.first,
+    );
     // Clients on new connections all along, each checking the chain and the answer.
     let stop = Arc::new(AtomicBool::new(false));
     let ok = Arc::new(AtomicUsize::new(0));
@@ -519,13 +518,13 @@ fn renewal_swaps_the_certificate_with_no_failed_request() {
         })
         .collect();
     let renewed = within(90, || {
-        verified_serial(tls, "a.test", &root).is_some_and(|s| s != first)
+        verified_serial(tls, "a.test", root).is_some_and(|s| *first != s)
     });
     stop.store(true, Ordering::SeqCst);
     for c in clients {
         c.join().unwrap();
     }
-    assert!(renewed, "not renewed.\n{}", logs(&running, &pebble));
+    assert!(renewed, "not renewed.\n{}", logs(running, pebble));
     assert!(
         ok.load(Ordering::SeqCst) > 50,
         "{}",
@@ -539,7 +538,7 @@ fn renewal_swaps_the_certificate_with_no_failed_request() {
         pebble.lines_with("is a replacement of") >= 1
             || running.logged("naming the certificate it replaces"),
         "no ARI replacement.\n{}",
-        logs(&running, &pebble)
+        logs(running, pebble)
     );
 }
 
