@@ -104,7 +104,8 @@ pub fn http2_server(data: &[u8]) {
 }
 
 /// HTTP/2 to HTTP/1.1 and back. Response side: any bytes as the text of a client head never
-/// panic and never give connection-specific fields to the HTTP/2 client. Request side: lines
+/// panic and never give connection-specific fields to the HTTP/2 client, and the fields
+/// encoded straight from the text are the same as the map's. Request side: lines
 /// `METHOD URI` then `name: value` become an HTTP/2 request; when it is accepted, its head in
 /// the message model has Host from `:authority` and the body's framing, and written upstream
 /// as HTTP/1.1 it is one our own parser reads back whole, the same.
@@ -123,20 +124,7 @@ pub fn http2_convert(data: &[u8]) {
     ];
     let status = u16::from(flags) * 4;
     let head = crate::message::ClientHead::new(status, Framing::Chunked, data.to_vec());
-    if let Ok(response) = crate::http2::response::to_http2(&head) {
-        assert_eq!(response.status(), status);
-        assert!(GONE.iter().all(|n| !response.headers().contains_key(*n)));
-        // Nor any field a Connection field names.
-        let connection = head
-            .fields()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"));
-        for (_, value) in connection {
-            for token in crate::message::list_elements(value) {
-                let token = String::from_utf8_lossy(token).to_ascii_lowercase();
-                assert!(!response.headers().contains_key(token.as_str()));
-            }
-        }
-    }
+    check_response_head(&head, status, &GONE);
     let trailers = crate::http2::response::trailer_fields(data);
     assert!(GONE.iter().all(|n| !trailers.contains_key(*n)));
 
@@ -206,6 +194,43 @@ pub fn http2_convert(data: &[u8]) {
         }
         Ok(None) => panic!("an incomplete head was made"),
         Err(e) => assert_eq!(e, crate::http1::RequestError::HeadTooLarge),
+    }
+}
+
+/// `http2_convert`'s response side: the map has the head's status and no connection-specific
+/// field, and the fields encoded straight from the text are the map's, the same size.
+fn check_response_head(head: &crate::message::ClientHead, status: u16, gone: &[&str]) {
+    let encoded = crate::http2::response::encode_fields(head);
+    if let Ok(response) = crate::http2::response::to_http2(head) {
+        // The fields encoded from the text are the map's, the same size.
+        let te_refused = response
+            .headers()
+            .get_all("te")
+            .iter()
+            .any(|v| v != "trailers");
+        match &encoded {
+            Ok(fields) => {
+                let size: usize = response
+                    .headers()
+                    .iter()
+                    .map(|(n, v)| n.as_str().len() + v.len() + 32)
+                    .sum();
+                assert_eq!(fields.list_size(), size);
+            }
+            Err(_) => assert!(te_refused),
+        }
+        assert_eq!(response.status(), status);
+        assert!(gone.iter().all(|n| !response.headers().contains_key(*n)));
+        // Nor any field a Connection field names.
+        let connection = head
+            .fields()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"));
+        for (_, value) in connection {
+            for token in crate::message::list_elements(value) {
+                let token = String::from_utf8_lossy(token).to_ascii_lowercase();
+                assert!(!response.headers().contains_key(token.as_str()));
+            }
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! `keep-alive`, `proxy-connection`, `transfer-encoding`, `upgrade`). The status and the body's
 //! framing are the head's values; nothing is parsed back from HTTP/1.1.
 
+use h2::EncodedFields;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 
@@ -52,6 +53,50 @@ pub fn to_http2(head: &ClientHead) -> Result<Response<()>, &'static str> {
     *response.status_mut() = status;
     *response.headers_mut() = fields;
     Ok(response)
+}
+
+/// The regular fields of `head` HPACK-encoded for its HEADERS frame, straight from the head's
+/// text (no `HeaderMap`, no dynamic table: vendored h2's change 6), with the same fields
+/// dropped as [`to_http2`] drops. Err names a field HTTP/2 cannot carry.
+pub fn encode_fields(head: &ClientHead) -> Result<EncodedFields, &'static str> {
+    let mut named: Vec<&[u8]> = Vec::new();
+    loop {
+        let mut fields = EncodedFields::with_capacity(head.text.len());
+        let mut names_fields = false;
+        for (name, value) in head.fields() {
+            if name.eq_ignore_ascii_case(b"connection") {
+                names_fields |= list_elements(value).next().is_some();
+                continue;
+            }
+            if is_connection_specific_bytes(name)
+                || named.iter().any(|n| n.eq_ignore_ascii_case(name))
+            {
+                continue;
+            }
+            fields.push(name, value).map_err(|_| "invalid field")?;
+        }
+        // Rare: fields named by a Connection field are left out on a second pass.
+        if !names_fields || !named.is_empty() {
+            return Ok(fields);
+        }
+        named = head
+            .fields()
+            .filter(|(name, _)| name.eq_ignore_ascii_case(b"connection"))
+            .flat_map(|(_, value)| list_elements(value))
+            .collect();
+    }
+}
+
+/// [`super::is_connection_specific`] for a name in any case.
+fn is_connection_specific_bytes(name: &[u8]) -> bool {
+    [
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "upgrade",
+    ]
+    .iter()
+    .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
 }
 
 /// Parses a trailer section (`name: value` lines, each ending in CRLF) into fields; lines that
@@ -165,6 +210,101 @@ mod tests {
         assert_eq!(response.headers()["te"], "trailers");
         assert_eq!(response.headers()["x-fine"], "1");
         server.abort();
+    }
+
+    /// Sends `head` with `encode_fields` and `send_response_fields` on a real h2 connection;
+    /// the response as h2's client decodes it.
+    async fn through_h2(head: ClientHead) -> http::Response<h2::RecvStream> {
+        let (client_io, server_io) = tokio::io::duplex(1 << 16);
+        let server = tokio::spawn(async move {
+            let mut conn = h2::server::handshake(server_io).await.unwrap();
+            let (_request, mut respond) = conn.accept().await.unwrap().unwrap();
+            let status = StatusCode::from_u16(head.status).unwrap();
+            let fields = encode_fields(&head).unwrap();
+            respond.send_response_fields(status, fields, true).unwrap();
+            std::future::poll_fn(|cx| conn.poll_closed(cx)).await.ok();
+        });
+        let (send, conn) = h2::client::handshake(client_io).await.unwrap();
+        tokio::spawn(async move { conn.await.ok() });
+        let mut send = send.ready().await.unwrap();
+        let request = http::Request::get("http://a/").body(()).unwrap();
+        let (response, _) = send.send_request(request, true).unwrap();
+        let response = response.await.unwrap();
+        server.abort();
+        response
+    }
+
+    /// Fields encoded from the head's text reach a real client as they were, names
+    /// lower-cased, in order, with the connection-specific ones (and those the Connection
+    /// field names) left out; long names and values take multi-byte lengths; a name in the
+    /// static table past index 15 takes a two-byte index.
+    #[tokio::test]
+    #[cfg_attr(miri, ignore)] // a runtime and in-memory pipes: nothing unsafe of ours
+    async fn encoded_fields_reach_a_client_as_they_were() {
+        let long_name = format!("X-{}", "n".repeat(200));
+        let lower_name = long_name.to_ascii_lowercase();
+        let long_value = "v".repeat(300);
+        let text = format!(
+            "HTTP/1.1 201 Created\r\nConnection: keep-alive, X-Hop\r\nKeep-Alive: timeout=5\r\n\
+             X-Hop: 1\r\nTransfer-Encoding: chunked\r\nContent-Type: text/html\r\n\
+             WWW-Authenticate: Basic realm=\"a b\"\r\nX-Tab: a\tb \x7e\r\nSet-Cookie: a=1\r\n\
+             Set-Cookie: b=2\r\nTE: trailers\r\nX-Empty:\r\n{long_name}: {long_value}\r\n\r\n"
+        );
+        let head = ClientHead::new(201, crate::message::Framing::Chunked, text.into_bytes());
+        let response = through_h2(head).await;
+        assert_eq!(response.status(), 201);
+        let got: Vec<(String, String)> = response
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string()))
+            .collect();
+        let want = [
+            ("content-type", "text/html"),
+            ("www-authenticate", "Basic realm=\"a b\""),
+            ("x-tab", "a\tb ~"),
+            ("set-cookie", "a=1"),
+            ("set-cookie", "b=2"),
+            ("te", "trailers"),
+            ("x-empty", ""),
+            (lower_name.as_str(), long_value.as_str()),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    /// What h2 refuses in a `HeaderMap` it refuses as bytes too, and nothing is appended.
+    #[test]
+    fn encoded_fields_refuse_what_http2_cannot_carry() {
+        let mut fields = EncodedFields::with_capacity(0);
+        for (name, value) in [
+            (&b"Connection"[..], &b"close"[..]),
+            (b"Transfer-Encoding", b"chunked"),
+            (b"upgrade", b"h2c"),
+            (b"keep-alive", b"1"),
+            (b"proxy-connection", b"1"),
+            (b"TE", b"gzip"),
+            (b"", b"x"),
+            (b"bad name", b"x"),
+            (b":status", b"200"),
+            (b"x", b"a\r\nb"),
+            (b"x", b"a\0b"),
+            (b"x", b"a\x7fb"),
+        ] {
+            assert!(fields.push(name, value).is_err(), "{name:?}");
+        }
+        assert!(fields.is_empty());
+        assert_eq!(fields.list_size(), 0);
+        fields.push(b"X-A", b"1").unwrap();
+        assert_eq!(fields.list_size(), 3 + 1 + 32);
+        let bad = ClientHead::new(
+            200,
+            crate::message::Framing::Empty,
+            b"HTTP/1.1 200 OK\r\nTE: gzip\r\n\r\n".to_vec(),
+        );
+        assert!(encode_fields(&bad).is_err());
     }
 
     #[test]

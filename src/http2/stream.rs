@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::body::{h2_error, invalid, Inbound, Outbound};
 use super::request::{BodyKind, H2Request};
-use super::response::to_http2;
+use super::response::{encode_fields, to_http2};
 use crate::message::{ClientHead, Framing};
 
 /// One HTTP/2 stream: heads as values, bodies as bytes.
@@ -169,8 +169,12 @@ impl ResponseWriter {
         if !matches!(self.out, ResponseState::Head) {
             return Err(invalid("a second response head"));
         }
+        let status =
+            http::StatusCode::from_u16(head.status).map_err(|_| invalid("invalid status code"))?;
+        if !status.is_informational() {
+            return self.send_final_head(head, status);
+        }
         let mut response = to_http2(head).map_err(invalid)?;
-        let status = response.status();
         if self.tunnel && status == http::StatusCode::SWITCHING_PROTOCOLS {
             *response.status_mut() = http::StatusCode::OK;
             // The handshake's proof belongs to HTTP/1.1's Upgrade (RFC 8441 section 5).
@@ -182,23 +186,26 @@ impl ResponseWriter {
             self.out = ResponseState::Body(Outbound::new(send, Framing::UntilClose));
             return Ok(());
         }
-        if status.is_informational() {
-            if status != http::StatusCode::SWITCHING_PROTOCOLS {
-                self.respond
-                    .send_informational(response)
-                    .map_err(h2_error)?;
-            }
-            return Ok(());
+        if status != http::StatusCode::SWITCHING_PROTOCOLS {
+            self.respond
+                .send_informational(response)
+                .map_err(h2_error)?;
         }
+        Ok(())
+    }
+
+    /// The final response's HEADERS, its fields encoded straight from the head's text.
+    fn send_final_head(&mut self, head: &ClientHead, status: http::StatusCode) -> io::Result<()> {
         // A HEAD request's answer, a 204's and a 304's have no body, whatever the head says.
         let framing = if crate::message::has_no_body(head.status, self.is_head) {
             Framing::Empty
         } else {
             head.framing
         };
+        let fields = encode_fields(head).map_err(invalid)?;
         let send = self
             .respond
-            .send_response(response, Outbound::is_empty(framing))
+            .send_response_fields(status, fields, Outbound::is_empty(framing))
             .map_err(h2_error)?;
         self.out = ResponseState::Body(Outbound::new(send, framing));
         Ok(())

@@ -1280,6 +1280,21 @@ impl<B: Buf> SendResponse<B> {
             .map_err(Into::into)
     }
 
+    /// Sends a response whose regular fields were HPACK-encoded ahead of time
+    /// ([`EncodedFields`](crate::EncodedFields)): `send_response` without a `HeaderMap`, for a
+    /// server that relays a head it holds as bytes (slipstream's change 6).
+    pub fn send_response_fields(
+        &mut self,
+        status: http::StatusCode,
+        fields: crate::EncodedFields,
+        end_of_stream: bool,
+    ) -> Result<SendStream<B>, crate::Error> {
+        self.inner
+            .send_response_fields(status, fields, end_of_stream)
+            .map(|_| SendStream::new(self.inner.clone()))
+            .map_err(Into::into)
+    }
+
     /// Push a request and response to the client
     ///
     /// On success, a [`SendResponse`] instance is returned.

@@ -6,7 +6,7 @@ use crate::hpack::{self, BytesStr};
 use http::header::{self, HeaderName, HeaderValue};
 use http::{uri, HeaderMap, Method, Request, StatusCode, Uri};
 
-use bytes::{Buf, BufMut, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use std::fmt;
 use std::io::Cursor;
@@ -97,6 +97,10 @@ struct HeaderBlock {
     /// Set to true if decoding went over the max header list size.
     is_over_size: bool,
 
+    /// Regular fields encoded ahead of time (`hpack::EncodedFields`), written after `fields`;
+    /// empty unless the frame was made by `Headers::with_encoded_fields`.
+    encoded: Bytes,
+
     /// Pseudo headers, these are broken out as they must be sent as part of the
     /// headers frame.
     pseudo: Pseudo,
@@ -125,6 +129,28 @@ impl Headers {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
+                encoded: Bytes::new(),
+                pseudo,
+            },
+            flags: HeadersFlag::default(),
+        }
+    }
+
+    /// A HEADERS frame whose regular fields were HPACK-encoded ahead of time, without the
+    /// dynamic table (slipstream's change 6).
+    pub fn with_encoded_fields(
+        stream_id: StreamId,
+        pseudo: Pseudo,
+        fields: hpack::EncodedFields,
+    ) -> Self {
+        Headers {
+            stream_id,
+            stream_dep: None,
+            header_block: HeaderBlock {
+                field_size: fields.list_size(),
+                fields: HeaderMap::new(),
+                is_over_size: false,
+                encoded: fields.into_block(),
                 pseudo,
             },
             flags: HeadersFlag::default(),
@@ -142,6 +168,7 @@ impl Headers {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
+                encoded: Bytes::new(),
                 pseudo: Pseudo::default(),
             },
             flags,
@@ -207,6 +234,7 @@ impl Headers {
                 fields: HeaderMap::new(),
                 field_size: 0,
                 is_over_size: false,
+                encoded: Bytes::new(),
                 pseudo: Pseudo::default(),
             },
             flags,
@@ -367,6 +395,7 @@ impl PushPromise {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
+                encoded: Bytes::new(),
                 pseudo,
             },
             promised_id,
@@ -458,6 +487,7 @@ impl PushPromise {
                 fields: HeaderMap::new(),
                 field_size: 0,
                 is_over_size: false,
+                encoded: Bytes::new(),
                 pseudo: Pseudo::default(),
             },
             promised_id,
@@ -1002,6 +1032,9 @@ impl HeaderBlock {
         };
 
         encoder.encode(headers, &mut hpack);
+        // Literals without indexing: the dynamic table is not involved, so the block goes in
+        // as it is, after any table size update the encoder has just written.
+        hpack.extend_from_slice(&self.encoded);
 
         EncodingHeaderBlock { hpack }
     }

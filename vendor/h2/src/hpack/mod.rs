@@ -1,5 +1,6 @@
 mod decoder;
 mod encoder;
+mod fields;
 pub(crate) mod header;
 pub(crate) mod huffman;
 mod table;
@@ -9,4 +10,5 @@ mod test;
 
 pub use self::decoder::{Decoder, DecoderError, NeedMore};
 pub use self::encoder::Encoder;
+pub use self::fields::{EncodedFields, InvalidField};
 pub use self::header::{BytesStr, Header};

@@ -1330,6 +1330,34 @@ impl<B> StreamRef<B> {
         })
     }
 
+    /// `send_response` for a head whose regular fields are already HPACK-encoded.
+    pub fn send_response_fields(
+        &mut self,
+        status: http::StatusCode,
+        fields: crate::hpack::EncodedFields,
+        end_of_stream: bool,
+    ) -> Result<(), UserError> {
+        let mut me = self.opaque.inner.lock().unwrap();
+        let me = &mut *me;
+
+        let stream = me.store.resolve(self.opaque.key);
+        let actions = &mut me.actions;
+        let mut send_buffer = self.send_buffer.inner.lock().unwrap();
+        let send_buffer = &mut *send_buffer;
+
+        me.counts.transition(stream, |counts, stream| {
+            let pseudo = frame::Pseudo::response(status);
+            let mut frame = frame::Headers::with_encoded_fields(stream.id, pseudo, fields);
+            if end_of_stream {
+                frame.set_end_stream()
+            }
+
+            actions
+                .send
+                .send_headers(frame, send_buffer, stream, counts, &mut actions.task)
+        })
+    }
+
     pub fn send_push_promise(
         &mut self,
         mut request: Request<()>,

@@ -1,0 +1,202 @@
+//! Regular fields encoded ahead of time, without the dynamic table (slipstream's change 6).
+//!
+//! A server that relays a response head it already holds as text (a proxy) can encode its
+//! fields straight from the bytes, without building a `HeaderMap` and without the encoder's
+//! table lookups: each field is a "literal header field without indexing" (RFC 7541 6.2.2),
+//! its name an index into the static table where it has one, its strings as they are (no
+//! Huffman coding). Such a block leaves the dynamic table alone, so it can be encoded when the
+//! response is sent and written into its HEADERS frame later, in whatever order the frames
+//! go out. nginx and HAProxy encode their responses the same way.
+//!
+//! Tested through a real h2 client's decoder in slipstream's `src/http2/response.rs` (this
+//! crate's own tests do not build as a path dependency).
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// The regular fields of a message, HPACK-encoded and checked as h2 checks a `HeaderMap`'s.
+#[derive(Debug, Default)]
+pub struct EncodedFields {
+    block: BytesMut,
+    /// The fields' size as SETTINGS_MAX_HEADER_LIST_SIZE counts it.
+    size: usize,
+}
+
+/// A field that HTTP/2 cannot carry: a name that is not a token, a value with a control
+/// character, or a connection-specific field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidField;
+
+impl std::fmt::Display for InvalidField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a field HTTP/2 cannot carry")
+    }
+}
+
+impl std::error::Error for InvalidField {}
+
+impl EncodedFields {
+    /// An empty block with room for `capacity` bytes.
+    pub fn with_capacity(capacity: usize) -> Self {
+        EncodedFields {
+            block: BytesMut::with_capacity(capacity),
+            size: 0,
+        }
+    }
+
+    /// Appends the field `name: value`. The name may be in any case; it is sent in lower case.
+    /// Err (and nothing appended) for a name that is not a token, a value with a control
+    /// character other than tab, a connection-specific field, or `te` other than `trailers`.
+    pub fn push(&mut self, name: &[u8], value: &[u8]) -> Result<(), InvalidField> {
+        // Each check reads every byte without an early exit, so it runs as straight-line code.
+        let name_ok = name.iter().fold(true, |ok, b| ok & TOKEN[usize::from(*b)]);
+        let value_bad = value.iter().fold(false, |bad, b| {
+            bad | ((*b < 0x20) & (*b != b'\t')) | (*b == 0x7f)
+        });
+        if name.is_empty() || !name_ok || value_bad {
+            return Err(InvalidField);
+        }
+        // Room for both strings and three integers of up to five bytes each.
+        self.block.reserve(name.len() + value.len() + 16);
+        let mut short = [0u8; 32];
+        if name.len() <= short.len() {
+            let lower = &mut short[..name.len()];
+            for (to, from) in lower.iter_mut().zip(name) {
+                *to = from.to_ascii_lowercase();
+            }
+            if is_connection_specific(lower, value) {
+                return Err(InvalidField);
+            }
+            match static_name_index(lower) {
+                Some(index) => encode_int(index, 4, 0, &mut self.block),
+                None => {
+                    self.block.put_u8(0);
+                    encode_int(name.len(), 7, 0, &mut self.block);
+                    self.block.extend_from_slice(lower);
+                }
+            }
+        } else {
+            // Longer than any name in the static table or the connection-specific list.
+            self.block.put_u8(0);
+            encode_int(name.len(), 7, 0, &mut self.block);
+            let at = self.block.len();
+            self.block.extend_from_slice(name);
+            self.block[at..].make_ascii_lowercase();
+        }
+        encode_int(value.len(), 7, 0, &mut self.block);
+        self.block.extend_from_slice(value);
+        self.size += name.len() + value.len() + 32;
+        Ok(())
+    }
+
+    /// The fields' size as SETTINGS_MAX_HEADER_LIST_SIZE counts it (each field's name and
+    /// value plus 32).
+    pub fn list_size(&self) -> usize {
+        self.size
+    }
+
+    /// Whether no field was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.block.is_empty()
+    }
+
+    pub(crate) fn into_block(self) -> Bytes {
+        self.block.freeze()
+    }
+}
+
+/// RFC 9110's tchar by byte, upper-case letters included (they are sent lower-cased).
+static TOKEN: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_'
+                    | b'`' | b'|' | b'~'
+            );
+        b += 1;
+    }
+    table
+};
+
+/// The fields RFC 9113 8.2.2 forbids (h2's `Send::check_headers` refuses the same).
+fn is_connection_specific(name: &[u8], value: &[u8]) -> bool {
+    match name {
+        b"connection" | b"keep-alive" | b"proxy-connection" | b"transfer-encoding"
+        | b"upgrade" => true,
+        b"te" => value != b"trailers",
+        _ => false,
+    }
+}
+
+/// The index of the first entry of the static table (RFC 7541 Appendix A) with this name,
+/// for the names a regular field can have.
+fn static_name_index(name: &[u8]) -> Option<usize> {
+    Some(match name {
+        b"accept-charset" => 15,
+        b"accept-encoding" => 16,
+        b"accept-language" => 17,
+        b"accept-ranges" => 18,
+        b"accept" => 19,
+        b"access-control-allow-origin" => 20,
+        b"age" => 21,
+        b"allow" => 22,
+        b"authorization" => 23,
+        b"cache-control" => 24,
+        b"content-disposition" => 25,
+        b"content-encoding" => 26,
+        b"content-language" => 27,
+        b"content-length" => 28,
+        b"content-location" => 29,
+        b"content-range" => 30,
+        b"content-type" => 31,
+        b"cookie" => 32,
+        b"date" => 33,
+        b"etag" => 34,
+        b"expect" => 35,
+        b"expires" => 36,
+        b"from" => 37,
+        b"host" => 38,
+        b"if-match" => 39,
+        b"if-modified-since" => 40,
+        b"if-none-match" => 41,
+        b"if-range" => 42,
+        b"if-unmodified-since" => 43,
+        b"last-modified" => 44,
+        b"link" => 45,
+        b"location" => 46,
+        b"max-forwards" => 47,
+        b"proxy-authenticate" => 48,
+        b"proxy-authorization" => 49,
+        b"range" => 50,
+        b"referer" => 51,
+        b"refresh" => 52,
+        b"retry-after" => 53,
+        b"server" => 54,
+        b"set-cookie" => 55,
+        b"strict-transport-security" => 56,
+        b"user-agent" => 58,
+        b"vary" => 59,
+        b"via" => 60,
+        b"www-authenticate" => 61,
+        _ => return None,
+    })
+}
+
+/// An HPACK integer (RFC 7541 5.1) with a `prefix_bits` prefix after the bits of `first`.
+fn encode_int(mut value: usize, prefix_bits: u32, first: u8, dst: &mut BytesMut) {
+    let max = (1usize << prefix_bits) - 1;
+    if value < max {
+        dst.put_u8(first | value as u8);
+        return;
+    }
+    dst.put_u8(first | max as u8);
+    value -= max;
+    while value >= 128 {
+        dst.put_u8(0x80 | (value & 0x7f) as u8);
+        value >>= 7;
+    }
+    dst.put_u8(value as u8);
+}
