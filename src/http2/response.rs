@@ -157,16 +157,37 @@ mod tests {
         assert!(to_http2(&huge).is_err());
     }
 
+    /// One request on a real h2 server-client pair in memory: `answer` responds to it on the
+    /// server's side; the response as h2's client decodes it.
+    async fn answered_by<F>(answer: F) -> http::Response<h2::RecvStream>
+    where
+        F: FnOnce(&mut h2::server::SendResponse<bytes::Bytes>) + Send + 'static,
+    {
+        let (client_io, server_io) = tokio::io::duplex(1 << 16);
+        let server = tokio::spawn(async move {
+            let mut conn = h2::server::handshake(server_io).await.unwrap();
+            let (_request, mut respond) = conn.accept().await.unwrap().unwrap();
+            answer(&mut respond);
+            // Keeps the connection going until the test is done with it.
+            std::future::poll_fn(|cx| conn.poll_closed(cx)).await.ok();
+        });
+        let (send, conn) = h2::client::handshake(client_io).await.unwrap();
+        tokio::spawn(async move { conn.await.ok() });
+        let mut send = send.ready().await.unwrap();
+        let request = http::Request::get("http://a/").body(()).unwrap();
+        let (response, _) = send.send_request(request, true).unwrap();
+        let response = response.await.unwrap();
+        server.abort();
+        response
+    }
+
     /// The vendored h2's own check (patched to one pass over the names) still refuses each
     /// connection-specific field and a TE other than `trailers`, and lets the rest through.
     #[tokio::test]
     #[cfg_attr(miri, ignore)] // a runtime and in-memory pipes: nothing unsafe of ours
     async fn h2_refuses_what_a_response_must_not_carry() {
-        let (client_io, server_io) = tokio::io::duplex(1 << 16);
         let (tell, told) = tokio::sync::oneshot::channel();
-        let server = tokio::spawn(async move {
-            let mut conn = h2::server::handshake(server_io).await.unwrap();
-            let (_request, mut respond) = conn.accept().await.unwrap().unwrap();
+        let response = answered_by(move |respond| {
             let bad = [
                 ("connection", "close"),
                 ("transfer-encoding", "chunked"),
@@ -195,43 +216,24 @@ mod tests {
                 .insert("x-fine", "1".parse().unwrap());
             let sent = respond.send_response(response, true).is_ok();
             let _ = tell.send((passed, sent));
-            // Keeps the connection going until the test is done with it.
-            std::future::poll_fn(|cx| conn.poll_closed(cx)).await.ok();
-        });
-        let (send, conn) = h2::client::handshake(client_io).await.unwrap();
-        tokio::spawn(async move { conn.await.ok() });
-        let mut send = send.ready().await.unwrap();
-        let request = http::Request::get("http://a/").body(()).unwrap();
-        let (response, _) = send.send_request(request, true).unwrap();
+        })
+        .await;
         let (passed, sent) = told.await.unwrap();
         assert!(passed.is_empty(), "h2 let through {passed:?}");
         assert!(sent, "h2 refused a response without a forbidden field");
-        let response = response.await.unwrap();
         assert_eq!(response.headers()["te"], "trailers");
         assert_eq!(response.headers()["x-fine"], "1");
-        server.abort();
     }
 
     /// Sends `head` with `encode_fields` and `send_response_fields` on a real h2 connection;
     /// the response as h2's client decodes it.
     async fn through_h2(head: ClientHead) -> http::Response<h2::RecvStream> {
-        let (client_io, server_io) = tokio::io::duplex(1 << 16);
-        let server = tokio::spawn(async move {
-            let mut conn = h2::server::handshake(server_io).await.unwrap();
-            let (_request, mut respond) = conn.accept().await.unwrap().unwrap();
+        answered_by(move |respond| {
             let status = StatusCode::from_u16(head.status).unwrap();
             let fields = encode_fields(&head).unwrap();
             respond.send_response_fields(status, fields, true).unwrap();
-            std::future::poll_fn(|cx| conn.poll_closed(cx)).await.ok();
-        });
-        let (send, conn) = h2::client::handshake(client_io).await.unwrap();
-        tokio::spawn(async move { conn.await.ok() });
-        let mut send = send.ready().await.unwrap();
-        let request = http::Request::get("http://a/").body(()).unwrap();
-        let (response, _) = send.send_request(request, true).unwrap();
-        let response = response.await.unwrap();
-        server.abort();
-        response
+        })
+        .await
     }
 
     /// Fields encoded from the head's text reach a real client as they were, names
