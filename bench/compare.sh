@@ -143,8 +143,8 @@ proxy_pids() {
 WRK_HEADERS=()
 if [ "${CLOSE:-0}" = 1 ]; then WRK_HEADERS=(-H "Connection: close"); fi
 
-run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
-    local port=$1 path=$2 pids="" before after
+run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req user_us sys_us"
+    local port=$1 path=$2 pids="" before after split0 split1
     wrk -t"$THREADS" -c"$CONNS" -d2s "${WRK_HEADERS[@]}" "http://127.0.0.1:$port/$path" >/dev/null  # warm pools and buffers
     if [ "$port" != "$ORIGIN" ]; then
         pids=$(proxy_pids "$port")
@@ -152,7 +152,7 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
         perf stat -e raw_syscalls:sys_enter -x, -o "$WORK/perf.txt" -p "$(echo $pids | tr ' ' ',')" -- sleep "$DURATION" 2>/dev/null &
         local perf_pid=$!
         # shellcheck disable=SC2086
-        before=$(cpu_ns $pids)
+        before=$(cpu_ns $pids) split0=$(user_sys_ns $pids)
     fi
     wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "${WRK_HEADERS[@]}" "http://127.0.0.1:$port/$path" > "$WORK/wrk.txt"
     local rps reqs p50 p99
@@ -161,17 +161,18 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
     p50=$(awk '$1=="50%" {print $2}' "$WORK/wrk.txt" | to_us)
     p99=$(awk '$1=="99%" {print $2}' "$WORK/wrk.txt" | to_us)
     if [ "$port" = "$ORIGIN" ]; then
-        echo "$rps $p50 $p99 - -"
+        echo "$rps $p50 $p99 - - - -"
         return
     fi
     # shellcheck disable=SC2086
-    after=$(cpu_ns $pids)
+    after=$(cpu_ns $pids) split1=$(user_sys_ns $pids)
     wait "$perf_pid" || true
     local sys
     sys=$(awk -F, '/raw_syscalls:sys_enter/ {print $1}' "$WORK/perf.txt")
     # perf counts over exactly DURATION seconds; wrk's run is the same length, started together.
     awk -v rps="$rps" -v p50="$p50" -v p99="$p99" -v cpu=$((after - before)) -v n="$reqs" -v sys="${sys:-0}" \
-        'BEGIN { printf "%s %s %s %.1f %.1f\n", rps, p50, p99, cpu/1000/n, sys/n }'
+        -v times="$split0 $split1" \
+        'BEGIN { split(times, t, " "); printf "%s %s %s %.1f %.1f %.1f %.1f\n", rps, p50, p99, cpu/1000/n, sys/n, (t[3]-t[1])/1000/n, (t[4]-t[2])/1000/n }'
 }
 
 ROUNDS=${ROUNDS:-2}
@@ -185,8 +186,8 @@ if [ "${CLOSE:-0}" = 1 ]; then printf 'Every request on a new connection (Connec
 printf 'Each cell is the mean of %s rounds; rounds alternate the order of the proxies.\n' "$ROUNDS"
 for size in ${SIZES:-0b 1k 91k}; do
     printf '\n### %s response\n\n' "$size"
-    printf '| %-14s | %9s | %8s | %8s | %8s | %9s | %9s |\n' proxy 'req/s' 'vs direct' 'p50 us' 'p99 us' 'CPU us/req' 'syscalls/req'
-    printf '|%s|\n' '----------------|-----------|----------|----------|----------|-----------|-----------'
+    printf '| %-14s | %9s | %8s | %8s | %8s | %9s | %9s | %9s | %9s |\n' proxy 'req/s' 'vs direct' 'p50 us' 'p99 us' 'CPU us/req' 'user us/req' 'sys us/req' 'syscalls/req'
+    printf '|%s|\n' '----------------|-----------|----------|----------|----------|-----------|-----------|-----------|-----------'
     : > "$WORK/results"
     for round in $(seq 1 "$ROUNDS"); do
         order=("${TARGETS[@]}")
@@ -204,10 +205,11 @@ for size in ${SIZES:-0b 1k 91k}; do
         name=${target%%:*}
         selected "$name" || continue
         awk -v name="$name" -v direct="$direct" '
-            $1==name { n++; rps+=$2; p50+=$3; p99+=$4; if ($5 != "-") { cpu+=$5; sys+=$6 } else { dash=1 } }
+            $1==name { n++; rps+=$2; p50+=$3; p99+=$4; if ($5 != "-") { cpu+=$5; sys+=$6; u+=$7; k+=$8 } else { dash=1 } }
             END {
                 c = dash ? "-" : sprintf("%.1f", cpu/n); y = dash ? "-" : sprintf("%.1f", sys/n)
-                printf "| %-14s | %9.0f | %8.2f | %8.0f | %8.0f | %9s | %9s |\n", name, rps/n, rps/n/direct, p50/n, p99/n, c, y
+                uu = dash ? "-" : sprintf("%.1f", u/n); kk = dash ? "-" : sprintf("%.1f", k/n)
+                printf "| %-14s | %9.0f | %8.2f | %8.0f | %8.0f | %9s | %9s | %9s | %9s |\n", name, rps/n, rps/n/direct, p50/n, p99/n, c, uu, kk, y
             }' "$WORK/results"
     done
 done

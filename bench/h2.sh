@@ -21,13 +21,15 @@
 #       sides): calls/s, mean latency, the proxy's CPU per call.
 #
 # Usage: bench/h2.sh [seconds per run, default 10]
+# BASELINE=/path/to/slipstream adds slipstream-base to (a): another build (before a change) on
+# its default I/O path, measured in the same rounds.
 # ROUNDS=N (default 2) repeats each cell, alternating the order; SIZES narrows (a) (SIZES=" "
 # skips it); FLOODS=0 skips (b); IDLE=0, UPSTREAM=0, GRPC=0 skip (c), (d), (e).
 set -euo pipefail
 DURATION=${1:-10}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${BENCH_DIR:-/tmp/slipstream-bench-h2}
-ORIGIN=18200 SLIP=18201 NGX=18202 HAP=18203 SLIP_EPOLL=18204
+ORIGIN=18200 SLIP=18201 NGX=18202 HAP=18203 SLIP_EPOLL=18204 SLIP_BASE=18205
 ORIGIN_H2C=18210 SLIP_H2=18211 HAP_H2=18213 GRPC_PORT=18220 SLIP_GRPC=18221 HAP_GRPC=18223
 
 # shellcheck source=bench/lib.sh
@@ -124,12 +126,19 @@ SLIP_PID=$!
 "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLIP_EPOLL --upstream 127.0.0.1:$ORIGIN \
     --workers 1 --io epoll --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" 2>"$WORK/slipstream-epoll.log" & PIDS+=($!)
 SLIP_EPOLL_PID=$!
+SLIP_BASE_PID=none
+if [ -n "${BASELINE:-}" ]; then
+    "$BASELINE" proxy --listen 127.0.0.1:$SLIP_BASE --upstream 127.0.0.1:$ORIGIN --workers 1 \
+        --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" 2>"$WORK/slipstream-base.log" & PIDS+=($!)
+    SLIP_BASE_PID=$!
+fi
 sleep 1
 
 proxy_pids() {
     case $1 in
     "$SLIP") echo "$SLIP_PID" ;;
     "$SLIP_EPOLL") echo "$SLIP_EPOLL_PID" ;;
+    "$SLIP_BASE") echo "$SLIP_BASE_PID" ;;
     "$SLIP_H2") echo "$SLIP_H2_PID" ;;
     "$SLIP_GRPC") echo "$SLIP_GRPC_PID" ;;
     "$GRPC_PORT") echo "$GRPC_PID" ;;
@@ -137,8 +146,8 @@ proxy_pids() {
     esac
 }
 
-run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
-    local port=$1 path=$2 pids before after
+run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req user_us sys_us"
+    local port=$1 path=$2 pids before after split0 split1
     local url="https://localhost:$port/$path"
     h2load -D 2 -c 10 -m 100 "$url" >/dev/null 2>&1
     pids=$(proxy_pids "$port")
@@ -146,10 +155,10 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
     perf stat -e raw_syscalls:sys_enter -x, -o "$WORK/perf.txt" -p "$(echo $pids | tr ' ' ',')" -- sleep "$DURATION" 2>/dev/null &
     local perf_pid=$!
     # shellcheck disable=SC2086
-    before=$(cpu_ns $pids)
+    before=$(cpu_ns $pids) split0=$(user_sys_ns $pids)
     h2load -D "$DURATION" -c 10 -m 100 --log-file "$WORK/h2load.log" "$url" > "$WORK/h2load.txt" 2>&1
     # shellcheck disable=SC2086
-    after=$(cpu_ns $pids)
+    after=$(cpu_ns $pids) split1=$(user_sys_ns $pids)
     wait "$perf_pid" || true
     local rps reqs failed p50 p99 sys
     rps=$(awk '/^finished in/ {print $4}' "$WORK/h2load.txt")
@@ -160,7 +169,8 @@ run() { # port path -> "req/s p50us p99us cpu_us_per_req syscalls_per_req"
         awk '{v[NR]=$1} END {print v[int(NR*0.5)], v[int(NR*0.99)]}')
     sys=$(awk -F, '/raw_syscalls:sys_enter/ {print $1}' "$WORK/perf.txt")
     awk -v rps="$rps" -v p50="$p50" -v p99="$p99" -v cpu=$((after - before)) -v n="$reqs" -v sys="${sys:-0}" \
-        'BEGIN { printf "%s %s %s %.1f %.1f\n", rps, p50, p99, cpu/1000/n, sys/n }'
+        -v times="$split0 $split1" \
+        'BEGIN { split(times, t, " "); printf "%s %s %s %.1f %.1f %.1f %.1f\n", rps, p50, p99, cpu/1000/n, sys/n, (t[3]-t[1])/1000/n, (t[4]-t[2])/1000/n }'
 }
 
 ROUNDS=${ROUNDS:-2}
@@ -170,7 +180,7 @@ printf '\nh2load -c 10 -m 100 -D %s over TLS 1.3 (ECDSA P-256) to each proxy, on
     "$DURATION" "$(nproc)" "$ROUNDS"
 printf 'slipstream: h2 crate, rustls (aws-lc-rs); nginx %s and HAProxy %s: %s\n' \
     "$(nginx -v 2>&1 | sed 's/.*\///')" "$(haproxy -v | head -1 | awk '{print $3}')" "$(openssl version | awk '{print $1, $2}')"
-TARGETS=(slipstream:$SLIP slipstream-epoll:$SLIP_EPOLL nginx:$NGX haproxy:$HAP)
+TARGETS=(slipstream:$SLIP slipstream-epoll:$SLIP_EPOLL ${BASELINE:+slipstream-base:$SLIP_BASE} nginx:$NGX haproxy:$HAP)
 for size in ${SIZES:-1k 91k}; do
     results_table "(a) $size responses" "$size"
 done

@@ -34,6 +34,18 @@ cpu_ns() {
     echo "$total"
 }
 
+# User and system CPU time in nanoseconds of the given processes, as "user sys" (/proc/PID/stat,
+# in clock ticks): whether a proxy's time goes to its own code or to the kernel's.
+user_sys_ns() {
+    local tick u=0 s=0 p a b
+    tick=$(getconf CLK_TCK)
+    for p in "$@"; do
+        read -r a b < <(awk -v t="$tick" '{ sub(/^.*\) /, ""); printf "%.0f %.0f\n", $12 * 1e9 / t, $13 * 1e9 / t }' "/proc/$p/stat")
+        u=$((u + a)) s=$((s + b))
+    done
+    echo "$u $s"
+}
+
 # Sum over the given processes of a /proc/PID/status field in kB (VmHWM, VmRSS).
 status_kb() {
     local field=$1 total=0 p
@@ -135,14 +147,13 @@ nginx_main() { # dir workers
 }
 
 # Prints a markdown table of `run PORT ARGS...` (five figures: req/s, p50, p99, CPU and
-# syscalls per request) for each name:port of TARGETS, averaged over ROUNDS rounds whose
-# order alternates. Results go through $WORK/results.
+# syscalls per request, and where `run` gives them two more: the CPU's user and system parts)
+# for each name:port of TARGETS, averaged over ROUNDS rounds whose order alternates. Results
+# go through $WORK/results.
 results_table() { # title args-for-run...
-    local title=$1 round target i order
+    local title=$1 round target i order split
     shift
     printf '\n### %s\n\n' "$title"
-    printf '| %-11s | %9s | %8s | %8s | %10s | %12s |\n' proxy 'req/s' 'p50 us' 'p99 us' 'CPU us/req' 'syscalls/req'
-    printf '|%s|\n' '-------------|-----------|----------|----------|------------|--------------'
     : > "$WORK/results"
     for round in $(seq 1 "$ROUNDS"); do
         order=("${TARGETS[@]}")
@@ -154,9 +165,20 @@ results_table() { # title args-for-run...
             echo "${target%%:*} $(run "${target##*:}" "$@")" >> "$WORK/results"
         done
     done
+    split=$(awk 'NF >= 8 { s = 1 } END { print s + 0 }' "$WORK/results")
+    if [ "$split" = 1 ]; then
+        printf '| %-11s | %9s | %8s | %8s | %10s | %11s | %10s | %12s |\n' proxy 'req/s' 'p50 us' 'p99 us' 'CPU us/req' 'user us/req' 'sys us/req' 'syscalls/req'
+        printf '|%s|\n' '-------------|-----------|----------|----------|------------|-------------|------------|--------------'
+    else
+        printf '| %-11s | %9s | %8s | %8s | %10s | %12s |\n' proxy 'req/s' 'p50 us' 'p99 us' 'CPU us/req' 'syscalls/req'
+        printf '|%s|\n' '-------------|-----------|----------|----------|------------|--------------'
+    fi
     for target in "${TARGETS[@]}"; do
-        awk -v name="${target%%:*}" '$1==name { n++; r+=$2; a+=$3; b+=$4; c+=$5; s+=$6 }
-            END { printf "| %-11s | %9.0f | %8.0f | %8.0f | %10.1f | %12.1f |\n", name, r/n, a/n, b/n, c/n, s/n }' "$WORK/results"
+        awk -v name="${target%%:*}" -v wide="$split" '$1==name { n++; r+=$2; a+=$3; b+=$4; c+=$5; s+=$6; u+=$7; k+=$8 }
+            END {
+                if (wide) printf "| %-11s | %9.0f | %8.0f | %8.0f | %10.1f | %11.1f | %10.1f | %12.1f |\n", name, r/n, a/n, b/n, c/n, u/n, k/n, s/n
+                else printf "| %-11s | %9.0f | %8.0f | %8.0f | %10.1f | %12.1f |\n", name, r/n, a/n, b/n, c/n, s/n
+            }' "$WORK/results"
     done
 }
 

@@ -377,7 +377,7 @@ impl Outbound {
 
     fn send_data(&mut self, data: &[u8], end: bool) -> io::Result<()> {
         let data = match &mut self.text {
-            None => Bytes::copy_from_slice(data),
+            None => crate::buffers::shared_copy(data),
             Some(decoder) => {
                 let mut out = Vec::with_capacity(data.len() / 4 * 3 + 3);
                 let bad = |e| io::Error::new(io::ErrorKind::InvalidData, e);

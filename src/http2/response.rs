@@ -57,11 +57,14 @@ pub fn to_http2(head: &ClientHead) -> Result<Response<()>, &'static str> {
 
 /// The regular fields of `head` HPACK-encoded for its HEADERS frame, straight from the head's
 /// text (no `HeaderMap`, no dynamic table: vendored h2's change 6), with the same fields
-/// dropped as [`to_http2`] drops. Err names a field HTTP/2 cannot carry.
+/// dropped as [`to_http2`] drops. Err names a field HTTP/2 cannot carry. The block is cut
+/// from the thread's shared chunk ([`crate::buffers::shared_room`]) with room for the head's
+/// text, which it outgrows (and then grows) only with many fields of 127 bytes or more.
 pub fn encode_fields(head: &ClientHead) -> Result<EncodedFields, &'static str> {
     let mut named: Vec<&[u8]> = Vec::new();
     loop {
-        let mut fields = EncodedFields::with_capacity(head.text.len());
+        let room = crate::buffers::shared_room(head.text.len());
+        let mut fields = EncodedFields::in_buffer(room);
         let mut names_fields = false;
         for (name, value) in head.fields() {
             if name.eq_ignore_ascii_case(b"connection") {
@@ -77,6 +80,7 @@ pub fn encode_fields(head: &ClientHead) -> Result<EncodedFields, &'static str> {
         }
         // Rare: fields named by a Connection field are left out on a second pass.
         if !names_fields || !named.is_empty() {
+            crate::buffers::give_back_room(fields.take_rest());
             return Ok(fields);
         }
         named = head
@@ -307,6 +311,24 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nTE: gzip\r\n\r\n".to_vec(),
         );
         assert!(encode_fields(&bad).is_err());
+    }
+
+    /// Every byte, at every place of a value (the first and last of an eight-byte step, and
+    /// past the last whole step), is taken or refused as `http::HeaderValue` takes it.
+    #[test]
+    fn encoded_values_take_the_bytes_a_header_value_takes() {
+        for byte in 0..=255u8 {
+            for at in [0, 7, 8, 15, 16, 19] {
+                let mut value = *b"abcdefghijklmnopqrst";
+                value[at] = byte;
+                let mut fields = EncodedFields::with_capacity(0);
+                assert_eq!(
+                    fields.push(b"x-v", &value).is_ok(),
+                    http::HeaderValue::from_bytes(&value).is_ok(),
+                    "byte {byte:#04x} at {at}"
+                );
+            }
+        }
     }
 
     #[test]

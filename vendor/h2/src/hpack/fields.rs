@@ -43,6 +43,22 @@ impl EncodedFields {
         }
     }
 
+    /// An empty block written into `buffer` (cleared first): buffers cut from one larger
+    /// allocation let many blocks share it (see [`EncodedFields::take_rest`]).
+    pub fn in_buffer(mut buffer: BytesMut) -> Self {
+        buffer.clear();
+        EncodedFields {
+            block: buffer,
+            size: 0,
+        }
+    }
+
+    /// Takes the room left after the fields so it can go on being used (for the next block);
+    /// the fields keep only their own bytes.
+    pub fn take_rest(&mut self) -> BytesMut {
+        self.block.split_off(self.block.len())
+    }
+
     /// Appends the field `name: value`. The name may be in any case; it is sent in lower case.
     /// Err (and nothing appended) for a name that is not a token, a value with a control
     /// character other than tab, a connection-specific field, or `te` other than `trailers`.
