@@ -117,8 +117,9 @@ impl BufferPool {
 /// each string would cost its own: with many HTTP/2 streams in flight, glibc's malloc and free
 /// for each response's fields and DATA took about 1,300 instructions (its per-thread cache
 /// holds seven chunks of a size, and a burst of streams frees hundreds). A chunk is freed when
-/// the last string cut from it is dropped, so a string held long (a stream stalled by flow
-/// control) holds at most this much.
+/// the last string cut from it is dropped, so each string held long (frames queued for a
+/// client that reads slowly) can keep up to this much resident, where alone it would keep its
+/// own size: with N such strings, up to N times 16 KiB.
 const SHARED_CHUNK: usize = 16 * 1024;
 
 /// Strings longer than this get an allocation of their own.
@@ -148,6 +149,11 @@ pub fn shared_room(want: usize) -> BytesMut {
 /// Keeps the unused room of a [`shared_room`] for the next string (the larger of it and what
 /// is kept already).
 pub fn give_back_room(rest: BytesMut) {
+    // The rest of an allocation larger than a chunk (a long head's own) is not kept: short
+    // strings cut from it would keep all of it resident.
+    if rest.capacity() > SHARED_CHUNK {
+        return;
+    }
     SHARED.with_borrow_mut(|room| {
         if rest.capacity() > room.capacity() {
             *room = rest;
@@ -157,6 +163,9 @@ pub fn give_back_room(rest: BytesMut) {
 
 /// `data` as `Bytes`; a short string is cut from this thread's shared chunk.
 pub fn shared_copy(data: &[u8]) -> Bytes {
+    if data.is_empty() {
+        return Bytes::new();
+    }
     if data.len() > MOST_SHARED {
         return Bytes::copy_from_slice(data);
     }
@@ -204,6 +213,20 @@ mod tests {
         let fill: Vec<Bytes> = (0..SHARED_CHUNK / MOST_SHARED + 1)
             .map(|_| shared_copy(&[1u8; MOST_SHARED]))
             .collect();
+        let starts = fill
+            .windows(2)
+            .filter(|w| w[1].as_ptr() as usize != w[0].as_ptr() as usize + MOST_SHARED)
+            .count();
+        assert_eq!(starts, 1, "the strings did not roll over to one new chunk");
+        // An empty string holds no chunk; the rest of a long string's own allocation is not
+        // kept for short ones.
+        assert!(shared_copy(b"").is_empty());
+        give_back_room(BytesMut::with_capacity(SHARED_CHUNK * 2));
+        let d = shared_copy(b"d");
+        assert_eq!(
+            d.as_ptr() as usize,
+            fill[fill.len() - 1].as_ptr() as usize + MOST_SHARED
+        );
         assert!(fill
             .iter()
             .all(|s| s.len() == MOST_SHARED && s.iter().all(|b| *b == 1)));
@@ -263,6 +286,11 @@ mod tests {
         for buf in burst {
             pool.give(buf, SMALL);
         }
+        assert_eq!(
+            pool.small.borrow().len(),
+            500,
+            "buffers of the burst were freed"
+        );
         // Counted against what was still lent out, the last half came back to a pool that
         // looked full and were freed; counted against the burst, all of them are reused.
         let next: Vec<Vec<u8>> = (0..500).map(|_| pool.take(MIN_BUFFER)).collect();

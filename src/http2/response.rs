@@ -59,7 +59,7 @@ pub fn to_http2(head: &ClientHead) -> Result<Response<()>, &'static str> {
 /// text (no `HeaderMap`, no dynamic table: vendored h2's change 6), with the same fields
 /// dropped as [`to_http2`] drops. Err names a field HTTP/2 cannot carry. The block is cut
 /// from the thread's shared chunk ([`crate::buffers::shared_room`]) with room for the head's
-/// text, which it outgrows (and then grows) only with many fields of 127 bytes or more.
+/// text (the block is shorter but for long fields; past its room it grows, allocating).
 pub fn encode_fields(head: &ClientHead) -> Result<EncodedFields, &'static str> {
     let mut named: Vec<&[u8]> = Vec::new();
     loop {
@@ -76,11 +76,14 @@ pub fn encode_fields(head: &ClientHead) -> Result<EncodedFields, &'static str> {
             {
                 continue;
             }
-            fields.push(name, value).map_err(|_| "invalid field")?;
+            if fields.push(name, value).is_err() {
+                crate::buffers::give_back_room(fields.take_rest());
+                return Err("invalid field");
+            }
         }
+        crate::buffers::give_back_room(fields.take_rest());
         // Rare: fields named by a Connection field are left out on a second pass.
         if !names_fields || !named.is_empty() {
-            crate::buffers::give_back_room(fields.take_rest());
             return Ok(fields);
         }
         named = head
@@ -313,8 +316,8 @@ mod tests {
         assert!(encode_fields(&bad).is_err());
     }
 
-    /// Every byte, at every place of a value (the first and last of an eight-byte step, and
-    /// past the last whole step), is taken or refused as `http::HeaderValue` takes it.
+    /// Every byte, at the start, middle and end of a value, is taken or refused as
+    /// `http::HeaderValue` takes it.
     #[test]
     fn encoded_values_take_the_bytes_a_header_value_takes() {
         for byte in 0..=255u8 {
