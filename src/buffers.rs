@@ -176,20 +176,19 @@ pub fn shared_copy(data: &[u8]) -> Bytes {
 }
 
 /// Gives the free pages of malloc's heaps back to the kernel (glibc's `malloc_trim`, which
-/// also releases whole free pages inside a heap, not only at its top).
-#[cfg(all(target_os = "linux", target_env = "gnu", not(miri)))]
+/// also releases whole free pages inside a heap, not only at its top). Elsewhere (and under
+/// Miri, which cannot call into libc) there is no such call; freed memory stays with the
+/// allocator.
 #[allow(unsafe_code)]
 fn release_free_memory() {
-    // SAFETY: malloc_trim takes no pointer and only changes malloc's own state.
-    unsafe {
-        libc::malloc_trim(0);
+    #[cfg(all(target_os = "linux", target_env = "gnu", not(miri)))]
+    {
+        // SAFETY: malloc_trim takes no pointer and only changes malloc's own state.
+        unsafe {
+            libc::malloc_trim(0);
+        }
     }
 }
-
-/// Elsewhere (and under Miri, which cannot call into libc) there is no such call; freed
-/// memory stays with the allocator.
-#[cfg(not(all(target_os = "linux", target_env = "gnu", not(miri))))]
-fn release_free_memory() {}
 
 #[cfg(test)]
 mod tests {
