@@ -54,6 +54,13 @@ pub struct ClientHead {
     pub text: Vec<u8>,
 }
 
+/// A head's buffer goes back for the next head (see [`crate::buffers::head_text`]).
+impl Drop for ClientHead {
+    fn drop(&mut self) {
+        crate::buffers::recycle_head_text(std::mem::take(&mut self.text));
+    }
+}
+
 impl ClientHead {
     /// A head of `status` whose body is delimited by `framing`, its HTTP/1.1 form `text`.
     pub fn new(status: u16, framing: Framing, text: Vec<u8>) -> ClientHead {
@@ -148,12 +155,13 @@ impl<'b> RequestHead<'_, 'b> {
     /// hop-by-hop field or one Connection names, `Expect` (answered by the proxy), nor the
     /// X-Forwarded fields the proxy writes itself. The same rule for every upstream protocol.
     pub fn forwards(&self, name: &str) -> bool {
-        !(name.eq_ignore_ascii_case("host")
+        let n = name.as_bytes();
+        !(is_named(n, b"host")
             || is_hop_by_hop(name)
-            || name.eq_ignore_ascii_case("expect")
-            || name.eq_ignore_ascii_case("x-forwarded-for")
-            || name.eq_ignore_ascii_case("x-forwarded-proto")
-            || name.eq_ignore_ascii_case("x-forwarded-host")
+            || is_named(n, b"expect")
+            || is_named(n, b"x-forwarded-for")
+            || is_named(n, b"x-forwarded-proto")
+            || is_named(n, b"x-forwarded-host")
             || self.connection.names(name))
     }
 
@@ -243,17 +251,33 @@ pub fn has_no_body(status: u16, request_was_head: bool) -> bool {
 /// Hop-by-hop fields the proxy never forwards (RFC 9110 section 7.6.1), plus the framing fields
 /// it always writes itself.
 pub(crate) fn is_hop_by_hop(name: &str) -> bool {
-    const HOP: [&str; 8] = [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "transfer-encoding",
-        "upgrade",
-        "content-length",
-        "trailer",
-    ];
-    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+    // By length first: most names are none of these, and are told so by one comparison.
+    let candidates: &[&str] = match name.len() {
+        2 => &["te"],
+        7 => &["upgrade", "trailer"],
+        10 => &["connection", "keep-alive"],
+        14 => &["content-length"],
+        16 => &["proxy-connection"],
+        17 => &["transfer-encoding"],
+        _ => return false,
+    };
+    candidates
+        .iter()
+        .any(|h| is_named(name.as_bytes(), h.as_bytes()))
+}
+
+/// Whether `name` is `lower` (lower-case letters and `-` only) in any case: one OR and two
+/// compares a byte, where `eq_ignore_ascii_case` lower-cases both sides byte by byte. A proxy
+/// compares every field's name this way.
+pub(crate) fn is_named(name: &[u8], lower: &[u8]) -> bool {
+    debug_assert!(lower.iter().all(|&l| l.is_ascii_lowercase() || l == b'-'));
+    // `b | 0x20` is `l` only for `l` itself, its upper case, and (for `-`) a control byte,
+    // which the second test refuses.
+    name.len() == lower.len()
+        && name
+            .iter()
+            .zip(lower)
+            .all(|(&b, &l)| b | 0x20 == l && b > b' ')
 }
 
 /// Splits a comma-separated field value into trimmed, non-empty elements.
@@ -281,11 +305,11 @@ impl ConnectionTokens {
     /// Adds the tokens of one Connection field value.
     pub fn add(&mut self, value: &[u8]) {
         for token in list_elements(value) {
-            if token.eq_ignore_ascii_case(b"close") {
+            if is_named(token, b"close") {
                 self.close = true;
-            } else if token.eq_ignore_ascii_case(b"keep-alive") {
+            } else if is_named(token, b"keep-alive") {
                 self.keep_alive = true;
-            } else if token.eq_ignore_ascii_case(b"upgrade") {
+            } else if is_named(token, b"upgrade") {
                 self.upgrade = true;
             } else if let Ok(t) = std::str::from_utf8(token) {
                 self.others.push(t.to_ascii_lowercase());
@@ -302,6 +326,60 @@ impl ConnectionTokens {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hop_by_hop_names_are_known_in_any_case_and_no_others() {
+        let hop = [
+            "Connection",
+            "KEEP-ALIVE",
+            "proxy-connection",
+            "TE",
+            "Transfer-Encoding",
+            "upgrade",
+            "Content-Length",
+            "Trailer",
+        ];
+        for name in hop {
+            assert!(is_hop_by_hop(name), "{name}");
+        }
+        let end_to_end = [
+            "",
+            "t",
+            "tee",
+            "Trailers",
+            "Content-Type",
+            "Connectionx",
+            "Date",
+        ];
+        for name in end_to_end {
+            assert!(!is_hop_by_hop(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_name_is_its_lower_case_in_any_case_and_nothing_else() {
+        assert!(is_named(b"Keep-Alive", b"keep-alive"));
+        assert!(is_named(b"KEEP-ALIVE", b"keep-alive"));
+        assert!(is_named(b"", b""));
+        // `\r` (0x0d) ORed with 0x20 is `-`; a name one byte off or of another length is
+        // another name.
+        for other in [
+            &b"keep\ralive"[..],
+            b"keep_alive",
+            b"keep-alivE2",
+            b"keep-aliv",
+            b"kEEp-aLivf",
+        ] {
+            assert!(!is_named(other, b"keep-alive"), "{other:?}");
+        }
+        // Every byte against every letter and `-`: equal exactly when it is one of them in
+        // either case.
+        for b in 0..=255u8 {
+            for l in (b'a'..=b'z').chain([b'-']) {
+                assert_eq!(is_named(&[b], &[l]), b.to_ascii_lowercase() == l, "{b} {l}");
+            }
+        }
+    }
 
     #[test]
     fn fields_are_the_lines_after_the_status_line() {

@@ -344,6 +344,9 @@ fn carry_over(mut old: Vec<Managed>, mut new: Vec<Managed>) -> Vec<Managed> {
     new
 }
 
+/// Orders placed again at once after a refused nonce, at most.
+const BAD_NONCE_ORDERS: usize = 3;
+
 /// One attempt at a certificate, under its lock: one stored meanwhile (by another instance)
 /// is taken as it is, else one is ordered.
 async fn attempt(
@@ -376,7 +379,19 @@ async fn attempt(
         Ok(_) => {}
         Err(e) => return m.failed(e),
     }
-    let result = order(settings, state, account, m).await;
+    let mut result = order(settings, state, account, m).await;
+    // The ACME client retries a refused nonce twice with the fresh one the CA sent; a CA that
+    // refuses three in a row (Pebble refuses 5% of good nonces at random) is asked again at
+    // once, as RFC 8555 section 6.5 has clients do, rather than after the backoff.
+    for _ in 0..BAD_NONCE_ORDERS {
+        match &result {
+            Err(e) if e.contains("urn:ietf:params:acme:error:badNonce") => {
+                tracing::warn!("ACME: {e}; ordering {} again", m.names.join(", "));
+                result = order(settings, state, account, m).await;
+            }
+            _ => break,
+        }
+    }
     drop(lock);
     match result {
         Ok(s) => {

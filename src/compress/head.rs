@@ -153,7 +153,7 @@ mod tests {
         ETag: \"abc\"\r\nAccept-Ranges: bytes\r\nConnection: keep-alive\r\n\r\n";
 
     fn text(v: ClientHead) -> String {
-        String::from_utf8(v.text).unwrap()
+        String::from_utf8(v.text.clone()).unwrap()
     }
 
     fn head(text: &str) -> ClientHead {

@@ -23,8 +23,12 @@ pub const MAX_HEADERS: usize = 128;
 /// Whether `buf` holds the empty line that ends a message head (CRLF or bare LF line ends), so
 /// a head parse will not ask for more bytes.
 pub fn head_complete(buf: &[u8]) -> bool {
-    // The usual end first, in one vectorized search; bare line ends are looked for only
-    // when it is not there.
+    // A buffer that ends in a blank line holds a whole head (a head with no body, the usual
+    // last read of one): no search. Then the usual end, in one vectorized search; bare line
+    // ends are looked for only when it is not there.
+    if buf.ends_with(b"\r\n\r\n") {
+        return true;
+    }
     static BLANK_LINE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
         std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\r\n\r\n"));
     if BLANK_LINE.find(buf).is_some() {

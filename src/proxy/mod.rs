@@ -44,6 +44,7 @@ mod rules;
 mod serve;
 mod tunnel;
 
+use smallvec::SmallVec;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -233,14 +234,16 @@ impl Ctx<'_> {
 
     /// Ends the current try (if any) into `tried`; `finished` when its response is complete.
     fn end_try(&self, tried: &mut Tried, finished: bool) {
-        if self.try_started.get().is_none() || tried.len == 0 {
+        if self.try_started.get().is_none() || tried.len() == 0 {
             return;
         }
         let mut t = self.try_times.take();
         if finished && self.request.log.is_some() {
             t.response = self.since_try();
         }
-        tried.times[tried.len - 1] = t;
+        if let Some(last) = tried.times.last_mut() {
+            *last = t;
+        }
         self.try_started.set(None);
     }
 }
@@ -250,10 +253,12 @@ impl Ctx<'_> {
 /// is one nginx's `add_header` applies to) and, over TLS, `Strict-Transport-Security`.
 /// The status of the response head at `start` of `out` (0 when it cannot be read).
 fn status_of(out: &[u8], start: usize) -> u16 {
-    out.get(start + 9..start + 12)
-        .and_then(|d| std::str::from_utf8(d).ok())
-        .and_then(|d| d.parse().ok())
-        .unwrap_or(0)
+    match out.get(start + 9..start + 12) {
+        Some(&[a, b, c]) if [a, b, c].iter().all(u8::is_ascii_digit) => {
+            u16::from(a - b'0') * 100 + u16::from(b - b'0') * 10 + u16::from(c - b'0')
+        }
+        _ => 0,
+    }
 }
 
 fn add_configured_fields(
@@ -296,48 +301,85 @@ struct Outcome {
 /// Most servers one request tries (the first and `retries` of at most 10).
 const MAX_TRIES: usize = 11;
 
+/// Tries kept inline: a request retried more often allocates for the rest.
+const INLINE_TRIES: usize = 2;
+
 /// The servers a request was sent to, in order, for the access log and to send retries
-/// elsewhere; kept inline, so a request allocates nothing for it.
+/// elsewhere; the usual one or two kept inline, so a request allocates nothing for them
+/// (and makes and drops two entries, not [`MAX_TRIES`]).
 #[derive(Default)]
 struct Tried {
-    addrs: [Address; MAX_TRIES],
+    addrs: SmallVec<[Address; INLINE_TRIES]>,
     /// Each try's timings, for the access log.
-    times: [UpstreamTimes; MAX_TRIES],
-    len: usize,
+    times: SmallVec<[UpstreamTimes; INLINE_TRIES]>,
     /// The failure of the last server tried, answered if no server is left to try.
     last_error: Option<crate::error::Error>,
 }
 
 impl Tried {
     fn push(&mut self, addr: &Address) {
-        if self.len < MAX_TRIES {
-            self.addrs[self.len] = addr.clone();
-            self.len += 1;
+        if self.len() < MAX_TRIES {
+            self.addrs.push(addr.clone());
+            self.times.push(UpstreamTimes::default());
         }
     }
 
     fn len(&self) -> usize {
-        self.len
+        self.addrs.len()
     }
 
     /// Adds the tries of a second request made for this one (an error page's), for the log.
     fn append(&mut self, other: &Tried) {
         for (addr, times) in other.as_slice().iter().zip(other.times()) {
-            if self.len < MAX_TRIES {
-                self.addrs[self.len] = addr.clone();
-                self.times[self.len] = *times;
-                self.len += 1;
+            if self.len() < MAX_TRIES {
+                self.addrs.push(addr.clone());
+                self.times.push(*times);
             }
         }
     }
 
     /// The addresses tried, in order.
     fn as_slice(&self) -> &[Address] {
-        &self.addrs[..self.len]
+        &self.addrs
     }
 
     /// The timings of each try, in order.
     fn times(&self) -> &[UpstreamTimes] {
-        &self.times[..self.len]
+        &self.times
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_is_read_from_a_head_at_its_start() {
+        let head = b"xxHTTP/1.1 404 Not Found\r\n\r\n";
+        assert_eq!(status_of(head, 2), 404);
+        assert_eq!(status_of(b"HTTP/1.1 200 OK\r\n\r\n", 0), 200);
+        assert_eq!(status_of(b"HTTP/1.1 2x0 OK\r\n\r\n", 0), 0);
+        assert_eq!(status_of(b"HTTP/1.1 20", 0), 0);
+    }
+
+    #[test]
+    fn tries_beyond_the_inline_ones_are_kept_up_to_the_most() {
+        let mut tried = Tried::default();
+        let addr = |port| Address::Tcp(SocketAddr::from(([127, 0, 0, 1], port)));
+        for port in 1..=(MAX_TRIES as u16 + 3) {
+            tried.push(&addr(port));
+        }
+        assert_eq!(tried.len(), MAX_TRIES);
+        assert_eq!(tried.times().len(), MAX_TRIES);
+        assert_eq!(
+            tried.as_slice()[INLINE_TRIES],
+            addr(INLINE_TRIES as u16 + 1)
+        );
+        let mut other = Tried::default();
+        other.push(&addr(100));
+        let mut first = Tried::default();
+        first.push(&addr(1));
+        first.append(&other);
+        assert_eq!(first.as_slice(), &[addr(1), addr(100)]);
     }
 }

@@ -158,6 +158,14 @@ pub(super) type Peer<'a> = (
     Option<&'a crate::tls::client_auth::ClientCert>,
 );
 
+/// The upstream head's buffer goes back for the next head (see
+/// [`crate::buffers::head_text`]).
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        crate::buffers::recycle_head_text(std::mem::take(&mut self.upstream_head));
+    }
+}
+
 impl Prepared {
     pub(super) fn new(
         head: &RequestHead<'_, '_>,
@@ -375,7 +383,7 @@ fn upstream_request(
     if protocol.is_some_and(|p| p != Protocol::FastCgi) && upstream_request.is_none() {
         // Room for the proxy's X-Forwarded fields too (the host is one of their values).
         let host = head.host.map_or(0, <[u8]>::len);
-        upstream_head.reserve(head.text_size() + 128 + host);
+        upstream_head = crate::buffers::head_text(head.text_size() + 128 + host);
         head.write_upstream_head(&mut upstream_head, fwd);
         crate::http1::request::set_fields(&mut upstream_head, request_fields);
     }

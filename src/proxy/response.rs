@@ -137,7 +137,7 @@ fn parse_head(
     }
     let relay = head.relay(p.minor_version);
     let keep_alive = p.keep_alive && !head.ends_by_close(relay) && !shutting_down;
-    let mut text = Vec::with_capacity(written_size(&head) + 64);
+    let mut text = crate::buffers::head_text(written_size(&head) + 64);
     let framing = head.write_client_head(&mut text, relay, keep_alive, p.minor_version);
     // An error page goes out with the code it replaces (unless its entry says otherwise).
     let status = p.status_override.unwrap_or(head.status);

@@ -393,7 +393,9 @@ impl Router {
 
     /// The site a Host value names: exact, longest wildcard, else the default.
     pub fn site_for(&self, host: Option<&[u8]>) -> Option<usize> {
-        let Some(host) = host else {
+        let named = !self.exact.is_empty() || !self.wildcard.is_empty();
+        let Some(host) = host.filter(|_| named || !self.regex_hosts.is_empty()) else {
+            // No request's host can choose a site but the default.
             return self.default;
         };
         let mut name = [0u8; 256];

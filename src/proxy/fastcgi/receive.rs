@@ -329,10 +329,10 @@ impl CgiResponse {
             }
             Stage::Head => return Ok(()),
             Stage::Parsed { head_len, status } => {
-                let head = self.start(cx, head_len, status)?;
+                let mut head = self.start(cx, head_len, status)?;
                 let taken = client.stream.send_head(&head);
                 if !taken.map_err(|_| Error::client_write())? {
-                    out = head.text;
+                    out = std::mem::take(&mut head.text);
                 }
                 head_len
             }
