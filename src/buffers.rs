@@ -88,7 +88,8 @@ impl BufferPool {
     }
 
     /// Frees pooled buffers beyond the most lent out at once since the last trim (at least
-    /// [`MAX_POOLED`] stay), and starts that count again from what is lent out now. When
+    /// [`MAX_POOLED`] stay), and starts that count again from what is lent out now; frees the
+    /// head texts this thread kept and did not use since the last trim. When
     /// no buffer is lent and more than [`RELEASE_AFTER`] bytes of surplus were freed since
     /// malloc last gave pages back, asks it to give its free pages back to the kernel (the
     /// worker calls this once a second, so at most once a second): the buffers freed between
@@ -96,6 +97,7 @@ impl BufferPool {
     /// would otherwise stay resident as holes in the heap after a burst. Returns whether it
     /// asked.
     pub fn trim(&self) -> bool {
+        self.freed.set(self.freed.get() + trim_head_texts());
         let keep = MAX_POOLED.max(self.peak.get());
         self.peak.set(self.lent.get());
         for class in [&self.small, &self.large] {
@@ -175,48 +177,81 @@ pub fn shared_copy(data: &[u8]) -> Bytes {
     room.freeze()
 }
 
-/// The room a head's text gets when none is kept for reuse: about every head fits in it, so
-/// one taken again is rarely grown.
-const HEAD_TEXT: usize = 1024;
-
-/// Head texts kept for reuse per thread at most, and the largest kept.
+/// Head texts kept for reuse per thread, at most.
 const MOST_HEAD_TEXTS: usize = 256;
+
+/// The largest head text kept for reuse.
 const MOST_HEAD_TEXT: usize = 4 * 1024;
 
+/// The least room a head's text is given, and the slack a reused one may have over what its
+/// head needs: a kept text serves a head of `want` bytes when it has room for it and no more
+/// than twice that plus this, so a request in flight holds about what its heads take.
+const HEAD_TEXT_SLACK: usize = 256;
+
+/// The texts of heads this thread has finished with, for its next heads.
+struct HeadTexts {
+    kept: Vec<Vec<u8>>,
+    /// The fewest kept since the last trim: that many went unused all along.
+    fewest: usize,
+    /// Whether this thread writes heads (only such a thread keeps texts: one that merely
+    /// drops a head, a blocking task's, would keep them for nothing).
+    writes: bool,
+}
+
 thread_local! {
-    /// Texts of heads this thread has finished with, for the next heads.
-    static HEAD_TEXTS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static HEAD_TEXTS: RefCell<HeadTexts> = const {
+        RefCell::new(HeadTexts { kept: Vec::new(), fewest: 0, writes: false })
+    };
 }
 
 /// An empty buffer with room for `want` bytes of a head's text (the head a proxied request
-/// sends upstream, the head its client receives), one this thread finished with when there
-/// is one. Two heads per request otherwise cost two mallocs and frees, and glibc's per-thread
-/// cache holds 7 chunks of a size: with many requests finishing in one turn of the loop, most
-/// went through malloc's slow path (about 350 instructions a head in all).
+/// sends upstream, the head its client receives): the one this thread finished with last,
+/// when it is about that size. Two heads per request otherwise cost two mallocs and frees,
+/// and glibc's per-thread cache holds 7 chunks of a size: with many requests finishing in one
+/// turn of the loop, most went through malloc's slow path (about 350 instructions a head).
 pub fn head_text(want: usize) -> Vec<u8> {
-    let kept = HEAD_TEXTS.try_with(|t| t.borrow_mut().pop()).ok().flatten();
-    match kept {
-        Some(mut text) => {
-            text.reserve(want);
-            text
-        }
-        None => Vec::with_capacity(want.max(HEAD_TEXT)),
+    let want = want.max(HEAD_TEXT_SLACK);
+    let kept = HEAD_TEXTS.try_with(|t| {
+        let mut t = t.borrow_mut();
+        t.writes = true;
+        let text = t.kept.pop();
+        t.fewest = t.fewest.min(t.kept.len());
+        text
+    });
+    match kept.ok().flatten() {
+        Some(text) if (want..=2 * want + HEAD_TEXT_SLACK).contains(&text.capacity()) => text,
+        // A kept text of another size is freed: the list follows the sizes in use.
+        _ => Vec::with_capacity(want + want / 2),
     }
 }
 
-/// Keeps the buffer of a finished head for [`head_text`] (up to [`MOST_HEAD_TEXTS`] of
-/// them; one smaller than [`HEAD_TEXT`] or larger than [`MOST_HEAD_TEXT`] is freed).
+/// Keeps the buffer of a finished head for [`head_text`], on a thread that writes heads (up
+/// to [`MOST_HEAD_TEXTS`]; a larger one than [`MOST_HEAD_TEXT`] is freed).
 pub fn recycle_head_text(mut text: Vec<u8>) {
-    if !(HEAD_TEXT..=MOST_HEAD_TEXT).contains(&text.capacity()) {
+    if !(HEAD_TEXT_SLACK..=MOST_HEAD_TEXT).contains(&text.capacity()) {
         return;
     }
     text.clear();
     let _ = HEAD_TEXTS.try_with(|t| {
-        let mut kept = t.borrow_mut();
-        if kept.len() < MOST_HEAD_TEXTS {
-            kept.push(text);
+        let mut t = t.borrow_mut();
+        if t.writes && t.kept.len() < MOST_HEAD_TEXTS {
+            t.kept.push(text);
         }
     });
+}
+
+/// Frees the kept head texts that went unused since the last trim (the oldest, at the bottom
+/// of the list); returns their bytes.
+fn trim_head_texts() -> usize {
+    HEAD_TEXTS
+        .try_with(|t| {
+            let mut t = t.borrow_mut();
+            let unused = t.fewest.min(t.kept.len());
+            let freed = t.kept.drain(..unused).map(|b| b.capacity()).sum();
+            t.fewest = t.kept.len();
+            freed
+        })
+        .unwrap_or(0)
 }
 
 /// Gives the free pages of malloc's heaps back to the kernel (glibc's `malloc_trim`, which
@@ -239,14 +274,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn head_texts_are_reused_up_to_a_bound_and_only_of_their_size() {
-        let first = head_text(100);
-        assert!(first.capacity() >= HEAD_TEXT);
+    fn head_texts_are_reused_when_about_the_size_and_trimmed_when_unused() {
+        let count = || HEAD_TEXTS.with_borrow(|t| t.kept.len());
+        let first = head_text(300);
+        assert!(first.capacity() >= 300);
         let at = first.as_ptr();
         let mut written = first;
         written.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
         recycle_head_text(written);
-        let again = head_text(100);
+        let again = head_text(320);
         assert_eq!(
             again.as_ptr(),
             at,
@@ -254,20 +290,38 @@ mod tests {
         );
         assert!(again.is_empty());
         recycle_head_text(again);
-        let count = || HEAD_TEXTS.with_borrow(Vec::len);
-        let before = count();
+        // A head four times larger does not take it (nor does a far smaller one keep a
+        // large one): the small one is freed and a new one made.
+        let large = head_text(1500);
+        assert!(large.capacity() >= 1500);
+        assert_ne!(large.as_ptr(), at);
+        assert_eq!(count(), 0);
+        recycle_head_text(large);
+        assert!(
+            head_text(100).capacity() < 1500,
+            "a small head took a large buffer"
+        );
         recycle_head_text(Vec::with_capacity(16));
         recycle_head_text(Vec::with_capacity(MOST_HEAD_TEXT + 1));
-        assert_eq!(count(), before, "a buffer of another size was kept");
+        assert_eq!(count(), 0, "a buffer of another size was kept");
         for _ in 0..MOST_HEAD_TEXTS + 10 {
-            recycle_head_text(Vec::with_capacity(HEAD_TEXT));
+            recycle_head_text(Vec::with_capacity(HEAD_TEXT_SLACK));
         }
         assert_eq!(count(), MOST_HEAD_TEXTS);
-        let long = head_text(3 * HEAD_TEXT);
-        assert!(
-            long.capacity() >= 3 * HEAD_TEXT,
-            "a reused buffer was not grown"
-        );
+        // The first trim sees them all taken out since the last (none had been kept);
+        // unused until the second, they are freed, except what was taken in between.
+        trim_head_texts();
+        assert_eq!(count(), MOST_HEAD_TEXTS);
+        let _taken: Vec<_> = (0..10).map(|_| head_text(100)).collect();
+        assert_eq!(trim_head_texts(), (MOST_HEAD_TEXTS - 10) * HEAD_TEXT_SLACK);
+        assert_eq!(count(), 0);
+        // A thread that never writes a head keeps none.
+        std::thread::spawn(|| {
+            recycle_head_text(Vec::with_capacity(HEAD_TEXT_SLACK));
+            assert_eq!(HEAD_TEXTS.with_borrow(|t| t.kept.len()), 0);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

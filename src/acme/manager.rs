@@ -21,6 +21,13 @@ use super::{AcmeSettings, Challenge, Status};
 
 /// Waits after the 1st, 2nd, 3rd and later failures in a row, in seconds.
 const BACKOFF: [i64; 4] = [60, 600, 6000, 21_600];
+/// The wait, in seconds, after one of the first [`BAD_NONCE_FAILURES`] failures in a row
+/// that the CA's refusal of a nonce ended. The ACME client retries a refused request with
+/// the fresh nonce the refusal carries (RFC 8555 section 6.5) twice; a CA that refuses three
+/// in a row (Pebble refuses 5% of good nonces on purpose) says nothing about the next
+/// attempt, which is not put off by the backoff for it.
+const BAD_NONCE_WAIT: i64 = 2;
+const BAD_NONCE_FAILURES: u32 = 3;
 /// How long an order may take from the challenges being ready to the certificate.
 const ORDER_TIMEOUT: Duration = Duration::from_secs(90);
 /// The longest one attempt (or one ARI question) may take before it counts as failed.
@@ -221,6 +228,12 @@ impl Managed {
         self.status.failing += 1;
         let wait = BACKOFF[(self.status.failing as usize - 1).min(BACKOFF.len() - 1)];
         let wait = wait + fastrand::i64(0..=wait / 10);
+        let refused_nonce = reason.contains("urn:ietf:params:acme:error:badNonce");
+        let wait = if refused_nonce && self.status.failing <= BAD_NONCE_FAILURES {
+            BAD_NONCE_WAIT
+        } else {
+            wait
+        };
         self.status.retry_at = now() + wait;
         tracing::error!(
             "ACME: no certificate for {} ({} failure(s) in a row): {reason}; next attempt in {wait} s",
@@ -344,9 +357,6 @@ fn carry_over(mut old: Vec<Managed>, mut new: Vec<Managed>) -> Vec<Managed> {
     new
 }
 
-/// Orders placed again at once after a refused nonce, at most.
-const BAD_NONCE_ORDERS: usize = 3;
-
 /// One attempt at a certificate, under its lock: one stored meanwhile (by another instance)
 /// is taken as it is, else one is ordered.
 async fn attempt(
@@ -379,19 +389,7 @@ async fn attempt(
         Ok(_) => {}
         Err(e) => return m.failed(e),
     }
-    let mut result = order(settings, state, account, m).await;
-    // The ACME client retries a refused nonce twice with the fresh one the CA sent; a CA that
-    // refuses three in a row (Pebble refuses 5% of good nonces at random) is asked again at
-    // once, as RFC 8555 section 6.5 has clients do, rather than after the backoff.
-    for _ in 0..BAD_NONCE_ORDERS {
-        match &result {
-            Err(e) if e.contains("urn:ietf:params:acme:error:badNonce") => {
-                tracing::warn!("ACME: {e}; ordering {} again", m.names.join(", "));
-                result = order(settings, state, account, m).await;
-            }
-            _ => break,
-        }
-    }
+    let result = order(settings, state, account, m).await;
     drop(lock);
     match result {
         Ok(s) => {
@@ -730,5 +728,24 @@ mod tests {
         m.serve(s);
         let third = 30 * 86_400;
         assert!(m.renew_at <= now() + 2 * third && m.renew_at >= now() + 2 * third - third / 10);
+    }
+
+    #[test]
+    fn a_refused_nonce_is_tried_again_soon_three_times_then_backs_off() {
+        let names = vec!["c.test".to_string()];
+        let mut m = Managed::new(names, None, false).unwrap();
+        let refused = "https://ca/dir: API error: JWS has an invalid anti-replay nonce: x \
+                       (urn:ietf:params:acme:error:badNonce)";
+        for _ in 0..BAD_NONCE_FAILURES {
+            m.failed(refused.into());
+            let wait = m.status.retry_at - now();
+            assert!((0..=BAD_NONCE_WAIT).contains(&wait), "{wait}");
+        }
+        m.failed(refused.into());
+        assert!(
+            m.status.retry_at - now() >= BACKOFF[3],
+            "a CA refusing every nonce was hammered"
+        );
+        assert_eq!(m.status.failing, BAD_NONCE_FAILURES + 1);
     }
 }

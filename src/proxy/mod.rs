@@ -248,9 +248,6 @@ impl Ctx<'_> {
     }
 }
 
-/// Adds the fields configured for a response to the head at `start` in `out`: those of
-/// `policy` (the route's or site's `add_headers`, and `add_headers_on_success` when its status
-/// is one nginx's `add_header` applies to) and, over TLS, `Strict-Transport-Security`.
 /// The status of the response head at `start` of `out` (0 when it cannot be read).
 fn status_of(out: &[u8], start: usize) -> u16 {
     match out.get(start + 9..start + 12) {
@@ -261,6 +258,9 @@ fn status_of(out: &[u8], start: usize) -> u16 {
     }
 }
 
+/// Adds the fields configured for a response to the head at `start` in `out`: those of
+/// `policy` (the route's or site's `add_headers`, and `add_headers_on_success` when its status
+/// is one nginx's `add_header` applies to) and, over TLS, `Strict-Transport-Security`.
 fn add_configured_fields(
     config: &crate::config::Config,
     policy: Option<u16>,
@@ -306,7 +306,7 @@ const INLINE_TRIES: usize = 2;
 
 /// The servers a request was sent to, in order, for the access log and to send retries
 /// elsewhere; the usual one or two kept inline, so a request allocates nothing for them
-/// (and makes and drops two entries, not [`MAX_TRIES`]).
+/// (and makes and drops only the entries it uses, not [`MAX_TRIES`]).
 #[derive(Default)]
 struct Tried {
     addrs: SmallVec<[Address; INLINE_TRIES]>,
