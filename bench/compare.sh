@@ -16,7 +16,9 @@
 #   haproxy         mode http, one thread, keep-alive and connection reuse (its defaults)
 #   slipstream-base with BASELINE=/path/to/slipstream: another build of slipstream (before a
 #                   change), measured in the same rounds as the current one (BASE_IO=uring: on
-#                   its io_uring path)
+#                   its io_uring path). Both builds are started afresh each round and trade
+#                   ports and launch order every second round (see start_pair); BASELINE set to
+#                   the current build itself measures that noise (an A/A run)
 #   floor-epoll, floor-uring  the blind TCP relays of ../shared/floor (no HTTP): the floor any
 #                   proxy's CPU per request is judged against (when that folder is there)
 #   floor-hybrid    bench/hybrid_relay: the same blind relay on tokio's current-thread runtime
@@ -33,7 +35,8 @@
 # WRK_THREADS=N (default 1) sets wrk's threads: issue 36's goals are at WRK_THREADS=2 with 100
 # connections, the earlier tables at 1 and 50.
 # SIZES="91k" or PROXIES="slipstream nginx-tuned" in the environment narrow the run; ROUNDS=N
-# (default 2) repeats each cell N times, alternating the order of the proxies, and prints means.
+# (default 2) repeats each cell N times, alternating the order of the proxies, and prints means;
+# every run's row stays in $BENCH_DIR/rounds (size, round, then the row).
 # CLOSE=1 sends `Connection: close` with every request: a new client connection per request,
 # which measures the accept path (listener, accept, first read, close) instead of keep-alive.
 # Installs nginx, haproxy, wrk and perf with apt-get when missing (needs root).
@@ -53,7 +56,7 @@ FLOOR_SRC=${FLOOR_SRC:-$ROOT/../shared/floor}
 bench_install
 (cd "$ROOT" && cargo build --release -q)
 
-rm -rf "$WORK" && mkdir -p "$WORK/www" "$WORK/logs"
+rm -rf "$WORK" && mkdir -p "$WORK/www" "$WORK/logs" && : > "$WORK/rounds"
 : > "$WORK/www/0b"
 head -c 1024 /dev/zero | tr '\0' 'a' > "$WORK/www/1k"
 { head -c 93184 /dev/urandom | base64 -w 100 || true; } | head -c 93184 > "$WORK/www/91k"
@@ -111,10 +114,30 @@ if [ "${DASHBOARD:-0}" = 1 ]; then
         "http://127.0.0.1:$SLIP_DASH_ADMIN/" >/dev/null 2>&1 & PIDS+=($!)
 fi
 SLIP_BASE_PID=none
-if [ -n "${BASELINE:-}" ]; then
-    "$BASELINE" proxy --listen 127.0.0.1:$SLIP_BASE --upstream 127.0.0.1:$ORIGIN --workers 1 --io "${BASE_IO:-epoll}" 2>"$WORK/logs/slipstream-base.log" & PIDS+=($!)
-    SLIP_BASE_PID=$!
-fi
+# With a baseline, the two builds are started again before every round, and every second round
+# they trade ports and launch order: where a long-lived process lands (its port, its place in
+# memory, what ran before it) moved CPU per request by 5-12% between two copies of one binary,
+# more than most changes measured this way. Trading slots each round averages that out.
+SLOT_CUR=$SLIP SLOT_BASE=$SLIP_BASE
+start_pair() { # round
+    local p
+    for p in "$SLIP_PID" "$SLIP_BASE_PID"; do
+        if [ "$p" != none ]; then kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; fi
+    done
+    if [ $(($1 % 2)) -eq 1 ]; then SLOT_CUR=$SLIP SLOT_BASE=$SLIP_BASE; else SLOT_CUR=$SLIP_BASE SLOT_BASE=$SLIP; fi
+    start_current() {
+        "$ROOT/target/release/slipstream" proxy --listen 127.0.0.1:$SLOT_CUR --upstream 127.0.0.1:$ORIGIN --workers 1 2>>"$WORK/logs/slipstream.log" & PIDS+=($!)
+        SLIP_PID=$!
+    }
+    start_base() {
+        "$BASELINE" proxy --listen 127.0.0.1:$SLOT_BASE --upstream 127.0.0.1:$ORIGIN --workers 1 --io "${BASE_IO:-epoll}" 2>>"$WORK/logs/slipstream-base.log" & PIDS+=($!)
+        SLIP_BASE_PID=$!
+    }
+    if [ $(($1 % 2)) -eq 1 ]; then start_current; start_base; else start_base; start_current; fi
+    for p in $SLOT_CUR $SLOT_BASE; do
+        for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$p/" && break; sleep 0.1; done
+    done
+}
 FLOORS=""
 if [ -x "$FLOOR_SRC/build.sh" ] && "$FLOOR_SRC/build.sh" "$WORK/floor" >/dev/null 2>&1; then
     "$WORK/floor/relay_epoll" $FLOOR_EPOLL $ORIGIN & PIDS+=($!)
@@ -130,11 +153,11 @@ sleep 1
 # The processes doing the proxying for a port (nginx: master and worker; the master is idle).
 proxy_pids() {
     case $1 in
-        $SLIP) echo "$SLIP_PID" ;;
+        $SLOT_CUR) echo "$SLIP_PID" ;;
+        $SLOT_BASE) echo "$SLIP_BASE_PID" ;;
         $SLIP_LOG) echo "$SLIP_LOG_PID" ;;
         $SLIP_EPOLL) echo "$SLIP_EPOLL_PID" ;;
         $SLIP_DASH) echo "$SLIP_DASH_PID" ;;
-        $SLIP_BASE) echo "$SLIP_BASE_PID" ;;
         *) listener_pids "$1" ;;
     esac
 }
@@ -194,10 +217,13 @@ for size in ${SIZES:-0b 1k 91k}; do
         if [ $((round % 2)) -eq 0 ]; then
             order=("${TARGETS[0]}"); for ((i = ${#TARGETS[@]} - 1; i > 0; i--)); do order+=("${TARGETS[$i]}"); done
         fi
+        if [ -n "${BASELINE:-}" ]; then start_pair "$round"; fi
         for target in "${order[@]}"; do
             name=${target%%:*} port=${target##*:}
             selected "$name" || continue
+            case $name in slipstream) port=$SLOT_CUR ;; slipstream-base) port=$SLOT_BASE ;; esac
             echo "$name $(run "$port" "$size")" >> "$WORK/results"
+            echo "$size $round $(tail -1 "$WORK/results")" >> "$WORK/rounds"
         done
     done
     direct=$(awk '$1=="direct" {s+=$2; n++} END {print s/n}' "$WORK/results")

@@ -46,10 +46,19 @@ pub struct CgiHead<'h, 'b> {
     pub head_len: usize,
 }
 
+/// Room for the fields of a CGI head (httparse fills a field list only once it is
+/// initialized, unlike the fields after a request or status line).
+pub type CgiStorage<'b> = [httparse::Header<'b>; MAX_HEADERS];
+
+/// A new [`CgiStorage`].
+pub fn cgi_storage<'b>() -> CgiStorage<'b> {
+    [httparse::EMPTY_HEADER; MAX_HEADERS]
+}
+
 /// Parses the CGI head at the start of `buf`; `Ok(None)` means more bytes are needed.
 pub fn parse_cgi_head<'h, 'b>(
     buf: &'b [u8],
-    storage: &'h mut [httparse::Header<'b>; MAX_HEADERS],
+    storage: &'h mut CgiStorage<'b>,
     max_head: usize,
 ) -> Result<Option<CgiHead<'h, 'b>>, CgiError> {
     let (head_len, parsed) = match httparse::parse_headers(buf, storage) {
@@ -107,14 +116,14 @@ fn parse_status(value: &[u8]) -> Result<(u16, Option<&str>), CgiError> {
 
 #[cfg(test)]
 mod tests {
+    use super::cgi_storage;
     use super::*;
-    use crate::http1::request::header_storage;
 
     /// Status, reason, length, field names and head length of a parsed head.
     type Parsed = (u16, Option<String>, Option<u64>, Vec<String>, usize);
 
     fn parse(buf: &[u8]) -> Result<Option<Parsed>, CgiError> {
-        let mut storage = header_storage();
+        let mut storage = cgi_storage();
         parse_cgi_head(buf, &mut storage, 4096).map(|h| {
             h.map(|h| {
                 let names = h.headers.iter().map(|x| x.name.to_string()).collect();

@@ -80,13 +80,13 @@ pub fn write_head(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fastcgi::cgi::cgi_storage;
     use crate::fastcgi::cgi::parse_cgi_head;
-    use crate::http1::request::header_storage;
 
     const DATE: &[u8] = b"Sun, 06 Nov 1994 08:49:37 GMT";
 
     fn head(cgi: &[u8], framing: Framing, keep_alive: bool, minor: u8) -> String {
-        let mut storage = header_storage();
+        let mut storage = cgi_storage();
         let parsed = parse_cgi_head(cgi, &mut storage, 8192).unwrap().unwrap();
         let mut out = Vec::new();
         write_head(&mut out, &parsed, framing, keep_alive, minor, DATE);

@@ -515,7 +515,7 @@ pub fn fastcgi_records(data: &[u8]) {
 /// A CGI response head from a script: never panics; an accepted head has a status from 100 to
 /// 599 and lies within the bytes.
 pub fn cgi_head(data: &[u8]) {
-    let mut storage = header_storage();
+    let mut storage = crate::fastcgi::cgi::cgi_storage();
     if let Ok(Some(head)) = parse_cgi_head(data, &mut storage, 16 * 1024) {
         assert!((100..=599).contains(&head.status));
         assert!(head.head_len <= data.len());

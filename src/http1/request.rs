@@ -26,12 +26,23 @@ pub enum RequestError {
     ExpectationFailed,
 }
 
-/// Storage for the header fields of one parse; lives on the caller's stack.
-pub type HeaderStorage<'b> = [httparse::Header<'b>; MAX_HEADERS];
+/// Room for the fields of one head, on the caller's stack: a parse of HTTP/1.1 bytes fills
+/// `parsed`, which stays uninitialized until then (writing 4 KiB of empty fields before each
+/// parse cost as much as parsing a small head), and a head built from HTTP/2 values fills
+/// `built`.
+pub struct HeaderStorage<'b> {
+    /// The fields httparse finds, in order.
+    pub(crate) parsed: [std::mem::MaybeUninit<httparse::Header<'b>>; MAX_HEADERS],
+    /// The fields of a head taken from values (at most [`MAX_HEADERS`]).
+    pub(crate) built: Vec<httparse::Header<'b>>,
+}
 
-/// A new, empty [`HeaderStorage`].
+/// A new, empty [`HeaderStorage`]: nothing is written.
 pub fn header_storage<'b>() -> HeaderStorage<'b> {
-    [httparse::EMPTY_HEADER; MAX_HEADERS]
+    HeaderStorage {
+        parsed: [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS],
+        built: Vec::new(),
+    }
 }
 
 /// Parses a request head from the start of `buf`. `Ok(None)` means more bytes are needed;
@@ -41,8 +52,10 @@ pub fn parse_request<'h, 'b>(
     storage: &'h mut HeaderStorage<'b>,
     max_head: usize,
 ) -> Result<Option<RequestHead<'h, 'b>>, RequestError> {
-    let mut req = httparse::Request::new(storage);
-    let status = match req.parse(buf) {
+    let mut req = httparse::Request::new(&mut []);
+    let config = httparse::ParserConfig::default();
+    let status = match config.parse_request_with_uninit_headers(&mut req, buf, &mut storage.parsed)
+    {
         Ok(s) => s,
         Err(httparse::Error::TooManyHeaders) => return Err(RequestError::HeadTooLarge),
         Err(e) => return Err(RequestError::Malformed(httparse_reason(e))),

@@ -2,7 +2,7 @@
 //! client, and writing the head the client receives.
 
 use super::{is_hop_by_hop, list_elements, parse_content_length, put_decimal, put_field};
-use super::{ConnectionTokens, Framing, MAX_HEADERS};
+use super::{ConnectionTokens, Framing};
 use crate::message::ClientHead;
 pub use crate::message::ResponseHead;
 
@@ -40,14 +40,14 @@ pub enum Relay {
 /// Parses a response head at the start of `buf`; `Ok(None)` means more bytes are needed.
 pub fn parse_response<'h, 'b>(
     buf: &'b [u8],
-    storage: &'h mut [httparse::Header<'b>; MAX_HEADERS],
+    storage: &'h mut super::request::HeaderStorage<'b>,
     max_head: usize,
     request_was_head: bool,
 ) -> Result<Option<ResponseHead<'h, 'b>>, ResponseError> {
-    let mut res = httparse::Response::new(storage);
+    let mut res = httparse::Response::new(&mut []);
     let status = httparse::ParserConfig::default()
         .allow_spaces_after_header_name_in_responses(true)
-        .parse_response(&mut res, buf);
+        .parse_response_with_uninit_headers(&mut res, buf, &mut storage.parsed);
     let head_len = match status {
         Ok(httparse::Status::Complete(n)) if n <= max_head => n,
         Ok(httparse::Status::Complete(_)) => return Err(ResponseError::TooLarge),

@@ -190,9 +190,12 @@ impl H2Request {
             Some(_) => return Err(RequestError::Malformed("invalid Host")),
             None => return Err(RequestError::Malformed("missing Host")),
         };
+        let built = &mut storage.built;
+        built.clear();
+        // The client's fields, the host, a cookie joined, a WebSocket's three: one allocation.
+        built.reserve((parts.headers.len() + 5).min(MAX_HEADERS));
         let mut fields = Fields {
-            storage,
-            n: 0,
+            storage: built,
             size: parts.method.as_str().len() + target(parts).len() + 12,
         };
         fields.add("host", host)?;
@@ -231,7 +234,7 @@ impl H2Request {
             BodyKind::None if self.length == Some(0) => Framing::Length(0),
             BodyKind::None | BodyKind::Tunnel => Framing::Empty,
         };
-        let Fields { storage, n, .. } = fields;
+        let Fields { storage, .. } = fields;
         Ok(RequestHead {
             method: match self.body {
                 BodyKind::Tunnel => "GET",
@@ -245,7 +248,7 @@ impl H2Request {
             expect_continue,
             upgrade: self.websocket_key.map(|_| &b"websocket"[..]),
             connection,
-            headers: &storage[..n],
+            headers: storage,
             head_len: 0,
         })
     }
@@ -253,19 +256,17 @@ impl H2Request {
 
 /// The fields of a head being built, and its size as HTTP/1.1 text.
 struct Fields<'h, 'b> {
-    storage: &'h mut HeaderStorage<'b>,
-    n: usize,
+    storage: &'h mut Vec<httparse::Header<'b>>,
     size: usize,
 }
 
 impl<'b> Fields<'_, 'b> {
     fn add(&mut self, name: &'b str, value: &'b [u8]) -> Result<(), RequestError> {
-        if self.n == MAX_HEADERS {
+        if self.storage.len() == MAX_HEADERS {
             return Err(RequestError::HeadTooLarge);
         }
         self.size += name.len() + value.len() + 4;
-        self.storage[self.n] = httparse::Header { name, value };
-        self.n += 1;
+        self.storage.push(httparse::Header { name, value });
         Ok(())
     }
 }

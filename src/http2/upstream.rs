@@ -449,25 +449,28 @@ impl UpstreamResponse {
     /// has length 0.
     pub fn head<'h, 'b>(
         &'b self,
-        storage: &'h mut [Field<'b>; MAX_HEADERS],
+        storage: &'h mut crate::http1::request::HeaderStorage<'b>,
         max_head: usize,
     ) -> Result<ResponseHead<'h, 'b>, ResponseError> {
         let fields = &self.parts.headers;
-        if fields.len() > storage.len() {
+        if fields.len() > MAX_HEADERS {
             return Err(ResponseError::TooLarge);
         }
+        let built = &mut storage.built;
+        built.clear();
+        built.reserve(fields.len());
         let mut length = None;
-        for (slot, (name, value)) in storage.iter_mut().zip(fields) {
+        for (name, value) in fields {
             if name == http::header::CONTENT_LENGTH {
                 length = Some(
                     parse_content_length(value.as_bytes(), length)
                         .ok_or(ResponseError::Malformed("invalid Content-Length"))?,
                 );
             }
-            *slot = Field {
+            built.push(Field {
                 name: name.as_str(),
                 value: value.as_bytes(),
-            };
+            });
         }
         let status = self.parts.status;
         let code = status.as_u16();
@@ -481,7 +484,7 @@ impl UpstreamResponse {
             None if self.ended => Framing::Length(0),
             None => Framing::Chunked,
         };
-        let storage: &'h [Field<'b>] = storage;
+        let headers: &'h [Field<'b>] = built;
         let head = ResponseHead {
             status: code,
             reason: status.canonical_reason().unwrap_or(""),
@@ -489,7 +492,7 @@ impl UpstreamResponse {
             declared_length: length,
             reusable: true,
             connection: ConnectionTokens::default(),
-            headers: &storage[..fields.len()],
+            headers,
             head_len: 0,
         };
         if head.fields_size() > max_head {
@@ -626,7 +629,7 @@ mod tests {
             false,
             false,
         );
-        let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut storage = header_storage();
         let head = r.head(&mut storage, 8192).unwrap();
         assert_eq!((head.status, head.reason), (200, "OK"));
         // No length: the body reads come chunked.
@@ -643,7 +646,7 @@ mod tests {
 
     #[test]
     fn a_response_head_frames_its_body_as_http1_would() {
-        let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut storage = header_storage();
         let sized = response(
             Response::builder().header("content-length", "12"),
             false,

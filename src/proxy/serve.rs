@@ -263,7 +263,7 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
     counters.gauge_add(Gauge::Reading, 1);
     let read = request::read_head(worker, config, client, &mut buf).await;
     counters.gauge_add(Gauge::Reading, -1);
-    let request = match read {
+    let mut request = match read {
         Ok(Some(r)) => r,
         Ok(None) => {
             // Closed (or idle) before a whole head arrived: nothing to answer.
@@ -280,7 +280,6 @@ async fn handle_request(worker: &Worker, snapshot: &Snapshot, client: &mut Clien
     counters.add(Counter::ClientBytesIn, request.head_len as u64);
     counters.gauge_add(Gauge::Writing, 1);
     let started = Instant::now();
-    let mut request = request;
     if let Some(wait) = request.delay.filter(|_| request.refused.is_none()) {
         // Over the rate within the burst: served when it fits (nginx's limit_req delay).
         counters.inc(Counter::LimitDelays);

@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use slipstream::fastcgi::cgi::cgi_storage;
 use slipstream::fastcgi::cgi::parse_cgi_head;
 use slipstream::fastcgi::record::{
     parse_record, put_begin_request, put_params, put_record, Record, RecordType,
 };
-use slipstream::http1::request::header_storage;
 
 use crate::support::{eventually, free_port, temp_path};
 
@@ -173,7 +173,7 @@ fn request(
         }
     }
     assert!(buf.is_empty());
-    let mut storage = header_storage();
+    let mut storage = cgi_storage();
     let head = parse_cgi_head(&stdout, &mut storage, 16 * 1024)
         .unwrap()
         .expect("a whole CGI head");

@@ -13,11 +13,10 @@ use crate::compress::encoder::{compress_whole, Encoder};
 use crate::compress::head::{rewrite, CompressedBody};
 use crate::config::UpstreamGroup;
 use crate::error::{Error, Kind};
-use crate::fastcgi::cgi::parse_cgi_head;
+use crate::fastcgi::cgi::{cgi_storage, parse_cgi_head};
 use crate::fastcgi::record::{parse_record, Record};
 use crate::fastcgi::response::{bodiless, write_head};
 use crate::files::respond::http_date_now;
-use crate::http1::request::header_storage;
 use crate::http1::{chunk_size_line, LAST_CHUNK};
 use crate::message::{ClientHead, Framing};
 use crate::net::io::{read_some, write_all};
@@ -221,7 +220,7 @@ async fn store(
         // Its error page answers instead: the usual path replaces it.
         return None;
     }
-    let mut storage = header_storage();
+    let mut storage = cgi_storage();
     let head = parse_cgi_head(&relay.cgi[..head_len], &mut storage, head_len).ok()??;
     let body = &relay.cgi[head_len..];
     let framing = if bodiless(status, false) {
@@ -293,7 +292,7 @@ impl CgiResponse {
             }
             Stage::Head => self.cgi.extend_from_slice(data),
         }
-        let mut storage = header_storage();
+        let mut storage = cgi_storage();
         let parsed = parse_cgi_head(&self.cgi, &mut storage, MAX_CGI_HEAD).map_err(|e| {
             tracing::warn!("{e}");
             Error::new(Kind::BadResponse("invalid CGI response head"))
@@ -440,7 +439,7 @@ impl CgiResponse {
     /// with it, else the script's length, else chunked or until close.
     fn start(&mut self, cx: &Ctx<'_>, head_len: usize, status: u16) -> Result<ClientHead, Error> {
         let p = cx.request;
-        let mut storage = header_storage();
+        let mut storage = cgi_storage();
         let Ok(Some(head)) = parse_cgi_head(&self.cgi[..head_len], &mut storage, head_len) else {
             return Err(Error::new(Kind::BadResponse("invalid CGI response head")));
         };
