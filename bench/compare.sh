@@ -17,8 +17,10 @@
 #   slipstream-base with BASELINE=/path/to/slipstream: another build of slipstream (before a
 #                   change), measured in the same rounds as the current one (BASE_IO=uring: on
 #                   its io_uring path). Both builds are started afresh each round and trade
-#                   ports and launch order every second round (see start_pair); BASELINE set to
-#                   the current build itself measures that noise (an A/A run)
+#                   ports and launch order every second round (see start_pair; ROUNDS even gives
+#                   each build as many rounds in each slot); BASELINE set to the current build
+#                   itself, with BASE_IO=uring, measures that noise (an A/A run). The other
+#                   rows stay long-lived processes, in fixed slots
 #   floor-epoll, floor-uring  the blind TCP relays of ../shared/floor (no HTTP): the floor any
 #                   proxy's CPU per request is judged against (when that folder is there)
 #   floor-hybrid    bench/hybrid_relay: the same blind relay on tokio's current-thread runtime
@@ -120,7 +122,12 @@ SLIP_BASE_PID=none
 # more than most changes measured this way. Trading slots each round averages that out.
 SLOT_CUR=$SLIP SLOT_BASE=$SLIP_BASE
 start_pair() { # round
-    local p
+    local p ready keep=()
+    # The pair's old processes leave PIDS as they are stopped (cleanup kills what is in it).
+    for p in "${PIDS[@]}"; do
+        if [ "$p" != "$SLIP_PID" ] && [ "$p" != "$SLIP_BASE_PID" ]; then keep+=("$p"); fi
+    done
+    PIDS=("${keep[@]}")
     for p in "$SLIP_PID" "$SLIP_BASE_PID"; do
         if [ "$p" != none ]; then kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; fi
     done
@@ -135,7 +142,12 @@ start_pair() { # round
     }
     if [ $(($1 % 2)) -eq 1 ]; then start_current; start_base; else start_base; start_current; fi
     for p in $SLOT_CUR $SLOT_BASE; do
-        for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$p/" && break; sleep 0.1; done
+        ready=0
+        for _ in $(seq 1 50); do
+            if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$p/"; then ready=1; break; fi
+            sleep 0.1
+        done
+        if [ $ready = 0 ]; then echo "no answer on port $p after a restart: see $WORK/logs" >&2; exit 1; fi
     done
 }
 FLOORS=""

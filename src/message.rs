@@ -304,6 +304,15 @@ pub struct ConnectionTokens {
 impl ConnectionTokens {
     /// Adds the tokens of one Connection field value.
     pub fn add(&mut self, value: &[u8]) {
+        // The usual values are one token alone: no list to split.
+        if is_named(value, b"keep-alive") {
+            self.keep_alive = true;
+            return;
+        }
+        if is_named(value, b"close") {
+            self.close = true;
+            return;
+        }
         for token in list_elements(value) {
             if is_named(token, b"close") {
                 self.close = true;
@@ -354,6 +363,44 @@ mod tests {
         for name in end_to_end {
             assert!(!is_hop_by_hop(name), "{name}");
         }
+    }
+
+    #[test]
+    fn connection_tokens_alone_or_listed_are_read_alike() {
+        let read = |values: &[&[u8]]| {
+            let mut tokens = ConnectionTokens::default();
+            for v in values {
+                tokens.add(v);
+            }
+            (
+                tokens.close,
+                tokens.keep_alive,
+                tokens.upgrade,
+                tokens.others,
+            )
+        };
+        let none = Vec::<String>::new();
+        assert_eq!(read(&[b"keep-alive"]), (false, true, false, none.clone()));
+        assert_eq!(read(&[b"Keep-Alive"]), (false, true, false, none.clone()));
+        assert_eq!(read(&[b"CLOSE"]), (true, false, false, none.clone()));
+        assert_eq!(
+            read(&[b"close", b"keep-alive"]),
+            (true, true, false, none.clone())
+        );
+        assert_eq!(
+            read(&[b"keep-alive, Upgrade"]),
+            (false, true, true, none.clone())
+        );
+        assert_eq!(read(&[b" close ,"]), (true, false, false, none.clone()));
+        assert_eq!(
+            read(&[b"keep-alives"]),
+            (false, false, false, vec!["keep-alives".into()])
+        );
+        assert_eq!(
+            read(&[b"closed, X-A"]),
+            (false, false, false, vec!["closed".into(), "x-a".into()])
+        );
+        assert_eq!(read(&[b""]), (false, false, false, none));
     }
 
     #[test]

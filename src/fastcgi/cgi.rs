@@ -116,7 +116,6 @@ fn parse_status(value: &[u8]) -> Result<(u16, Option<&str>), CgiError> {
 
 #[cfg(test)]
 mod tests {
-    use super::cgi_storage;
     use super::*;
 
     /// Status, reason, length, field names and head length of a parsed head.

@@ -26,10 +26,10 @@ pub enum RequestError {
     ExpectationFailed,
 }
 
-/// Room for the fields of one head, on the caller's stack: a parse of HTTP/1.1 bytes fills
-/// `parsed`, which stays uninitialized until then (writing 4 KiB of empty fields before each
-/// parse cost as much as parsing a small head), and a head built from HTTP/2 values fills
-/// `built`.
+/// Room for the fields of one head, kept by the caller: a parse of HTTP/1.1 bytes fills
+/// `parsed` (on the caller's stack), which stays uninitialized until then (writing 4 KiB of
+/// empty fields before each parse cost as much as parsing a small head), and a head built
+/// from HTTP/2 values fills `built` (on the heap, sized to its fields).
 pub struct HeaderStorage<'b> {
     /// The fields httparse finds, in order.
     pub(crate) parsed: [std::mem::MaybeUninit<httparse::Header<'b>>; MAX_HEADERS],

@@ -439,10 +439,20 @@ pub fn put_status_line(out: &mut Vec<u8>, minor_version: u8, status: u16, reason
     } else {
         b"HTTP/1.1 "
     });
-    put_decimal(out, u64::from(status));
+    put_code(out, status);
     out.push(b' ');
     out.extend_from_slice(reason.unwrap_or_else(|| reason_phrase(status)).as_bytes());
     out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a status code: three digits (every valid code has three; others in full).
+fn put_code(out: &mut Vec<u8>, status: u16) {
+    if (100..1000).contains(&status) {
+        let digit = |n: u16| b'0' + (n % 10) as u8;
+        out.extend_from_slice(&[digit(status / 100), digit(status / 10), digit(status)]);
+    } else {
+        put_decimal(out, u64::from(status));
+    }
 }
 
 /// Replaces the status line at the start of `head` (a whole head as the client gets it) with
@@ -504,6 +514,25 @@ pub fn reason_phrase(status: u16) -> &'static str {
 mod tests {
     use super::*;
     use crate::http1::request::header_storage;
+
+    #[test]
+    fn status_lines_have_the_code_in_digits() {
+        let line = |minor, status, reason| {
+            let mut out = Vec::new();
+            put_status_line(&mut out, minor, status, reason);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(line(1, 200, Some("OK")), "HTTP/1.1 200 OK\r\n");
+        assert_eq!(line(0, 404, None), "HTTP/1.0 404 Not Found\r\n");
+        assert_eq!(line(1, 100, Some("")), "HTTP/1.1 100 \r\n");
+        assert_eq!(line(1, 999, Some("X")), "HTTP/1.1 999 X\r\n");
+        assert_eq!(line(1, 599, Some("Y")), "HTTP/1.1 599 Y\r\n");
+        assert_eq!(line(1, 1000, Some("Z")), "HTTP/1.1 1000 Z\r\n");
+        assert_eq!(line(1, 99, Some("Z")), "HTTP/1.1 99 Z\r\n");
+        for status in 100..600u16 {
+            assert!(line(1, status, Some("")).starts_with(&format!("HTTP/1.1 {status} ")));
+        }
+    }
 
     fn status_of(raw: &[u8]) -> Result<u16, ResponseError> {
         let mut storage = header_storage();

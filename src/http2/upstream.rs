@@ -443,7 +443,7 @@ pub struct UpstreamResponse {
 
 impl UpstreamResponse {
     /// The head in the message model, its fields borrowed from the decoded ones (`storage`
-    /// holds them). More fields than it has room for, or fields that as HTTP/1.1 would take
+    /// holds them). More than `MAX_HEADERS` fields, or fields that as HTTP/1.1 would take
     /// more than `max_head` bytes, are a head too large, as from an HTTP/1.1 server. A body
     /// without a length is chunked, as the body reads give it; one that ended with the head
     /// has length 0.
