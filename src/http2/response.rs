@@ -188,6 +188,29 @@ mod tests {
         response
     }
 
+    /// A map handed back to h2 is filled by the next HEADERS frame decoded on the thread
+    /// (vendored h2's change 7): the request's and the response's fields here land in the two
+    /// maps recycled first, which have room for 40 fields where a new map has room for 6.
+    #[tokio::test]
+    #[cfg_attr(miri, ignore)] // a runtime and in-memory pipes: nothing unsafe of ours
+    async fn a_recycled_header_map_is_filled_by_the_next_frame() {
+        for _ in 0..2 {
+            h2::recycle_header_map(http::HeaderMap::with_capacity(40));
+        }
+        let response = answered_by(|respond| {
+            respond.send_response(Response::new(()), true).unwrap();
+        })
+        .await;
+        assert!(response.headers().capacity() >= 40);
+        assert!(response.headers().is_empty());
+        // Without a spare map, a frame's fields get a new one.
+        let response = answered_by(|respond| {
+            respond.send_response(Response::new(()), true).unwrap();
+        })
+        .await;
+        assert!(response.headers().capacity() < 40);
+    }
+
     /// The vendored h2's own check (patched to one pass over the names) still refuses each
     /// connection-specific field and a TE other than `trailers`, and lets the rest through.
     #[tokio::test]
@@ -329,6 +352,24 @@ mod tests {
                     fields.push(b"x-v", &value).is_ok(),
                     http::HeaderValue::from_bytes(&value).is_ok(),
                     "byte {byte:#04x} at {at}"
+                );
+            }
+        }
+    }
+
+    /// Every byte, in a short name and in one longer than the lower-casing scratch, is taken
+    /// or refused as `http::HeaderName` takes it.
+    #[test]
+    fn encoded_names_take_the_bytes_a_header_name_takes() {
+        for byte in 0..=255u8 {
+            for len in [4, 40] {
+                let mut name = vec![b'x'; len];
+                name[len / 2] = byte;
+                let mut fields = EncodedFields::with_capacity(0);
+                assert_eq!(
+                    fields.push(&name, b"v").is_ok(),
+                    http::HeaderName::from_bytes(&name).is_ok(),
+                    "byte {byte:#04x} in a name of {len}"
                 );
             }
         }

@@ -231,7 +231,8 @@ impl Headers {
             stream_id: head.stream_id(),
             stream_dep,
             header_block: HeaderBlock {
-                fields: HeaderMap::new(),
+                // A map the application handed back, when there is one (slipstream's change 7).
+                fields: hpack::header_map(),
                 field_size: 0,
                 is_over_size: false,
                 encoded: Bytes::new(),

@@ -63,12 +63,7 @@ impl EncodedFields {
     /// Err (and nothing appended) for a name that is not a token, a value with a control
     /// character other than tab, a connection-specific field, or `te` other than `trailers`.
     pub fn push(&mut self, name: &[u8], value: &[u8]) -> Result<(), InvalidField> {
-        // Each check reads every byte without an early exit, so it runs as straight-line code.
-        let name_ok = name.iter().fold(true, |ok, b| ok & TOKEN[usize::from(*b)]);
-        let value_bad = value.iter().fold(false, |bad, b| {
-            bad | ((*b < 0x20) & (*b != b'\t')) | (*b == 0x7f)
-        });
-        if name.is_empty() || !name_ok || value_bad {
+        if name.is_empty() || !is_field_value(value) {
             return Err(InvalidField);
         }
         // Room for both strings and three integers of up to five bytes each.
@@ -76,10 +71,7 @@ impl EncodedFields {
         let mut short = [0u8; 32];
         if name.len() <= short.len() {
             let lower = &mut short[..name.len()];
-            for (to, from) in lower.iter_mut().zip(name) {
-                *to = from.to_ascii_lowercase();
-            }
-            if is_connection_specific(lower, value) {
+            if !lower_token(name, lower) || is_connection_specific(lower, value) {
                 return Err(InvalidField);
             }
             match static_name_index(lower) {
@@ -92,6 +84,9 @@ impl EncodedFields {
             }
         } else {
             // Longer than any name in the static table or the connection-specific list.
+            if !name.iter().all(|b| LOWER_TOKEN[usize::from(*b)] != 0) {
+                return Err(InvalidField);
+            }
             self.block.put_u8(0);
             encode_int(name.len(), 7, 0, &mut self.block);
             let at = self.block.len();
@@ -120,22 +115,75 @@ impl EncodedFields {
     }
 }
 
-/// RFC 9110's tchar by byte, upper-case letters included (they are sent lower-cased).
-static TOKEN: [bool; 256] = {
-    let mut table = [false; 256];
+/// RFC 9110's tchar by byte, lower-cased (upper-case letters are sent lower-cased); 0 for a
+/// byte that is not one.
+static LOWER_TOKEN: [u8; 256] = {
+    let mut table = [0u8; 256];
     let mut b = 0;
     while b < 256 {
         let c = b as u8;
-        table[b] = c.is_ascii_alphanumeric()
+        let token = c.is_ascii_alphanumeric()
             || matches!(
                 c,
                 b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_'
                     | b'`' | b'|' | b'~'
             );
+        if token {
+            table[b] = c.to_ascii_lowercase();
+        }
         b += 1;
     }
     table
 };
+
+/// Writes `name` lower-cased into `into` (as long as `name`); whether every byte is a tchar.
+/// Every byte is read, without an early exit, so the loop runs as straight-line code.
+fn lower_token(name: &[u8], into: &mut [u8]) -> bool {
+    let mut ok = true;
+    for (to, from) in into.iter_mut().zip(name) {
+        let lower = LOWER_TOKEN[usize::from(*from)];
+        ok &= lower != 0;
+        *to = lower;
+    }
+    ok
+}
+
+/// Whether a value holds no control character but tab (what `HeaderValue` accepts: visible
+/// ASCII, space, tab and obs-text). Eight bytes are tested at a time for any byte below 0x20
+/// or equal to 0x7f (the last few padded with spaces); a group with one (a tab, or a byte to
+/// refuse) is read byte by byte.
+fn is_field_value(value: &[u8]) -> bool {
+    let mut groups = value.chunks_exact(8);
+    for group in &mut groups {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(group);
+        if !plain_group(word) && !group.iter().all(value_byte_ok) {
+            return false;
+        }
+    }
+    let rest = groups.remainder();
+    let mut word = [b' '; 8];
+    word[..rest.len()].copy_from_slice(rest);
+    plain_group(word) || rest.iter().all(value_byte_ok)
+}
+
+/// Whether none of eight bytes is below 0x20 or 0x7f. A byte below n sets its high bit in
+/// (x - n per byte) & !x (for n <= 0x80); the lowest such byte always does, so there is no
+/// false "plain" (a false "not plain" only costs a byte-by-byte look).
+fn plain_group(word: [u8; 8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let x = u64::from_le_bytes(word);
+    let below_space = x.wrapping_sub(ONES * 0x20) & !x & HIGHS;
+    let del = x ^ (ONES * 0x7f);
+    let is_del = del.wrapping_sub(ONES) & !del & HIGHS;
+    (below_space | is_del) == 0
+}
+
+/// One byte of a value `HeaderValue` accepts.
+fn value_byte_ok(b: &u8) -> bool {
+    (*b >= 0x20 || *b == b'\t') && *b != 0x7f
+}
 
 /// The fields RFC 9113 8.2.2 forbids (h2's `Send::check_headers` refuses the same).
 fn is_connection_specific(name: &[u8], value: &[u8]) -> bool {
@@ -201,18 +249,24 @@ fn static_name_index(name: &[u8]) -> Option<usize> {
     })
 }
 
-/// An HPACK integer (RFC 7541 5.1) with a `prefix_bits` prefix after the bits of `first`.
-fn encode_int(mut value: usize, prefix_bits: u32, first: u8, dst: &mut BytesMut) {
+/// An HPACK integer (RFC 7541 5.1) with a `prefix_bits` prefix after the bits of `first`;
+/// the one-byte case (almost every index and length) inline.
+#[inline(always)]
+fn encode_int(value: usize, prefix_bits: u32, first: u8, dst: &mut BytesMut) {
     let max = (1usize << prefix_bits) - 1;
     if value < max {
         dst.put_u8(first | value as u8);
-        return;
+    } else {
+        encode_long_int(value - max, first | max as u8, dst);
     }
-    dst.put_u8(first | max as u8);
-    value -= max;
-    while value >= 128 {
-        dst.put_u8(0x80 | (value & 0x7f) as u8);
-        value >>= 7;
+}
+
+/// The bytes of an HPACK integer past a full prefix (`first`): `rest` in groups of seven bits.
+fn encode_long_int(mut rest: usize, first: u8, dst: &mut BytesMut) {
+    dst.put_u8(first);
+    while rest >= 128 {
+        dst.put_u8(0x80 | (rest & 0x7f) as u8);
+        rest >>= 7;
     }
-    dst.put_u8(value as u8);
+    dst.put_u8(rest as u8);
 }
