@@ -152,6 +152,51 @@ fn recording_upstream(
     (addr, received)
 }
 
+/// A response head that comes in pieces (cut inside a field, and between the last field's
+/// line end and the blank line) is read on until it is whole: the first read is parsed as it
+/// is, and a head cut short is read on. Each answer reaches the client whole, on one
+/// keep-alive connection.
+#[test]
+fn response_head_in_pieces_is_read_until_whole() {
+    let pause = Duration::from_millis(100);
+    let cuts: [&[&[u8]]; 2] = [
+        &[
+            b"HTTP/1.1 200 OK\r\nX-Par",
+            b"t: one\r\nContent-Length: 3\r\n\r\nabc",
+        ],
+        &[
+            b"HTTP/1.1 201 Created\r\nX-Part: two\r\nContent-Length: 2\r\n",
+            b"\r\nde",
+        ],
+    ];
+    let up = Upstream::start(move |seen| {
+        let pieces = if seen.path() == "/one" {
+            cuts[0]
+        } else {
+            cuts[1]
+        };
+        let last = Reply::Bytes(pieces[1].to_vec());
+        Reply::BytesThen(
+            pieces[0].to_vec(),
+            Box::new(Reply::Delay(pause, Box::new(last))),
+        )
+    });
+    let proxy = simple_proxy(up.addr);
+    let s = connect(proxy.local_addrs()[0]);
+    let mut reader = BufReader::new(s.try_clone().unwrap());
+    let mut writer = s;
+    for (path, status, part, body) in [("/one", 200, "one", "abc"), ("/two", 201, "two", "de")] {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n");
+        writer.write_all(request.as_bytes()).unwrap();
+        let response = read_response(&mut reader, false).unwrap();
+        assert_eq!(response.status, status);
+        assert_eq!(response.header("x-part"), Some(part));
+        assert_eq!(response.body, body.as_bytes());
+    }
+    assert_eq!(up.connections(), 1);
+    proxy.shutdown();
+}
+
 #[test]
 fn large_request_body_with_content_length_streams_with_backpressure() {
     const LEN: u64 = 256 << 20;
