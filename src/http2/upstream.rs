@@ -441,14 +441,6 @@ pub struct UpstreamResponse {
     is_head: bool,
 }
 
-impl Drop for UpstreamResponse {
-    /// The fields' map goes back to h2 for the next HEADERS frame this thread decodes
-    /// (vendored h2's change 7).
-    fn drop(&mut self) {
-        h2::recycle_header_map(std::mem::take(&mut self.parts.headers));
-    }
-}
-
 impl UpstreamResponse {
     /// The head in the message model, its fields borrowed from the decoded ones (`storage`
     /// holds them). More than `MAX_HEADERS` fields, or fields that as HTTP/1.1 would take

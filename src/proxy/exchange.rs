@@ -18,7 +18,7 @@ use super::response;
 use super::{Client, Conn, Ctx, Outcome, Tried};
 use crate::config::{SendProxy, UpstreamGroup};
 use crate::error::{Error, Kind};
-use crate::http1::BodyReader;
+use crate::http1::{head_complete, BodyReader};
 use crate::http2::upstream::H2Upstream;
 use crate::net::io::{wait_readable, within, write_all, write_continue};
 use crate::net::proxy_protocol;
@@ -501,11 +501,10 @@ impl Attempt<'_> {
         let mut ubuf = cx.worker.buffers.take(hint);
         ubuf.extend_from_slice(&early);
         let read = async {
-            // What came early, or the first read, is parsed: a head cut short reads on there.
-            if early.is_empty() {
+            if early.is_empty() || !head_complete(&ubuf) {
                 let (up, timeout) = (&mut conn.stream, read_timeout);
-                let max = limits.max_buffer;
-                response::read_head_start(up, &mut ubuf, &client.stream, timeout, max).await?;
+                response::read_head(up, &mut ubuf, &client.stream, timeout, limits.max_buffer)
+                    .await?;
             }
             Ok::<(), Error>(())
         };

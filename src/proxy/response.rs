@@ -65,56 +65,31 @@ pub(super) async fn read_head(
     read_timeout: Duration,
     max: usize,
 ) -> Result<(), Error> {
-    while read_head_bytes(up, ubuf, client, read_timeout, max).await? {
+    loop {
+        let read = tokio::select! {
+            r = read_some(up, ubuf, max, read_timeout) => r,
+            _ = client.hangup() => return Err(Error::new(Kind::ClientClosed)),
+        };
+        match read {
+            // The head came as a value (an HTTP/2 server's), not as bytes; it cannot follow
+            // part of a head that came as bytes (interim heads come whole).
+            Ok(0) if up.response_waiting() && ubuf.is_empty() => return Ok(()),
+            Ok(0) if up.response_waiting() => {
+                return Err(Error::new(Kind::BadResponse("response head cut short")))
+            }
+            Ok(0) if ubuf.is_empty() => {
+                return Err(Error::no_response(
+                    &std::io::ErrorKind::UnexpectedEof.into(),
+                ))
+            }
+            Ok(0) => return Err(Error::new(Kind::BadResponse("response head cut short"))),
+            Ok(_) => {}
+            Err(e) if ubuf.is_empty() => return Err(Error::no_response(&e)),
+            Err(e) => return Err(Error::upstream_io(&e)),
+        }
         if head_complete(ubuf) || ubuf.len() >= max {
-            break;
+            return Ok(());
         }
-    }
-    Ok(())
-}
-
-/// The first read of a response head: [`parse_head`] says whether it holds all of it
-/// (`Parsed::Incomplete` reads on with [`read_head`]). One read nearly always does, and the
-/// parse finds the head's end anyway: looking for it first would read the bytes twice.
-pub(super) async fn read_head_start(
-    up: &mut Stream,
-    ubuf: &mut Vec<u8>,
-    client: &Stream,
-    read_timeout: Duration,
-    max: usize,
-) -> Result<(), Error> {
-    read_head_bytes(up, ubuf, client, read_timeout, max)
-        .await
-        .map(drop)
-}
-
-/// One read of response head bytes into `ubuf`, watching for the client hanging up: true
-/// when bytes came, false when the head came as a value (an HTTP/2 server's).
-async fn read_head_bytes(
-    up: &mut Stream,
-    ubuf: &mut Vec<u8>,
-    client: &Stream,
-    read_timeout: Duration,
-    max: usize,
-) -> Result<bool, Error> {
-    let read = tokio::select! {
-        r = read_some(up, ubuf, max, read_timeout) => r,
-        _ = client.hangup() => return Err(Error::new(Kind::ClientClosed)),
-    };
-    match read {
-        // The head came as a value, not as bytes; it cannot follow part of a head that came
-        // as bytes (interim heads come whole).
-        Ok(0) if up.response_waiting() && ubuf.is_empty() => Ok(false),
-        Ok(0) if up.response_waiting() => {
-            Err(Error::new(Kind::BadResponse("response head cut short")))
-        }
-        Ok(0) if ubuf.is_empty() => Err(Error::no_response(
-            &std::io::ErrorKind::UnexpectedEof.into(),
-        )),
-        Ok(0) => Err(Error::new(Kind::BadResponse("response head cut short"))),
-        Ok(_) => Ok(true),
-        Err(e) if ubuf.is_empty() => Err(Error::no_response(&e)),
-        Err(e) => Err(Error::upstream_io(&e)),
     }
 }
 
