@@ -211,11 +211,16 @@ mod tests {
         assert_eq!(fields.len(), 1);
         assert_eq!(fields["x-new"], "2");
         // Without a spare map, a frame's fields get a new one.
+        assert!(room_of_an_answer_without_fields().await < 40);
+    }
+
+    /// The room for fields of the map h2's client decodes a response without fields into.
+    async fn room_of_an_answer_without_fields() -> usize {
         let response = answered_by(|respond| {
             respond.send_response(Response::new(()), true).unwrap();
         })
         .await;
-        assert!(response.headers().capacity() < 40);
+        response.headers().capacity()
     }
 
     /// A map that held many values of one name (room the map's capacity does not count) is
@@ -230,11 +235,7 @@ mod tests {
         h2::recycle_header_map(repeated);
         // Taken first (the spare maps are a stack), by the request's frame.
         h2::recycle_header_map(http::HeaderMap::with_capacity(1));
-        let response = answered_by(|respond| {
-            respond.send_response(Response::new(()), true).unwrap();
-        })
-        .await;
-        assert!(response.headers().capacity() < 40);
+        assert!(room_of_an_answer_without_fields().await < 40);
     }
 
     /// The vendored h2's own check (patched to one pass over the names) still refuses each
