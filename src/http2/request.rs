@@ -52,14 +52,6 @@ pub struct H2Request {
     websocket_key: Option<[u8; 24]>,
 }
 
-impl Drop for H2Request {
-    /// The fields' map goes back to h2, to be filled by the next HEADERS frame this thread
-    /// decodes instead of allocating (vendored h2's change 7).
-    fn drop(&mut self) {
-        h2::recycle_header_map(std::mem::take(&mut self.parts.headers));
-    }
-}
-
 /// Checks a request's parts; `end_stream` says HEADERS carried END_STREAM.
 pub fn check(parts: Parts, end_stream: bool) -> Result<H2Request, Malformed> {
     let websocket = parts.method == Method::CONNECT

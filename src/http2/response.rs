@@ -188,56 +188,6 @@ mod tests {
         response
     }
 
-    /// A map handed back to h2 is cleared and filled by the next HEADERS frame decoded on the
-    /// thread (vendored h2's change 7): the request's and the response's fields land in the
-    /// two maps recycled first, which have room for 40 fields where a new map has room for 6,
-    /// and hold only the frame's own fields.
-    #[tokio::test]
-    #[cfg_attr(miri, ignore)] // a runtime and in-memory pipes: nothing unsafe of ours
-    async fn a_recycled_header_map_is_cleared_and_filled_by_the_next_frame() {
-        for _ in 0..2 {
-            let mut stale = http::HeaderMap::with_capacity(40);
-            stale.insert("x-stale", "1".parse().unwrap());
-            h2::recycle_header_map(stale);
-        }
-        let response = answered_by(|respond| {
-            let mut response = Response::new(());
-            response.headers_mut().insert("x-new", "2".parse().unwrap());
-            respond.send_response(response, true).unwrap();
-        })
-        .await;
-        let fields = response.headers();
-        assert!(fields.capacity() >= 40);
-        assert_eq!(fields.len(), 1);
-        assert_eq!(fields["x-new"], "2");
-        // Without a spare map, a frame's fields get a new one.
-        assert!(room_of_an_answer_without_fields().await < 40);
-    }
-
-    /// The room for fields of the map h2's client decodes a response without fields into.
-    async fn room_of_an_answer_without_fields() -> usize {
-        let response = answered_by(|respond| {
-            respond.send_response(Response::new(()), true).unwrap();
-        })
-        .await;
-        response.headers().capacity()
-    }
-
-    /// A map that held many values of one name (room the map's capacity does not count) is
-    /// freed, not kept: the response's frame, which would have taken it, gets a new map.
-    #[tokio::test]
-    #[cfg_attr(miri, ignore)] // a runtime and in-memory pipes: nothing unsafe of ours
-    async fn a_map_that_held_many_values_is_not_kept() {
-        let mut repeated = http::HeaderMap::with_capacity(40);
-        for _ in 0..100 {
-            repeated.append("x-a", "1".parse().unwrap());
-        }
-        h2::recycle_header_map(repeated);
-        // Taken first (the spare maps are a stack), by the request's frame.
-        h2::recycle_header_map(http::HeaderMap::with_capacity(1));
-        assert!(room_of_an_answer_without_fields().await < 40);
-    }
-
     /// The vendored h2's own check (patched to one pass over the names) still refuses each
     /// connection-specific field and a TE other than `trailers`, and lets the rest through.
     #[tokio::test]

@@ -136,7 +136,7 @@ mod share;
 pub mod fuzz_bridge;
 
 pub use crate::error::{Error, Reason};
-pub use crate::hpack::{recycle_header_map, EncodedFields, InvalidField};
+pub use crate::hpack::{EncodedFields, InvalidField};
 pub use crate::share::{FlowControl, Ping, PingPong, Pong, RecvStream, SendStream, StreamId};
 
 #[cfg(feature = "unstable")]

@@ -231,8 +231,7 @@ impl Headers {
             stream_id: head.stream_id(),
             stream_dep,
             header_block: HeaderBlock {
-                // A map the application handed back, when there is one (slipstream's change 7).
-                fields: hpack::header_map(),
+                fields: HeaderMap::new(),
                 field_size: 0,
                 is_over_size: false,
                 encoded: Bytes::new(),

@@ -3,7 +3,6 @@ mod encoder;
 mod fields;
 pub(crate) mod header;
 pub(crate) mod huffman;
-mod spare_maps;
 mod table;
 
 #[cfg(test)]
@@ -13,5 +12,3 @@ pub use self::decoder::{Decoder, DecoderError, NeedMore};
 pub use self::encoder::Encoder;
 pub use self::fields::{EncodedFields, InvalidField};
 pub use self::header::{BytesStr, Header};
-pub(crate) use self::spare_maps::header_map;
-pub use self::spare_maps::recycle_header_map;
